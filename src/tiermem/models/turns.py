@@ -1,0 +1,72 @@
+"""Turns: the append-only event log of a session.
+
+A :class:`NewTurn` is what a caller adds; the store gives it its session-scoped ``index``
+and returns a :class:`Turn`. Indexes start at 0 and are gap-free. A redacted turn keeps
+its slot (its index) with its content replaced.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field
+
+from tiermem.models.base import FrozenModel, JsonValue, UtcDatetime
+from tiermem.models.content import ContentBlock, Message, Role, TextBlock, text_of
+
+__all__ = ["REDACTED_TEXT", "Entity", "NewTurn", "Turn"]
+
+REDACTED_TEXT = "[redacted]"
+
+
+class Entity(FrozenModel):
+    """A named thing mentioned in a turn, e.g. ``Entity(kind="series", value="Berserk")``."""
+
+    kind: str
+    value: str
+
+
+class NewTurn(FrozenModel):
+    """A turn before the store has given it an index."""
+
+    schema_version: int = 1
+    role: Role
+    content: tuple[ContentBlock, ...]
+    timestamp: UtcDatetime
+    token_count: int = Field(default=0, ge=0)
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    pinned: bool = False
+    agent_name: str | None = None
+    intent: str | None = None
+    latency_ms: float | None = Field(default=None, ge=0.0)
+    entities: tuple[Entity, ...] = ()
+    redacted: bool = False
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The plain text of the turn's content."""
+        return text_of(self.content)
+
+    def to_message(self) -> Message:
+        return Message(role=self.role, content=self.content)
+
+    def with_index(self, index: int) -> Turn:
+        return Turn(index=index, **self.model_dump(exclude={"schema_version"}, round_trip=True))
+
+
+class Turn(NewTurn):
+    """A turn in the archive, addressable by its session-scoped ``index``."""
+
+    index: int = Field(ge=0)
+
+    def redact(self) -> Self:
+        """This turn with its content replaced; the slot and its timestamp stay."""
+        return self.model_copy(
+            update={
+                "content": (TextBlock(text=REDACTED_TEXT),),
+                "redacted": True,
+                "entities": (),
+                "metadata": {},
+            }
+        )

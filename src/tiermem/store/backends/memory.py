@@ -1,0 +1,519 @@
+"""In-memory backend: the reference implementation of both storage roles.
+
+It is the executable definition of the contract: every other backend must behave like it
+under the conformance suite. It is also the embedded default's hot tier (one process, no
+server). Data lives in dicts and dies with the process.
+
+Layout::
+
+    MemoryHotStore
+    └── sessions: session_id → _HotSession
+        ├── turns (window), next_index, version, expires_at
+        ├── metadata, entities{kind}, state{name}
+        └── activity index: session_id → (expires_at, lease owner, lease until)
+    MemoryDurableStore
+    ├── turns:   session_id → {index → (Turn, expires_at)}
+    ├── records: session_id → {kind → SessionRecord}
+    ├── users:   user_id → {session_id → SessionRef}
+    └── memories: user_id → {memory_id → MemoryRecord}
+
+Every method finishes without awaiting, so under one event loop each call is atomic; a
+lock guards against use from several threads (the sync facade).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from tiermem.clock import Clock, SystemClock
+from tiermem.errors import ConflictError, NotFoundError, ValidationError
+from tiermem.models import (
+    ActiveEntity,
+    JsonValue,
+    MemoryRecord,
+    NewTurn,
+    SessionMetadata,
+    SessionRecord,
+    SessionRef,
+    SessionSnapshot,
+    StateBlob,
+    Turn,
+)
+from tiermem.store.codec import (
+    check_append,
+    check_index,
+    check_kind,
+    check_memory_version,
+    check_range,
+    encode_data,
+    encode_memory,
+    encode_turn,
+    is_live,
+)
+from tiermem.store.contract import Capability, HotAppendResult
+from tiermem.store.keys import validate_id
+
+__all__ = ["MemoryDurableStore", "MemoryHotStore"]
+
+
+@dataclass
+class _HotSession:
+    expires_at: datetime
+    version: int = 0
+    next_index: int = 0
+    turns: list[Turn] = field(default_factory=list)
+    metadata: SessionMetadata | None = None
+    entities: dict[str, ActiveEntity] = field(default_factory=dict)
+    state: dict[str, StateBlob] = field(default_factory=dict)
+
+
+@dataclass
+class _Activity:
+    expires_at: datetime
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+
+
+class MemoryHotStore:
+    """Hot tier in a dict. See :class:`tiermem.store.contract.HotStore`."""
+
+    name = "memory"
+    capabilities = frozenset({Capability.NATIVE_TTL, Capability.CLUSTER_SAFE})
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
+        self._sessions: dict[str, _HotSession] = {}
+        self._activity: dict[str, _Activity] = {}
+        self._lock = threading.RLock()
+
+    def _live(self, session_id: str) -> _HotSession | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        if not is_live(session.expires_at, self._clock.now()):
+            # Logically expired: collect it now, as a native TTL would.
+            del self._sessions[session_id]
+            return None
+        return session
+
+    def _write(self, session_id: str, expires_at: datetime) -> _HotSession:
+        """The live session (created if absent) after one more write."""
+        session = self._live(session_id) or _HotSession(expires_at=expires_at)
+        self._sessions[session_id] = session
+        session.version += 1
+        session.expires_at = expires_at
+        self._activity[session_id] = _Activity(expires_at=expires_at)
+        return session
+
+    @staticmethod
+    def _check_version(session: _HotSession | None, expected: int | None, session_id: str) -> None:
+        actual = session.version if session else 0
+        if expected is not None and expected != actual:
+            raise ConflictError(
+                f"session {session_id!r} is at version {actual}, not {expected}; "
+                "reload it and retry",
+                expected=expected,
+                actual=actual,
+            )
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        window: int,
+        expires_at: datetime,
+        first_index: int | None = None,
+        metadata: SessionMetadata | None = None,
+        expected_version: int | None = None,
+    ) -> HotAppendResult:
+        check_append(session_id, turns, window=window, first_index=first_index)
+        with self._lock:
+            current = self._live(session_id)
+            self._check_version(current, expected_version, session_id)
+            start = current.next_index if current else (first_index or 0)
+            if current is not None and first_index is not None and first_index != start:
+                raise ConflictError(
+                    f"session {session_id!r}: next turn index is {start}, not {first_index}",
+                    expected=first_index,
+                    actual=start,
+                )
+            indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
+            for turn in indexed:
+                encode_turn(turn)  # size check before anything changes
+            session = self._write(session_id, expires_at)
+            session.turns = [*session.turns, *indexed][-window:]
+            session.next_index = start + len(indexed)
+            if metadata is not None:
+                session.metadata = metadata
+            return HotAppendResult(
+                turns=tuple(indexed), version=session.version, next_index=session.next_index
+            )
+
+    async def load(self, session_id: str) -> SessionSnapshot | None:
+        validate_id(session_id, what="session_id")
+        with self._lock:
+            session = self._live(session_id)
+            if session is None:
+                return None
+            return SessionSnapshot(
+                session_id=session_id,
+                turns=tuple(session.turns),
+                metadata=session.metadata,
+                entities=dict(session.entities),
+                state=dict(session.state),
+                version=session.version,
+                next_index=session.next_index,
+                expires_at=session.expires_at,
+            )
+
+    async def put_metadata(
+        self,
+        session_id: str,
+        metadata: SessionMetadata,
+        *,
+        expires_at: datetime,
+        expected_version: int | None = None,
+    ) -> int:
+        validate_id(session_id, what="session_id")
+        with self._lock:
+            self._check_version(self._live(session_id), expected_version, session_id)
+            session = self._write(session_id, expires_at)
+            session.metadata = metadata
+            return session.version
+
+    async def update_entities(
+        self,
+        session_id: str,
+        upsert: Mapping[str, ActiveEntity],
+        remove: Collection[str] = (),
+        *,
+        expires_at: datetime,
+    ) -> int:
+        validate_id(session_id, what="session_id")
+        for kind in [*upsert, *remove]:
+            check_kind(kind, what="entity kind")
+        with self._lock:
+            session = self._write(session_id, expires_at)
+            for kind in remove:
+                session.entities.pop(kind, None)
+            session.entities.update(upsert)
+            return session.version
+
+    async def get_state(self, session_id: str, name: str) -> StateBlob | None:
+        validate_id(session_id, what="session_id")
+        check_kind(name, what="state name")
+        with self._lock:
+            session = self._live(session_id)
+            return session.state.get(name) if session else None
+
+    async def put_state(
+        self,
+        session_id: str,
+        name: str,
+        data: Mapping[str, JsonValue],
+        *,
+        expires_at: datetime,
+        expected_version: int | None = None,
+    ) -> StateBlob:
+        validate_id(session_id, what="session_id")
+        check_kind(name, what="state name")
+        # A JSON round trip gives the store its own copy, as a real backend would.
+        copy = json.loads(encode_data(data, what=f"state {name!r}"))
+        with self._lock:
+            current = self._live(session_id)
+            blob = current.state.get(name) if current else None
+            actual = blob.version if blob else 0
+            if expected_version is not None and expected_version != actual:
+                raise ConflictError(
+                    f"state {name!r} of session {session_id!r} is at version {actual}, "
+                    f"not {expected_version}; re-read it and retry",
+                    expected=expected_version,
+                    actual=actual,
+                )
+            session = self._write(session_id, expires_at)
+            new = StateBlob(name=name, data=copy, version=actual + 1, updated_at=self._clock.now())
+            session.state[name] = new
+            return new
+
+    async def touch(self, session_id: str, *, expires_at: datetime) -> bool:
+        validate_id(session_id, what="session_id")
+        with self._lock:
+            session = self._live(session_id)
+            if session is None:
+                return False
+            session.expires_at = expires_at
+            self._activity[session_id] = _Activity(expires_at=expires_at)
+            return True
+
+    async def delete(self, session_id: str) -> None:
+        validate_id(session_id, what="session_id")
+        with self._lock:
+            self._sessions.pop(session_id, None)
+            self._activity.pop(session_id, None)
+
+    async def claim_expired(
+        self, *, owner: str, lease: timedelta, limit: int = 100
+    ) -> list[str]:
+        validate_id(owner, what="owner")
+        now = self._clock.now()
+        claimed: list[str] = []
+        with self._lock:
+            due = sorted(
+                (entry.expires_at, sid)
+                for sid, entry in self._activity.items()
+                if entry.expires_at <= now
+                and (entry.lease_until is None or entry.lease_until <= now)
+            )
+            for _, sid in due[:limit]:
+                entry = self._activity[sid]
+                entry.lease_owner, entry.lease_until = owner, now + lease
+                claimed.append(sid)
+        return claimed
+
+    async def release_expired(self, session_id: str, *, owner: str) -> bool:
+        validate_id(session_id, what="session_id")
+        with self._lock:
+            entry = self._activity.get(session_id)
+            if entry is None or entry.lease_owner != owner:
+                return False
+            del self._activity[session_id]
+            return True
+
+    async def aclose(self) -> None:
+        return None
+
+
+class MemoryDurableStore:
+    """Durable tier in dicts (durable only for the life of the process).
+
+    See :class:`tiermem.store.contract.DurableStore`.
+    """
+
+    name = "memory"
+    capabilities = frozenset({Capability.NATIVE_TTL})
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
+        self._turns: dict[str, dict[int, tuple[Turn, datetime | None]]] = {}
+        self._records: dict[str, dict[str, SessionRecord]] = {}
+        self._users: dict[str, dict[str, SessionRef]] = {}
+        self._memories: dict[str, dict[str, MemoryRecord]] = {}
+        self._lock = threading.RLock()
+
+    # -- turn archive -------------------------------------------------------------------
+
+    def _next_index(self, session_id: str) -> int:
+        archive = self._turns.get(session_id)
+        return max(archive) + 1 if archive else 0
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        first_index: int | None = None,
+        expires_at: datetime | None = None,
+    ) -> list[Turn]:
+        check_append(session_id, turns, first_index=first_index)
+        with self._lock:
+            start = self._next_index(session_id)
+            if first_index is not None and first_index != start:
+                raise ConflictError(
+                    f"session {session_id!r}: next archived turn index is {start}, "
+                    f"not {first_index}",
+                    expected=first_index,
+                    actual=start,
+                )
+            indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
+            for turn in indexed:
+                encode_turn(turn)
+            archive = self._turns.setdefault(session_id, {})
+            for turn in indexed:
+                archive[turn.index] = (turn, expires_at)
+            return indexed
+
+    async def next_index(self, session_id: str) -> int:
+        validate_id(session_id, what="session_id")
+        with self._lock:
+            return self._next_index(session_id)
+
+    def _visible(self, session_id: str) -> dict[int, Turn]:
+        now = self._clock.now()
+        archive = self._turns.get(session_id, {})
+        return {i: turn for i, (turn, exp) in archive.items() if is_live(exp, now)}
+
+    async def get_turn(self, session_id: str, index: int) -> Turn:
+        validate_id(session_id, what="session_id")
+        check_index(index)
+        with self._lock:
+            turn = self._visible(session_id).get(index)
+        if turn is None:
+            raise NotFoundError(f"session {session_id!r} has no turn {index}")
+        return turn
+
+    async def get_turns(self, session_id: str, start: int = 0, end: int | None = None) -> list[Turn]:
+        validate_id(session_id, what="session_id")
+        check_range(start, end)
+        with self._lock:
+            visible = self._visible(session_id)
+        return [visible[i] for i in sorted(visible) if i >= start and (end is None or i < end)]
+
+    async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
+        validate_id(session_id, what="session_id")
+        if count < 0:
+            raise ValidationError(f"count must be >= 0, got {count}")
+        with self._lock:
+            visible = self._visible(session_id)
+        return [visible[i] for i in sorted(visible)[len(visible) - count :]] if count else []
+
+    async def redact_turn(self, session_id: str, index: int) -> Turn:
+        turn = await self.get_turn(session_id, index)
+        redacted = turn.redact()
+        with self._lock:
+            _, expires_at = self._turns[session_id][index]
+            self._turns[session_id][index] = (redacted, expires_at)
+        return redacted
+
+    # -- sessions -----------------------------------------------------------------------
+
+    async def register_session(self, ref: SessionRef) -> None:
+        validate_id(ref.session_id, what="session_id")
+        validate_id(ref.user_id, what="user_id")
+        with self._lock:
+            self._users.setdefault(ref.user_id, {}).setdefault(ref.session_id, ref)
+
+    async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
+        validate_id(user_id, what="user_id")
+        with self._lock:
+            refs = list(self._users.get(user_id, {}).values())
+        refs.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
+        return refs[:limit]
+
+    async def get_record(self, session_id: str, kind: str) -> SessionRecord | None:
+        validate_id(session_id, what="session_id")
+        check_kind(kind)
+        with self._lock:
+            record = self._records.get(session_id, {}).get(kind)
+        if record is None or not is_live(record.expires_at, self._clock.now()):
+            return None
+        return record
+
+    async def put_record(
+        self,
+        session_id: str,
+        kind: str,
+        data: Mapping[str, JsonValue],
+        *,
+        expected_version: int | None = None,
+        expires_at: datetime | None = None,
+    ) -> SessionRecord:
+        validate_id(session_id, what="session_id")
+        check_kind(kind)
+        copy = json.loads(encode_data(data, what=f"record {kind!r}"))
+        with self._lock:
+            current = await self.get_record(session_id, kind)
+            actual = current.version if current else 0
+            if expected_version is not None and expected_version != actual:
+                raise ConflictError(
+                    f"record {kind!r} of session {session_id!r} is at version {actual}, "
+                    f"not {expected_version}; re-read it and retry",
+                    expected=expected_version,
+                    actual=actual,
+                )
+            record = SessionRecord(
+                kind=kind,
+                data=copy,
+                version=actual + 1,
+                updated_at=self._clock.now(),
+                expires_at=expires_at,
+            )
+            self._records.setdefault(session_id, {})[kind] = record
+            return record
+
+    async def delete_session(self, session_id: str) -> None:
+        validate_id(session_id, what="session_id")
+        with self._lock:
+            self._turns.pop(session_id, None)
+            self._records.pop(session_id, None)
+            for refs in self._users.values():
+                refs.pop(session_id, None)
+
+    # -- long-term memory -------------------------------------------------------------
+
+    async def put_memory(
+        self, record: MemoryRecord, *, expected_version: int | None = None
+    ) -> MemoryRecord:
+        encode_memory(record)
+        check_memory_version(record, expected_version)
+        with self._lock:
+            current = await self.get_memory(record.user_id, record.memory_id)
+            actual = current.version if current else 0
+            if expected_version is not None and expected_version != actual:
+                raise ConflictError(
+                    f"memory {record.memory_id!r} is at version {actual}, "
+                    f"not {expected_version}; re-read it and retry",
+                    expected=expected_version,
+                    actual=actual,
+                )
+            self._memories.setdefault(record.user_id, {})[record.memory_id] = record
+            return record
+
+    async def get_memory(self, user_id: str, memory_id: str) -> MemoryRecord | None:
+        validate_id(user_id, what="user_id")
+        validate_id(memory_id, what="memory_id")
+        with self._lock:
+            record = self._memories.get(user_id, {}).get(memory_id)
+        if record is None or not is_live(record.expires_at, self._clock.now()):
+            return None
+        return record
+
+    async def query_memories(
+        self,
+        user_id: str,
+        *,
+        memory_types: Collection[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        include_expired: bool = False,
+    ) -> list[MemoryRecord]:
+        validate_id(user_id, what="user_id")
+        if limit < 1:
+            raise ValidationError(f"limit must be >= 1, got {limit}")
+        now = self._clock.now()
+        with self._lock:
+            records = list(self._memories.get(user_id, {}).values())
+        selected = [
+            r
+            for r in records
+            if (memory_types is None or r.memory_type in memory_types)
+            and (since is None or r.created_at >= since)
+            and (until is None or r.created_at < until)
+            and (include_expired or is_live(r.expires_at, now))
+        ]
+        selected.sort(key=lambda r: (r.created_at, r.memory_id), reverse=True)
+        return selected[:limit]
+
+    async def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        validate_id(user_id, what="user_id")
+        validate_id(memory_id, what="memory_id")
+        with self._lock:
+            return self._memories.get(user_id, {}).pop(memory_id, None) is not None
+
+    async def purge_user(self, user_id: str) -> int:
+        validate_id(user_id, what="user_id")
+        with self._lock:
+            sessions = self._users.pop(user_id, {})
+            for session_id in sessions:
+                self._turns.pop(session_id, None)
+                self._records.pop(session_id, None)
+            memories = self._memories.pop(user_id, {})
+            return len(sessions) + len(memories)
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,124 @@
+"""Argument checks and JSON encoding shared by every backend.
+
+Each check lives here once so that all backends reject the same inputs with the same
+messages, before any I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from tiermem.errors import ValidationError
+from tiermem.models import JsonValue, MemoryRecord, NewTurn, Turn
+from tiermem.store.contract import (
+    MAX_MEMORY_BYTES,
+    MAX_RECORD_BYTES,
+    MAX_TURN_BYTES,
+    MAX_TURNS_PER_APPEND,
+    check_size,
+)
+from tiermem.store.keys import validate_id
+
+__all__ = [
+    "check_append",
+    "check_index",
+    "check_kind",
+    "check_memory_version",
+    "check_range",
+    "decode_memory",
+    "decode_turn",
+    "encode_data",
+    "encode_memory",
+    "encode_turn",
+    "is_live",
+]
+
+
+def check_append(
+    session_id: str, turns: Sequence[NewTurn], *, window: int | None = None,
+    first_index: int | None = None,
+) -> None:
+    """Validate the arguments of an append (both tiers)."""
+    validate_id(session_id, what="session_id")
+    if not turns:
+        raise ValidationError("append_turns needs at least one turn; got none")
+    if len(turns) > MAX_TURNS_PER_APPEND:
+        raise ValidationError(
+            f"append_turns got {len(turns)} turns; at most {MAX_TURNS_PER_APPEND} per call. "
+            "Split the batch."
+        )
+    for turn in turns:
+        if not isinstance(turn, NewTurn):
+            raise ValidationError(f"append_turns takes NewTurn objects, got {type(turn).__name__}")
+    if window is not None and window < 1:
+        raise ValidationError(f"window must be at least 1, got {window}")
+    if first_index is not None and first_index < 0:
+        raise ValidationError(f"first_index must be >= 0, got {first_index}")
+
+
+def check_index(index: int) -> None:
+    if not isinstance(index, int) or index < 0:
+        raise ValidationError(f"a turn index is an integer >= 0, got {index!r}")
+
+
+def check_range(start: int, end: int | None) -> None:
+    check_index(start)
+    if end is not None and end < start:
+        raise ValidationError(f"turn range end ({end}) is before start ({start})")
+
+
+def check_kind(kind: str, *, what: str = "record kind") -> str:
+    """Record kinds and state names follow the same rules as ids."""
+    return validate_id(kind, what=what)
+
+
+def encode_turn(turn: Turn) -> str:
+    payload = turn.model_dump_json()
+    check_size(payload, limit=MAX_TURN_BYTES, what=f"turn {turn.index}")
+    return payload
+
+
+def decode_turn(payload: str | bytes) -> Turn:
+    return Turn.model_validate_json(payload)
+
+
+def encode_data(data: Mapping[str, JsonValue], *, what: str) -> str:
+    """Serialize a JSON object (state blob, session record data) with a size check."""
+    if not isinstance(data, Mapping):
+        raise ValidationError(f"{what} must be a JSON object (a dict), got {type(data).__name__}")
+    try:
+        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"{what} is not JSON-serializable: {exc}") from exc
+    check_size(payload, limit=MAX_RECORD_BYTES, what=what)
+    return payload
+
+
+def encode_memory(record: MemoryRecord) -> str:
+    validate_id(record.user_id, what="user_id")
+    validate_id(record.memory_id, what="memory_id")
+    validate_id(record.memory_type, what="memory_type")
+    payload = record.model_dump_json()
+    check_size(payload, limit=MAX_MEMORY_BYTES, what=f"memory {record.memory_id}")
+    return payload
+
+
+def decode_memory(payload: str | bytes) -> MemoryRecord:
+    return MemoryRecord.model_validate_json(payload)
+
+
+def is_live(expires_at: datetime | None, now: datetime) -> bool:
+    """Logical expiry: a record is visible while ``now < expires_at``."""
+    return expires_at is None or now < expires_at
+
+
+def check_memory_version(record: MemoryRecord, expected_version: int | None) -> None:
+    """``put_memory`` with a condition must write version ``expected_version + 1``."""
+    if expected_version is not None and record.version != expected_version + 1:
+        raise ValidationError(
+            f"memory {record.memory_id}: writing with expected_version={expected_version} "
+            f"needs record.version={expected_version + 1}, got {record.version}. "
+            "Copy the record you read with version=read.version + 1."
+        )

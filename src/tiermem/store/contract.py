@@ -1,0 +1,392 @@
+"""The storage contract: what a backend must do, shaped by the domain.
+
+Two roles, each a small :class:`~typing.Protocol`:
+
+* :class:`HotStore` — the per-session hot tier: a bounded window of recent turns, session
+  metadata, active entities and named state blobs, all under one logical expiry. Appending
+  turns (with window cap, metadata, expiry and version check) is one atomic operation;
+  loading a session snapshot is one read.
+* :class:`DurableStore` — the durable tier: the turn archive (every turn, addressable by
+  index), versioned session records (summaries, structured memory, watermarks), the list of
+  a user's sessions, and long-term memory records.
+
+Every backend in :mod:`tiermem.store.backends` implements both roles, and the conformance
+suite in :mod:`tiermem.testing` checks all of them with the same tests.
+
+Rules every implementation follows:
+
+* **Ids** are validated with :func:`tiermem.store.keys.validate_id` before any I/O, and
+  escaped with :func:`~tiermem.store.keys.escape_segment` wherever they become part of a key.
+* **Logical expiry**: every read filters on ``expires_at`` using the store's injected
+  clock. A native TTL (Redis PEXPIRE, DynamoDB TTL attribute) is set as well, but only to
+  collect garbage: it is ``expires_at - now + gc_grace``, so it never fires before the
+  logical expiry even when the clock is a test's fake clock.
+* **Versions**: conditional writes raise :class:`~tiermem.errors.ConflictError` carrying
+  ``expected`` and ``actual``; a failed write changes nothing.
+* **Turn indexes** are session-scoped, start at 0 and are gap-free, even with concurrent
+  appenders: the store allocates them atomically.
+* **Sizes**: a turn, a session record or a memory record of up to the limits below
+  (serialized as JSON) round-trips on every backend; larger ones raise
+  :class:`~tiermem.errors.ValidationError` before anything is written.
+* **Errors** of the backend's client library are mapped to
+  :class:`~tiermem.errors.BackendError` subclasses at the boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from tiermem.errors import ValidationError
+from tiermem.models import (
+    ActiveEntity,
+    FrozenModel,
+    JsonValue,
+    MemoryRecord,
+    NewTurn,
+    SessionMetadata,
+    SessionRecord,
+    SessionRef,
+    SessionSnapshot,
+    StateBlob,
+    Turn,
+)
+
+__all__ = [
+    "DEFAULT_GC_GRACE",
+    "MAX_MEMORY_BYTES",
+    "MAX_RECORD_BYTES",
+    "MAX_TURNS_PER_APPEND",
+    "MAX_TURN_BYTES",
+    "Capability",
+    "DurableStore",
+    "HotAppendResult",
+    "HotStore",
+    "check_size",
+]
+
+MAX_TURN_BYTES = 1024 * 1024
+"""Largest turn (JSON) a backend must store; DynamoDB compresses and splits to fit 400 KB items."""
+MAX_RECORD_BYTES = 1024 * 1024
+"""Largest session record or state blob (JSON)."""
+MAX_MEMORY_BYTES = 256 * 1024
+"""Largest long-term memory record (JSON)."""
+MAX_TURNS_PER_APPEND = 100
+"""Most turns one append may carry (DynamoDB transactions hold at most 100 items)."""
+DEFAULT_GC_GRACE = timedelta(hours=1)
+"""How long after logical expiry native TTLs let data linger before collecting it."""
+
+
+def check_size(payload: bytes | str, *, limit: int, what: str) -> None:
+    """Raise :class:`ValidationError` if a serialized payload is over its limit."""
+    size = len(payload.encode() if isinstance(payload, str) else payload)
+    if size > limit:
+        raise ValidationError(
+            f"{what} is {size} bytes serialized; the limit is {limit}. "
+            "Store large tool outputs or documents by reference (an S3 uri or a document id) "
+            "instead of inline."
+        )
+
+
+class Capability(StrEnum):
+    """What a backend declares it can do, so callers never probe by catching errors."""
+
+    PERSISTENT = "persistent"
+    """Data survives a restart of the process."""
+    NATIVE_TTL = "native_ttl"
+    """Expired data is collected by the backend itself."""
+    CLUSTER_SAFE = "cluster_safe"
+    """All keys of one session live on one shard (Redis Cluster hash tags)."""
+    FULL_TEXT_SEARCH = "full_text_search"
+    """The backend keeps a full-text index over memory content."""
+
+
+class HotAppendResult(FrozenModel):
+    """What :meth:`HotStore.append_turns` wrote."""
+
+    turns: tuple[Turn, ...]
+    version: int
+    next_index: int
+
+
+@runtime_checkable
+class HotStore(Protocol):
+    """The hot tier of sessions.
+
+    A session exists in the hot tier from its first write until its ``expires_at``; every
+    write sets ``expires_at`` for the whole session (turns, metadata, entities, state) and
+    records it in the activity index. After ``expires_at`` the session reads as absent, and
+    the next write starts it afresh (version 0, no turns).
+
+    ``version`` counts successful writes to the session: each write adds exactly 1.
+    """
+
+    name: str
+    capabilities: frozenset[Capability]
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        window: int,
+        expires_at: datetime,
+        first_index: int | None = None,
+        metadata: SessionMetadata | None = None,
+        expected_version: int | None = None,
+    ) -> HotAppendResult:
+        """Append turns, keep only the last ``window`` of them, and set the expiry — atomically.
+
+        Indexes are allocated from the session's ``next_index``. ``first_index`` pins them:
+        on an absent session it sets where numbering starts (a reload after expiry continues
+        the archive's numbering); on a live session it must equal ``next_index``.
+        ``metadata``, when given, replaces the session's metadata in the same write.
+
+        Raises:
+            ValidationError: empty or oversized ``turns``, more than
+                :data:`MAX_TURNS_PER_APPEND`, ``window`` < 1, or a bad id.
+            ConflictError: ``expected_version`` (0 = the session must be absent) or
+                ``first_index`` does not match; nothing was written.
+        """
+        ...
+
+    async def load(self, session_id: str) -> SessionSnapshot | None:
+        """The whole hot session in one read, or None if it is absent or expired."""
+        ...
+
+    async def put_metadata(
+        self,
+        session_id: str,
+        metadata: SessionMetadata,
+        *,
+        expires_at: datetime,
+        expected_version: int | None = None,
+    ) -> int:
+        """Replace the session's metadata; returns the new session version.
+
+        Raises:
+            ConflictError: ``expected_version`` does not match the session's version.
+        """
+        ...
+
+    async def update_entities(
+        self,
+        session_id: str,
+        upsert: Mapping[str, ActiveEntity],
+        remove: Collection[str] = (),
+        *,
+        expires_at: datetime,
+    ) -> int:
+        """Set some active entities (keyed by kind) and remove others; returns the new version.
+
+        A merge, not a replacement: concurrent updates of different kinds never lose each
+        other. Removing a kind that is not there is not an error.
+        """
+        ...
+
+    async def get_state(self, session_id: str, name: str) -> StateBlob | None:
+        """One named state blob, or None."""
+        ...
+
+    async def put_state(
+        self,
+        session_id: str,
+        name: str,
+        data: Mapping[str, JsonValue],
+        *,
+        expires_at: datetime,
+        expected_version: int | None = None,
+    ) -> StateBlob:
+        """Write a named state blob, compare-and-set on its own version.
+
+        ``expected_version`` None writes unconditionally; 0 requires the blob to be absent;
+        n requires its version to be n. The written blob has version (previous or 0) + 1.
+
+        Raises:
+            ConflictError: the blob's version is not ``expected_version``.
+            ValidationError: the blob is over :data:`MAX_RECORD_BYTES` or not JSON.
+        """
+        ...
+
+    async def touch(self, session_id: str, *, expires_at: datetime) -> bool:
+        """Move the session's expiry; False (and nothing written) if it is absent or expired.
+
+        Touching does not change the session's version.
+        """
+        ...
+
+    async def delete(self, session_id: str) -> None:
+        """Remove the session and its activity-index entry. Deleting nothing is not an error."""
+        ...
+
+    async def claim_expired(
+        self, *, owner: str, lease: timedelta, limit: int = 100
+    ) -> list[str]:
+        """Claim up to ``limit`` sessions whose expiry has passed, for handoff.
+
+        A claimed session is leased to ``owner`` until now + ``lease``; while the lease runs,
+        no other claimer gets it. When the lease runs out (the owner crashed), the session can
+        be claimed again. Any write or touch of the session clears its lease.
+        """
+        ...
+
+    async def release_expired(self, session_id: str, *, owner: str) -> bool:
+        """Drop a claimed session from the activity index once its handoff is done.
+
+        Returns False (and changes nothing) if ``owner`` no longer holds the lease, e.g.
+        because the user came back and wrote to the session after it was claimed.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections. The store is not used afterwards."""
+        ...
+
+
+@runtime_checkable
+class DurableStore(Protocol):
+    """The durable tier: turn archive, session records, user sessions, long-term memory."""
+
+    name: str
+    capabilities: frozenset[Capability]
+
+    # -- turn archive -----------------------------------------------------------------
+
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        first_index: int | None = None,
+        expires_at: datetime | None = None,
+    ) -> list[Turn]:
+        """Archive turns with the next consecutive indexes, atomically.
+
+        ``first_index``, when given, must equal the archive's next index (the hot tier
+        allocated it). ``expires_at`` is the retention of these turns (None: forever).
+
+        Raises:
+            ValidationError: empty or oversized ``turns``, or more than
+                :data:`MAX_TURNS_PER_APPEND`.
+            ConflictError: ``first_index`` is not the next index; nothing was written.
+        """
+        ...
+
+    async def next_index(self, session_id: str) -> int:
+        """The index the next archived turn will get (0 for a new session)."""
+        ...
+
+    async def get_turn(self, session_id: str, index: int) -> Turn:
+        """One archived turn.
+
+        Raises:
+            NotFoundError: no turn has that index, or it has expired.
+        """
+        ...
+
+    async def get_turns(self, session_id: str, start: int = 0, end: int | None = None) -> list[Turn]:
+        """Archived turns with ``start <= index < end`` (``end`` None: to the last), in order."""
+        ...
+
+    async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
+        """The last ``count`` archived turns, oldest first."""
+        ...
+
+    async def redact_turn(self, session_id: str, index: int) -> Turn:
+        """Replace a turn's content with a redaction marker; the slot keeps its index.
+
+        Raises:
+            NotFoundError: no turn has that index.
+        """
+        ...
+
+    # -- sessions ---------------------------------------------------------------------
+
+    async def register_session(self, ref: SessionRef) -> None:
+        """Add a session to its user's list. Registering the same session again is a no-op."""
+        ...
+
+    async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
+        """A user's sessions, newest first."""
+        ...
+
+    async def get_record(self, session_id: str, kind: str) -> SessionRecord | None:
+        """A versioned session record (``summary``, ``structured``, ``watermarks``...), or None."""
+        ...
+
+    async def put_record(
+        self,
+        session_id: str,
+        kind: str,
+        data: Mapping[str, JsonValue],
+        *,
+        expected_version: int | None = None,
+        expires_at: datetime | None = None,
+    ) -> SessionRecord:
+        """Write a session record, compare-and-set on its version.
+
+        ``expected_version`` None writes unconditionally; 0 requires the record to be absent
+        (or expired); n requires version n. The written record has version (previous or 0) + 1.
+
+        Raises:
+            ConflictError: the stored version is not ``expected_version``.
+        """
+        ...
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a session's turns and records and remove it from its user's list."""
+        ...
+
+    # -- long-term memory ------------------------------------------------------------
+
+    async def put_memory(
+        self, record: MemoryRecord, *, expected_version: int | None = None
+    ) -> MemoryRecord:
+        """Store a memory record as given.
+
+        With ``expected_version`` None the write is unconditional. Otherwise the stored
+        record must have that version (0: must be absent) and ``record.version`` must be
+        ``expected_version + 1``.
+
+        Raises:
+            ConflictError: the stored version is not ``expected_version``.
+            ValidationError: ``record.version`` is not ``expected_version + 1``, or the
+                record is over :data:`MAX_MEMORY_BYTES`.
+        """
+        ...
+
+    async def get_memory(self, user_id: str, memory_id: str) -> MemoryRecord | None:
+        """One memory record, or None if it is absent or expired."""
+        ...
+
+    async def query_memories(
+        self,
+        user_id: str,
+        *,
+        memory_types: Collection[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        include_expired: bool = False,
+    ) -> list[MemoryRecord]:
+        """A user's memories, newest ``created_at`` first, filtered by type and time.
+
+        ``since`` is inclusive, ``until`` exclusive. Expired records are left out unless
+        ``include_expired``. Superseded records are returned: hiding them is recall's job.
+        """
+        ...
+
+    async def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        """Delete one memory; False if there was none."""
+        ...
+
+    async def purge_user(self, user_id: str) -> int:
+        """Delete everything of a user: memories, and every registered session's turns and
+        records. Returns how many sessions and memories were deleted."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections. The store is not used afterwards."""
+        ...

@@ -1,0 +1,88 @@
+"""Shared fixtures: the backends under test.
+
+Redis and DynamoDB tests run against real servers whose addresses come from
+``TIERMEM_TEST_REDIS_URL`` and ``TIERMEM_TEST_DYNAMODB_URL`` (scripts/test.sh starts both).
+When ``TIERMEM_REQUIRE_BACKENDS=1`` (always in CI) a missing server is an error, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tiermem.testing import BackendUnderTest, FakeClock
+
+BACKENDS = ["memory", "sqlite", "redis", "dynamodb"]
+
+
+def require_backends() -> bool:
+    return os.environ.get("TIERMEM_REQUIRE_BACKENDS", "") == "1"
+
+
+def server_url(backend: str) -> str:
+    """The URL of a real server for ``backend``; fails or skips the test when unset."""
+    var = {"redis": "TIERMEM_TEST_REDIS_URL", "dynamodb": "TIERMEM_TEST_DYNAMODB_URL"}[backend]
+    url = os.environ.get(var)
+    if not url:
+        message = f"{var} is not set: start the servers with scripts/test.sh"
+        if require_backends():
+            pytest.fail(message)
+        pytest.skip(message)
+    return url
+
+
+async def open_backend(name: str, clock: FakeClock, tmp_path: Path) -> BackendUnderTest:
+    if name == "memory":
+        from tiermem.store.backends.memory import MemoryDurableStore, MemoryHotStore
+
+        return BackendUnderTest(
+            hot=MemoryHotStore(clock=clock), durable=MemoryDurableStore(clock=clock), clock=clock
+        )
+    if name == "sqlite":
+        from tiermem.store.backends.sqlite import SQLiteDurableStore, SQLiteHotStore
+
+        path = tmp_path / "tiermem.db"
+        return BackendUnderTest(
+            hot=SQLiteHotStore(path, clock=clock),
+            durable=SQLiteDurableStore(path, clock=clock),
+            clock=clock,
+        )
+    if name == "redis":
+        from tiermem.testing.fixtures import open_redis_backend
+
+        return await open_redis_backend(server_url("redis"), clock)
+    if name == "dynamodb":
+        from tiermem.testing.fixtures import open_dynamodb_backend
+
+        return await open_dynamodb_backend(server_url("dynamodb"), clock)
+    raise ValueError(f"unknown backend {name!r}")
+
+
+@pytest.fixture(params=BACKENDS)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BackendUnderTest]:
+    under_test = await open_backend(request.param, FakeClock(), tmp_path)
+    try:
+        yield under_test
+    finally:
+        await under_test.hot.aclose()
+        await under_test.durable.aclose()
+
+
+_passed_by_backend: Counter[str] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and report.passed:
+        for name in BACKENDS:
+            if f"[{name}" in report.nodeid:
+                _passed_by_backend[name] += 1
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _passed_by_backend:
+        counts = ", ".join(f"{name}={_passed_by_backend[name]}" for name in BACKENDS)
+        terminalreporter.write_line(f"tests passed per backend: {counts}")
