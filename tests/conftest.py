@@ -52,18 +52,20 @@ async def open_backend(name: str, clock: FakeClock, tmp_path: Path) -> BackendUn
             clock=clock,
         )
     if name == "redis":
-        from tiermem.testing.fixtures import open_redis_backend
+        from tests.backends.redis import open_redis_backend
 
         return await open_redis_backend(server_url("redis"), clock)
     if name == "dynamodb":
-        from tiermem.testing.fixtures import open_dynamodb_backend
+        from tests.backends.dynamodb import open_dynamodb_backend
 
         return await open_dynamodb_backend(server_url("dynamodb"), clock)
     raise ValueError(f"unknown backend {name!r}")
 
 
 @pytest.fixture(params=BACKENDS)
-async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BackendUnderTest]:
+async def backend(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[BackendUnderTest]:
     under_test = await open_backend(request.param, FakeClock(), tmp_path)
     try:
         yield under_test

@@ -11,9 +11,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+import base64
+import binascii
 
-__all__ = ["FrozenModel", "JsonValue", "UtcDatetime", "to_epoch_ms"]
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer
+
+__all__ = ["Base64Bytes", "FrozenModel", "JsonValue", "UtcDatetime", "to_epoch_ms"]
 
 JsonValue = Any
 """A JSON-compatible value (dict, list, str, int, float, bool, None)."""
@@ -32,6 +35,26 @@ UtcDatetime = Annotated[datetime, AfterValidator(_require_aware)]
 """A timezone-aware datetime, normalised to UTC. Naive datetimes are rejected."""
 
 
+def _decode_base64(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            # Standard alphabet, as Strands and most JSON APIs write it; URL-safe accepted too.
+            return base64.b64decode(value.replace("-", "+").replace("_", "/"), validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"bytes must be base64 in JSON: {exc}") from exc
+    return value
+
+
+Base64Bytes = Annotated[
+    bytes,
+    BeforeValidator(_decode_base64),
+    PlainSerializer(
+        lambda b: base64.b64encode(b).decode("ascii"), return_type=str, when_used="json"
+    ),
+]
+"""Bytes that are standard base64 in JSON and raw bytes in Python."""
+
+
 def to_epoch_ms(value: datetime) -> int:
     """Milliseconds since the epoch, for sort keys and native TTLs."""
     return int(value.timestamp() * 1000)
@@ -43,7 +66,5 @@ class FrozenModel(BaseModel):
     model_config = ConfigDict(
         frozen=True,
         extra="ignore",
-        ser_json_bytes="base64",
-        val_json_bytes="base64",
         populate_by_name=True,
     )

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Discriminator, Field, Tag
 
-from tiermem.models.base import FrozenModel, JsonValue
+from tiermem.models.base import Base64Bytes, FrozenModel, JsonValue
 
 __all__ = [
     "CachePointBlock",
@@ -57,7 +57,7 @@ class ImageBlock(FrozenModel):
 
     type: Literal["image"] = "image"
     format: ImageFormat
-    data: bytes | None = None
+    data: Base64Bytes | None = None
     uri: str | None = None
 
 
@@ -67,7 +67,7 @@ class DocumentBlock(FrozenModel):
     type: Literal["document"] = "document"
     format: DocumentFormat
     name: str
-    data: bytes | None = None
+    data: Base64Bytes | None = None
     uri: str | None = None
 
 
@@ -105,7 +105,7 @@ class ReasoningBlock(FrozenModel):
     type: Literal["reasoning"] = "reasoning"
     text: str = ""
     signature: str | None = None
-    redacted: bytes | None = None
+    redacted: Base64Bytes | None = None
 
 
 class CachePointBlock(FrozenModel):
@@ -135,7 +135,11 @@ def _block_kind(value: Any) -> str:
 
 def _wrap_unknown(value: Any) -> Any:
     # Before validation: an unrecognised dict becomes an UnknownBlock holding the raw data.
-    if isinstance(value, dict) and _block_kind(value) == "unknown" and value.get("type") != "unknown":
+    if (
+        isinstance(value, dict)
+        and _block_kind(value) == "unknown"
+        and value.get("type") != "unknown"
+    ):
         return {"type": "unknown", "kind": str(value.get("type", "")), "data": value}
     return value
 
@@ -170,9 +174,7 @@ def text_of(blocks: tuple[Any, ...] | list[Any]) -> str:
     """
     parts: list[str] = []
     for block in blocks:
-        if isinstance(block, TextBlock):
-            parts.append(block.text)
-        elif isinstance(block, ReasoningBlock):
+        if isinstance(block, TextBlock | ReasoningBlock):
             parts.append(block.text)
         elif isinstance(block, ToolUseBlock):
             parts.append(f"{block.name} {json.dumps(block.input, ensure_ascii=False, default=str)}")

@@ -37,7 +37,10 @@ __all__ = [
 
 
 def check_append(
-    session_id: str, turns: Sequence[NewTurn], *, window: int | None = None,
+    session_id: str,
+    turns: Sequence[NewTurn],
+    *,
+    window: int | None = None,
     first_index: int | None = None,
 ) -> None:
     """Validate the arguments of an append (both tiers)."""

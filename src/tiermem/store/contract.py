@@ -221,9 +221,7 @@ class HotStore(Protocol):
         """Remove the session and its activity-index entry. Deleting nothing is not an error."""
         ...
 
-    async def claim_expired(
-        self, *, owner: str, lease: timedelta, limit: int = 100
-    ) -> list[str]:
+    async def claim_expired(self, *, owner: str, lease: timedelta, limit: int = 100) -> list[str]:
         """Claim up to ``limit`` sessions whose expiry has passed, for handoff.
 
         A claimed session is leased to ``owner`` until now + ``lease``; while the lease runs,
@@ -286,7 +284,9 @@ class DurableStore(Protocol):
         """
         ...
 
-    async def get_turns(self, session_id: str, start: int = 0, end: int | None = None) -> list[Turn]:
+    async def get_turns(
+        self, session_id: str, start: int = 0, end: int | None = None
+    ) -> list[Turn]:
         """Archived turns with ``start <= index < end`` (``end`` None: to the last), in order."""
         ...
 

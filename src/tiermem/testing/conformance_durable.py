@@ -21,9 +21,15 @@ DAY = 86400.0
 
 
 def _memory(
-    backend: BackendUnderTest, user_id: str, *, memory_type: str = "preference",
-    content: str = "prefers seinen", age_s: float = 0.0, expires_in: float | None = None,
-    version: int = 1, memory_id: str | None = None,
+    backend: BackendUnderTest,
+    user_id: str,
+    *,
+    memory_type: str = "preference",
+    content: str = "prefers seinen",
+    age_s: float = 0.0,
+    expires_in: float | None = None,
+    version: int = 1,
+    memory_id: str | None = None,
 ) -> MemoryRecord:
     created = backend.clock.now() - timedelta(seconds=age_s)
     return MemoryRecord(
@@ -66,7 +72,9 @@ async def test_durable_append_get_and_ranges(backend: BackendUnderTest) -> None:
 async def test_durable_archive_keeps_many_turns_in_order(backend: BackendUnderTest) -> None:
     sid = fresh_id("s")
     for start in range(0, 250, 50):
-        await backend.durable.append_turns(sid, [text_turn(f"t{i}") for i in range(start, start + 50)])
+        await backend.durable.append_turns(
+            sid, [text_turn(f"t{i}") for i in range(start, start + 50)]
+        )
     turns = await backend.durable.get_turns(sid)
     assert [t.index for t in turns] == list(range(250))
     assert [t.text for t in turns] == [f"t{i}" for i in range(250)]
@@ -172,8 +180,17 @@ async def test_durable_rejects_bad_arguments(backend: BackendUnderTest) -> None:
 
 async def test_durable_ids_with_key_syntax_never_collide(backend: BackendUnderTest) -> None:
     base = fresh_id("s")
-    variants = [base, f"{base}#TURN", f"{base}#1", f"{{{base}}}", f"{base}:x", f"{base} x",
-                f"{base}%23", f"{base}/", f"{base}*"]
+    variants = [
+        base,
+        f"{base}#TURN",
+        f"{base}#1",
+        f"{{{base}}}",
+        f"{base}:x",
+        f"{base} x",
+        f"{base}%23",
+        f"{base}/",
+        f"{base}*",
+    ]
     for i, sid in enumerate(variants):
         await backend.durable.append_turns(sid, [text_turn(f"v{i}")])
         await backend.durable.put_record(sid, "summary#1", {"i": i})
@@ -228,15 +245,17 @@ async def test_durable_concurrent_record_cas_has_one_winner(backend: BackendUnde
 
 async def test_durable_record_expiry(backend: BackendUnderTest) -> None:
     sid = fresh_id("s")
-    await backend.durable.put_record(sid, "watermarks", {"summarized_through": 10},
-                                     expires_at=backend.later(DAY))
+    await backend.durable.put_record(
+        sid, "watermarks", {"summarized_through": 10}, expires_at=backend.later(DAY)
+    )
     backend.clock.advance(DAY - 1)
     assert await backend.durable.get_record(sid, "watermarks") is not None
     backend.clock.advance(1)
     assert await backend.durable.get_record(sid, "watermarks") is None
     # An expired record counts as absent for compare-and-set.
-    again = await backend.durable.put_record(sid, "watermarks", {"summarized_through": 0},
-                                             expected_version=0)
+    again = await backend.durable.put_record(
+        sid, "watermarks", {"summarized_through": 0}, expected_version=0
+    )
     assert again.version == 1
 
 
@@ -253,7 +272,7 @@ async def test_durable_large_record_and_limit(backend: BackendUnderTest) -> None
     still = await backend.durable.get_record(sid, "structured")
     assert still == got
     with pytest.raises(ValidationError):
-        await backend.durable.put_record(sid, "structured", {"bad": {1, 2}})  # type: ignore[dict-item]
+        await backend.durable.put_record(sid, "structured", {"bad": {1, 2}})
 
 
 async def test_durable_sessions_of_a_user(backend: BackendUnderTest) -> None:
@@ -309,8 +328,9 @@ async def test_durable_memory_query_by_type_and_time(backend: BackendUnderTest) 
     user = fresh_id("u")
     prefs = [_memory(backend, user, content=f"p{i}", age_s=DAY * i) for i in range(3)]
     summaries = [
-        _memory(backend, user, memory_type="interaction_summary", content=f"s{i}",
-                age_s=DAY * i + 10)
+        _memory(
+            backend, user, memory_type="interaction_summary", content=f"s{i}", age_s=DAY * i + 10
+        )
         for i in range(4)
     ]
     for r in [*prefs, *summaries]:

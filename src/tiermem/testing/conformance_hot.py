@@ -35,15 +35,23 @@ HOUR = 3600.0
 def _metadata(session_id: str, backend: BackendUnderTest, **extra: object) -> SessionMetadata:
     now = backend.clock.now()
     return SessionMetadata.model_validate(
-        {"session_id": session_id, "user_id": "u-1", "created_at": now, "last_activity": now, **extra}
+        {
+            "session_id": session_id,
+            "user_id": "u-1",
+            "created_at": now,
+            "last_activity": now,
+            **extra,
+        }
     )
 
 
 async def test_hot_append_and_load_round_trip(backend: BackendUnderTest) -> None:
     sid = fresh_id("s")
     result = await backend.hot.append_turns(
-        sid, [text_turn("hello"), text_turn("hi there", role="assistant")],
-        window=20, expires_at=backend.later(HOUR),
+        sid,
+        [text_turn("hello"), text_turn("hi there", role="assistant")],
+        window=20,
+        expires_at=backend.later(HOUR),
     )
     assert [t.index for t in result.turns] == [0, 1]
     assert result.version == 1
@@ -82,8 +90,10 @@ async def test_hot_window_keeps_only_the_last_turns(backend: BackendUnderTest) -
             sid, [text_turn(f"t{i}")], window=3, expires_at=backend.later(HOUR)
         )
     big = await backend.hot.append_turns(
-        sid, [text_turn("a"), text_turn("b"), text_turn("c"), text_turn("d")],
-        window=3, expires_at=backend.later(HOUR),
+        sid,
+        [text_turn("a"), text_turn("b"), text_turn("c"), text_turn("d")],
+        window=3,
+        expires_at=backend.later(HOUR),
     )
     assert [t.index for t in big.turns] == [7, 8, 9, 10]
     snap = await backend.hot.load(sid)
@@ -92,7 +102,9 @@ async def test_hot_window_keeps_only_the_last_turns(backend: BackendUnderTest) -
     assert snap.next_index == 11
 
 
-async def test_hot_first_index_starts_numbering_of_absent_session(backend: BackendUnderTest) -> None:
+async def test_hot_first_index_starts_numbering_of_absent_session(
+    backend: BackendUnderTest,
+) -> None:
     sid = fresh_id("s")
     r = await backend.hot.append_turns(
         sid, [text_turn("after reload")], window=5, expires_at=backend.later(HOUR), first_index=42
@@ -103,7 +115,9 @@ async def test_hot_first_index_starts_numbering_of_absent_session(backend: Backe
     assert snap.next_index == 43
 
 
-async def test_hot_first_index_mismatch_on_live_session_conflicts(backend: BackendUnderTest) -> None:
+async def test_hot_first_index_mismatch_on_live_session_conflicts(
+    backend: BackendUnderTest,
+) -> None:
     sid = fresh_id("s")
     await backend.hot.append_turns(sid, [text_turn("a")], window=5, expires_at=backend.later(HOUR))
     with pytest.raises(ConflictError) as info:
@@ -162,7 +176,9 @@ async def test_hot_put_metadata_compare_and_set(backend: BackendUnderTest) -> No
     assert v2 == 2
     with pytest.raises(ConflictError):
         await backend.hot.put_metadata(
-            sid, _metadata(sid, backend, locale="en-GB"), expires_at=backend.later(HOUR),
+            sid,
+            _metadata(sid, backend, locale="en-GB"),
+            expires_at=backend.later(HOUR),
             expected_version=1,
         )
     snap = await backend.hot.load(sid)
@@ -183,14 +199,21 @@ async def test_hot_session_expires_with_the_clock(backend: BackendUnderTest) -> 
 async def test_hot_write_after_expiry_starts_afresh(backend: BackendUnderTest) -> None:
     sid = fresh_id("s")
     await backend.hot.append_turns(sid, [text_turn("old")], window=5, expires_at=backend.later(60))
-    await backend.hot.put_state(sid, "dialogue", {"phase": "greeting"}, expires_at=backend.later(60))
+    await backend.hot.put_state(
+        sid, "dialogue", {"phase": "greeting"}, expires_at=backend.later(60)
+    )
     await backend.hot.update_entities(
-        sid, {"series": ActiveEntity(kind="series", value="Berserk", updated_at=backend.clock.now())},
+        sid,
+        {"series": ActiveEntity(kind="series", value="Berserk", updated_at=backend.clock.now())},
         expires_at=backend.later(60),
     )
     backend.clock.advance(61)
     r = await backend.hot.append_turns(
-        sid, [text_turn("new")], window=5, expires_at=backend.later(60), first_index=1,
+        sid,
+        [text_turn("new")],
+        window=5,
+        expires_at=backend.later(60),
+        first_index=1,
         expected_version=0,
     )
     assert r.version == 1
@@ -228,11 +251,13 @@ async def test_hot_entities_merge_and_remove(backend: BackendUnderTest) -> None:
     now = backend.clock.now()
     series = ActiveEntity(kind="series", value="Berserk", turn_index=0, updated_at=now)
     volume = ActiveEntity(kind="volume", value="42", turn_index=0, updated_at=now)
-    await backend.hot.update_entities(sid, {"series": series, "volume": volume},
-                                      expires_at=backend.later(HOUR))
+    await backend.hot.update_entities(
+        sid, {"series": series, "volume": volume}, expires_at=backend.later(HOUR)
+    )
     naruto = ActiveEntity(kind="series", value="Naruto", turn_index=3, updated_at=now)
-    await backend.hot.update_entities(sid, {"series": naruto}, ["volume", "missing"],
-                                      expires_at=backend.later(HOUR))
+    await backend.hot.update_entities(
+        sid, {"series": naruto}, ["volume", "missing"], expires_at=backend.later(HOUR)
+    )
     snap = await backend.hot.load(sid)
     assert snap is not None
     assert snap.entities == {"series": naruto}
@@ -244,7 +269,8 @@ async def test_hot_concurrent_entity_updates_do_not_lose_kinds(backend: BackendU
 
     async def put(kind: str) -> None:
         await backend.hot.update_entities(
-            sid, {kind: ActiveEntity(kind=kind, value=kind.upper(), updated_at=now)},
+            sid,
+            {kind: ActiveEntity(kind=kind, value=kind.upper(), updated_at=now)},
             expires_at=backend.later(HOUR),
         )
 
@@ -259,19 +285,29 @@ async def test_hot_concurrent_entity_updates_do_not_lose_kinds(backend: BackendU
 async def test_hot_state_compare_and_set(backend: BackendUnderTest) -> None:
     sid = fresh_id("s")
     first = await backend.hot.put_state(
-        sid, "dialogue", {"phase": "greeting", "slots": {"genre": None}},
-        expires_at=backend.later(HOUR), expected_version=0,
+        sid,
+        "dialogue",
+        {"phase": "greeting", "slots": {"genre": None}},
+        expires_at=backend.later(HOUR),
+        expected_version=0,
     )
     assert first.version == 1
     with pytest.raises(ConflictError) as info:
-        await backend.hot.put_state(sid, "dialogue", {"phase": "x"},
-                                    expires_at=backend.later(HOUR), expected_version=0)
+        await backend.hot.put_state(
+            sid, "dialogue", {"phase": "x"}, expires_at=backend.later(HOUR), expected_version=0
+        )
     assert (info.value.expected, info.value.actual) == (0, 1)
-    second = await backend.hot.put_state(sid, "dialogue", {"phase": "slot_filling"},
-                                         expires_at=backend.later(HOUR), expected_version=1)
+    second = await backend.hot.put_state(
+        sid,
+        "dialogue",
+        {"phase": "slot_filling"},
+        expires_at=backend.later(HOUR),
+        expected_version=1,
+    )
     assert second.version == 2
-    forced = await backend.hot.put_state(sid, "dialogue", {"phase": "farewell"},
-                                         expires_at=backend.later(HOUR))
+    forced = await backend.hot.put_state(
+        sid, "dialogue", {"phase": "farewell"}, expires_at=backend.later(HOUR)
+    )
     assert forced.version == 3
     got = await backend.hot.get_state(sid, "dialogue")
     assert got is not None
@@ -289,8 +325,9 @@ async def test_hot_concurrent_state_cas_has_one_winner(backend: BackendUnderTest
 
     async def attempt(i: int) -> bool:
         try:
-            await backend.hot.put_state(sid, "task", {"n": i}, expires_at=backend.later(HOUR),
-                                        expected_version=1)
+            await backend.hot.put_state(
+                sid, "task", {"n": i}, expires_at=backend.later(HOUR), expected_version=1
+            )
         except ConflictError:
             return False
         return True
@@ -343,7 +380,9 @@ async def test_hot_delete_removes_everything(backend: BackendUnderTest) -> None:
 async def _expired_sessions(backend: BackendUnderTest, count: int) -> list[str]:
     sids = [fresh_id("exp") for _ in range(count)]
     for sid in sids:
-        await backend.hot.append_turns(sid, [text_turn("x")], window=5, expires_at=backend.later(30))
+        await backend.hot.append_turns(
+            sid, [text_turn("x")], window=5, expires_at=backend.later(30)
+        )
     backend.clock.advance(31)
     return sids
 
@@ -385,17 +424,20 @@ async def test_hot_session_not_claimed_before_expiry_and_write_clears_lease(
 ) -> None:
     sid = fresh_id("s")
     await backend.hot.append_turns(sid, [text_turn("a")], window=5, expires_at=backend.later(60))
-    assert sid not in await backend.hot.claim_expired(owner="w", lease=timedelta(minutes=5),
-                                                      limit=1000)
+    assert sid not in await backend.hot.claim_expired(
+        owner="w", lease=timedelta(minutes=5), limit=1000
+    )
     backend.clock.advance(61)
     assert sid in await backend.hot.claim_expired(owner="w", lease=timedelta(minutes=5), limit=1000)
     # The user comes back: the session lives again and the old claim is void.
-    await backend.hot.append_turns(sid, [text_turn("b")], window=5, expires_at=backend.later(60),
-                                   first_index=1)
+    await backend.hot.append_turns(
+        sid, [text_turn("b")], window=5, expires_at=backend.later(60), first_index=1
+    )
     assert await backend.hot.release_expired(sid, owner="w") is False
     backend.clock.advance(61)
-    assert sid in await backend.hot.claim_expired(owner="w2", lease=timedelta(minutes=5),
-                                                  limit=1000)
+    assert sid in await backend.hot.claim_expired(
+        owner="w2", lease=timedelta(minutes=5), limit=1000
+    )
 
 
 async def test_hot_all_block_kinds_round_trip(backend: BackendUnderTest) -> None:
@@ -422,13 +464,17 @@ async def test_hot_all_block_kinds_round_trip(backend: BackendUnderTest) -> None
     result = NewTurn(
         role="user",
         content=(
-            ToolResultBlock(tool_use_id="tu-1", status="error",
-                            content=(TextBlock(text="timeout"), JsonBlock(json={"code": 504}))),
+            ToolResultBlock(
+                tool_use_id="tu-1",
+                status="error",
+                content=(TextBlock(text="timeout"), JsonBlock(json_={"code": 504})),
+            ),
         ),
         timestamp=datetime(2030, 1, 1, 12, 30, 16, tzinfo=UTC),
     )
-    r = await backend.hot.append_turns(sid, [turn, result], window=5,
-                                       expires_at=backend.later(HOUR))
+    r = await backend.hot.append_turns(
+        sid, [turn, result], window=5, expires_at=backend.later(HOUR)
+    )
     snap = await backend.hot.load(sid)
     assert snap is not None
     assert snap.turns == r.turns
@@ -441,7 +487,9 @@ async def test_hot_unicode_round_trip(backend: BackendUnderTest) -> None:
     sid = fresh_id("セッション")
     text = "好きなジャンルはセイネンです。ベルセルク42巻はありますか？ 🍣 \u0000 end"
     await backend.hot.append_turns(sid, [text_turn(text)], window=5, expires_at=backend.later(HOUR))
-    await backend.hot.put_state(sid, "対話", {"ジャンル": "セイネン"}, expires_at=backend.later(HOUR))
+    await backend.hot.put_state(
+        sid, "対話", {"ジャンル": "セイネン"}, expires_at=backend.later(HOUR)
+    )
     snap = await backend.hot.load(sid)
     assert snap is not None
     assert snap.turns[0].text == text
@@ -459,13 +507,18 @@ async def test_hot_large_turn_round_trips(backend: BackendUnderTest) -> None:
     assert snap.turns[0].text == text
 
 
-async def test_hot_oversized_turn_is_rejected_and_nothing_written(backend: BackendUnderTest) -> None:
+async def test_hot_oversized_turn_is_rejected_and_nothing_written(
+    backend: BackendUnderTest,
+) -> None:
     sid = fresh_id("s")
-    await backend.hot.append_turns(sid, [text_turn("keep me")], window=5,
-                                   expires_at=backend.later(HOUR))
+    await backend.hot.append_turns(
+        sid, [text_turn("keep me")], window=5, expires_at=backend.later(HOUR)
+    )
     with pytest.raises(ValidationError, match="limit"):
         await backend.hot.append_turns(
-            sid, [text_turn("ok"), text_turn("x" * (MAX_TURN_BYTES + 1))], window=5,
+            sid,
+            [text_turn("ok"), text_turn("x" * (MAX_TURN_BYTES + 1))],
+            window=5,
             expires_at=backend.later(HOUR),
         )
     snap = await backend.hot.load(sid)
@@ -479,22 +532,26 @@ async def test_hot_rejects_bad_arguments_before_writing(backend: BackendUnderTes
     with pytest.raises(ValidationError):
         await backend.hot.append_turns(sid, [], window=5, expires_at=backend.later(HOUR))
     with pytest.raises(ValidationError):
-        await backend.hot.append_turns(sid, [text_turn("a")], window=0,
-                                       expires_at=backend.later(HOUR))
+        await backend.hot.append_turns(
+            sid, [text_turn("a")], window=0, expires_at=backend.later(HOUR)
+        )
     with pytest.raises(ValidationError):
-        await backend.hot.append_turns(sid, [text_turn("a")] * 101, window=5,
-                                       expires_at=backend.later(HOUR))
+        await backend.hot.append_turns(
+            sid, [text_turn("a")] * 101, window=5, expires_at=backend.later(HOUR)
+        )
     assert await backend.hot.load(sid) is None
 
 
 @pytest.mark.parametrize(
-    "bad_id", ["", "line\nbreak", "tab\there", "x" * 10_000, "nul\x00"],
+    "bad_id",
+    ["", "line\nbreak", "tab\there", "x" * 10_000, "nul\x00"],
     ids=["empty", "newline", "tab", "10kb", "nul"],
 )
 async def test_hot_invalid_ids_are_rejected(backend: BackendUnderTest, bad_id: str) -> None:
     with pytest.raises(ValidationError):
-        await backend.hot.append_turns(bad_id, [text_turn("a")], window=5,
-                                       expires_at=backend.later(HOUR))
+        await backend.hot.append_turns(
+            bad_id, [text_turn("a")], window=5, expires_at=backend.later(HOUR)
+        )
     with pytest.raises(ValidationError):
         await backend.hot.load(bad_id)
 
@@ -502,12 +559,23 @@ async def test_hot_invalid_ids_are_rejected(backend: BackendUnderTest, bad_id: s
 async def test_hot_ids_with_key_syntax_never_collide(backend: BackendUnderTest) -> None:
     base = fresh_id("s")
     variants = [
-        base, f"{base}:turns", f"{base}:meta", f"{{{base}}}", f"{base}#1", f"{base}*",
-        f"{base}/x", f"{base} x", f"{base}%3A", f"{base}%", f"{base}}}:{{", f"{base}\\",
+        base,
+        f"{base}:turns",
+        f"{base}:meta",
+        f"{{{base}}}",
+        f"{base}#1",
+        f"{base}*",
+        f"{base}/x",
+        f"{base} x",
+        f"{base}%3A",
+        f"{base}%",
+        f"{base}}}:{{",
+        f"{base}\\",
     ]
     for i, sid in enumerate(variants):
-        await backend.hot.append_turns(sid, [text_turn(f"v{i}")], window=5,
-                                       expires_at=backend.later(HOUR))
+        await backend.hot.append_turns(
+            sid, [text_turn(f"v{i}")], window=5, expires_at=backend.later(HOUR)
+        )
         await backend.hot.put_state(sid, "s:1", {"i": i}, expires_at=backend.later(HOUR))
     for i, sid in enumerate(variants):
         snap = await backend.hot.load(sid)

@@ -256,9 +256,7 @@ class MemoryHotStore:
             self._sessions.pop(session_id, None)
             self._activity.pop(session_id, None)
 
-    async def claim_expired(
-        self, *, owner: str, lease: timedelta, limit: int = 100
-    ) -> list[str]:
+    async def claim_expired(self, *, owner: str, lease: timedelta, limit: int = 100) -> list[str]:
         validate_id(owner, what="owner")
         now = self._clock.now()
         claimed: list[str] = []
@@ -356,7 +354,9 @@ class MemoryDurableStore:
             raise NotFoundError(f"session {session_id!r} has no turn {index}")
         return turn
 
-    async def get_turns(self, session_id: str, start: int = 0, end: int | None = None) -> list[Turn]:
+    async def get_turns(
+        self, session_id: str, start: int = 0, end: int | None = None
+    ) -> list[Turn]:
         validate_id(session_id, what="session_id")
         check_range(start, end)
         with self._lock:

@@ -1,0 +1,80 @@
+"""The composition root: settings in, stores out.
+
+This is the one place that knows which backend class a setting names. Optional client
+libraries are imported only when their backend is chosen.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import cast
+
+from tiermem.clock import Clock, SystemClock
+from tiermem.errors import UnsupportedCapabilityError
+from tiermem.settings import BackendName, TierMemSettings
+from tiermem.store.contract import DurableStore, HotStore
+
+__all__ = ["open_durable_store", "open_hot_store"]
+
+_EXTRAS = {"redis": "redis", "dynamodb": "dynamodb"}
+
+
+def _missing_extra(backend: str, exc: ImportError) -> UnsupportedCapabilityError:
+    return UnsupportedCapabilityError(
+        f"the {backend} backend needs the '{_EXTRAS[backend]}' extra: "
+        f"pip install 'tiermem[{_EXTRAS[backend]}]' ({exc})"
+    )
+
+
+def _open(
+    role: str, backend: BackendName, settings: TierMemSettings, clock: Clock
+) -> HotStore | DurableStore:
+    grace = timedelta(seconds=settings.gc_grace_seconds)
+    if backend == "memory":
+        from tiermem.store.backends import memory
+
+        return (
+            memory.MemoryHotStore(clock=clock)
+            if role == "hot"
+            else memory.MemoryDurableStore(clock=clock)
+        )
+    if backend == "sqlite":
+        from tiermem.store.backends import sqlite
+
+        path = settings.sqlite_path or sqlite.default_database_path()
+        if role == "hot":
+            return sqlite.SQLiteHotStore(path, clock=clock, gc_grace=grace)
+        return sqlite.SQLiteDurableStore(path, clock=clock)
+    if backend == "redis":
+        try:
+            from tiermem.store.backends import redis as redis_backend
+        except ImportError as exc:
+            raise _missing_extra("redis", exc) from exc
+        cls = redis_backend.RedisHotStore if role == "hot" else redis_backend.RedisDurableStore
+        return cls.from_url(
+            settings.redis_url, clock=clock, prefix=settings.redis_prefix, gc_grace=grace
+        )
+    try:
+        from tiermem.store.backends import dynamodb
+    except ImportError as exc:
+        raise _missing_extra("dynamodb", exc) from exc
+    dyn_cls = dynamodb.DynamoDBHotStore if role == "hot" else dynamodb.DynamoDBDurableStore
+    return dyn_cls(
+        settings.dynamodb_table,
+        clock=clock,
+        endpoint_url=settings.dynamodb_endpoint_url,
+        region_name=settings.aws_region,
+        gc_grace=grace,
+    )
+
+
+def open_hot_store(settings: TierMemSettings, *, clock: Clock | None = None) -> HotStore:
+    """The hot store the settings name."""
+    return cast(HotStore, _open("hot", settings.hot_backend, settings, clock or SystemClock()))
+
+
+def open_durable_store(settings: TierMemSettings, *, clock: Clock | None = None) -> DurableStore:
+    """The durable store the settings name."""
+    return cast(
+        DurableStore, _open("durable", settings.durable_backend, settings, clock or SystemClock())
+    )

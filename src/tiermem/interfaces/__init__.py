@@ -1,0 +1,1 @@
+"""Interfaces: thin adapters (CLI, REST, MCP, web inspector) over the library."""

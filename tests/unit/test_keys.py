@@ -1,0 +1,46 @@
+"""Key segments: validation at the edge and injective escaping."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tiermem.errors import ValidationError
+from tiermem.store.keys import MAX_ID_LENGTH, escape_segment, unescape_segment, validate_id
+
+ids = st.text(
+    alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=64
+)
+
+
+@given(ids, ids)
+def test_escaping_is_injective(a: str, b: str) -> None:
+    if a != b:
+        assert escape_segment(a) != escape_segment(b)
+
+
+@given(ids)
+def test_escaping_round_trips_and_hides_separators(value: str) -> None:
+    escaped = escape_segment(value)
+    assert unescape_segment(escaped) == value
+    for ch in ":{}#*/ ":
+        assert ch not in escaped
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "must not be empty"),
+        ("a\nb", "control character"),
+        ("x" * (MAX_ID_LENGTH + 1), "the limit is 256"),
+        (42, "must be a string"),
+    ],
+)
+def test_bad_ids_get_a_clear_error(value: object, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        validate_id(value, what="session_id")
+
+
+def test_unicode_ids_are_allowed() -> None:
+    assert validate_id("セッション-1", what="session_id") == "セッション-1"
