@@ -1,0 +1,55 @@
+"""SQLite backend: the embedded default, both storage roles in one local file.
+
+No server and no dependency beyond the standard library's :mod:`sqlite3`. Each store owns
+one connection on one worker thread (so the event loop never blocks); the hot and durable
+stores may share a file. The file runs in WAL mode (readers beside the one writer),
+``synchronous=NORMAL``, a busy timeout, and ``BEGIN IMMEDIATE`` for every write, so
+concurrent writers, even in other processes, are serialized rather than lost. The schema is
+an ordered list of migrations tracked in ``PRAGMA user_version``
+(:mod:`~tiermem.store.backends.sqlite._schema`).
+
+A file path is required: ``":memory:"`` is refused, because the two stores each open
+their own connection and an in-memory database cannot be shared between them. Use
+:func:`default_database_path` for the per-user default.
+
+Layout (every timestamp column is integer microseconds since the epoch, the exact value of
+the datetime; the JSON ``payload`` is the pydantic model and is what reads return)::
+
+    hot tier
+    ├── hot_sessions   (session_id) → version, next_index, expires_at_us, metadata JSON
+    ├── hot_turns      (session_id, idx) → Turn JSON            the last `window` turns
+    ├── hot_entities   (session_id, kind) → ActiveEntity JSON
+    ├── hot_state      (session_id, name) → version, StateBlob JSON
+    └── activity       (session_id) → expires_at_us, lease_owner, lease_until_us
+                       index: expires_at_us                      handoff claims
+    durable tier
+    ├── archive_heads  (session_id) → next_index                 never reused
+    ├── turns          (session_id, idx) → Turn JSON, expires_at_us
+    ├── session_records (session_id, kind) → version, SessionRecord JSON, expires_at_us
+    ├── user_sessions  (user_id, session_id) → created_at_us, SessionRef JSON
+    │                  index: (user_id, created_at_us, session_id); (session_id)
+    ├── memories       (user_id, memory_id) → memory_type, created_at_us, expires_at_us,
+    │                  version, MemoryRecord JSON; index: (user_id, memory_type,
+    │                  created_at_us); (user_id, created_at_us)
+    └── memories_fts   FTS5(content, tags, user_id UNINDEXED, memory_id UNINDEXED),
+                       rowid = memories.rowid, tokenizer FTS_TOKENIZER
+
+Ids are bound as SQL parameters, never spliced into statements, so they need no escaping;
+they are still validated with :func:`tiermem.store.keys.validate_id` before any I/O.
+"""
+
+from tiermem.store.backends.sqlite._connection import DEFAULT_BUSY_TIMEOUT
+from tiermem.store.backends.sqlite._durable import SQLiteDurableStore
+from tiermem.store.backends.sqlite._hot import SQLiteHotStore
+from tiermem.store.backends.sqlite._paths import default_data_dir, default_database_path
+from tiermem.store.backends.sqlite._schema import FTS_TOKENIZER, MIGRATIONS
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "FTS_TOKENIZER",
+    "MIGRATIONS",
+    "SQLiteDurableStore",
+    "SQLiteHotStore",
+    "default_data_dir",
+    "default_database_path",
+]

@@ -1,0 +1,175 @@
+"""The SQLite schema as an ordered list of migrations, and the code that applies them.
+
+Migration ``n`` (1-based) brings a file from ``PRAGMA user_version`` ``n - 1`` to ``n``.
+Migrations are append-only: a released one is never edited, a change is a new entry.
+Statements carry no ``IF NOT EXISTS`` on purpose, so applying one twice fails loudly
+instead of hiding a bookkeeping bug.
+
+Hot and durable tables share one list: both stores may open the same file, and whichever
+opens first migrates it. Opening takes the write lock (``BEGIN IMMEDIATE``) before reading
+``user_version``, so two processes opening a new file at once migrate it exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+
+from tiermem.errors import BackendError
+
+__all__ = ["FTS_TOKENIZER", "MIGRATIONS", "apply_migrations", "schema_version"]
+
+logger = logging.getLogger(__name__)
+
+FTS_TOKENIZER = "trigram" if sqlite3.sqlite_version_info >= (3, 34, 0) else "unicode61"
+"""The FTS5 tokenizer of ``memories_fts``, fixed when a file is first migrated.
+
+``trigram`` (SQLite >= 3.34) finds substrings of any script, so Japanese text, which has
+no spaces between words, is searchable; queries need at least three characters.
+``unicode61`` is the fallback: it splits on spaces and punctuation only, so it finds
+whole space-separated words and cannot search inside Japanese sentences.
+"""
+
+_V1_HOT = (
+    # version counts writes; next_index allocates turn indexes; metadata is JSON or NULL.
+    """CREATE TABLE hot_sessions (
+        session_id    TEXT PRIMARY KEY,
+        version       INTEGER NOT NULL,
+        next_index    INTEGER NOT NULL,
+        expires_at_us INTEGER NOT NULL,
+        metadata      TEXT
+    ) WITHOUT ROWID""",
+    "CREATE INDEX hot_sessions_by_expiry ON hot_sessions (expires_at_us)",
+    # Turns hold whole JSON documents (often kilobytes), so they live in rowid tables:
+    # WITHOUT ROWID suits rows smaller than about 1/20 of a page.
+    """CREATE TABLE hot_turns (
+        session_id TEXT NOT NULL,
+        idx        INTEGER NOT NULL,
+        payload    TEXT NOT NULL,
+        PRIMARY KEY (session_id, idx)
+    )""",
+    """CREATE TABLE hot_entities (
+        session_id TEXT NOT NULL,
+        kind       TEXT NOT NULL,
+        payload    TEXT NOT NULL,
+        PRIMARY KEY (session_id, kind)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE hot_state (
+        session_id TEXT NOT NULL,
+        name       TEXT NOT NULL,
+        version    INTEGER NOT NULL,
+        payload    TEXT NOT NULL,
+        PRIMARY KEY (session_id, name)
+    )""",
+    """CREATE TABLE activity (
+        session_id     TEXT PRIMARY KEY,
+        expires_at_us  INTEGER NOT NULL,
+        lease_owner    TEXT,
+        lease_until_us INTEGER
+    ) WITHOUT ROWID""",
+    "CREATE INDEX activity_by_expiry ON activity (expires_at_us)",
+)
+
+_V1_DURABLE = (
+    # The archive's next index lives apart from the turns, so collecting expired turns
+    # never lets a slot be reused.
+    """CREATE TABLE archive_heads (
+        session_id TEXT PRIMARY KEY,
+        next_index INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE turns (
+        session_id    TEXT NOT NULL,
+        idx           INTEGER NOT NULL,
+        payload       TEXT NOT NULL,
+        expires_at_us INTEGER,
+        PRIMARY KEY (session_id, idx)
+    )""",
+    # Partial: only turns with a retention are ever collected.
+    "CREATE INDEX turns_by_expiry ON turns (expires_at_us) WHERE expires_at_us IS NOT NULL",
+    """CREATE TABLE session_records (
+        session_id    TEXT NOT NULL,
+        kind          TEXT NOT NULL,
+        version       INTEGER NOT NULL,
+        payload       TEXT NOT NULL,
+        expires_at_us INTEGER,
+        PRIMARY KEY (session_id, kind)
+    )""",
+    "CREATE INDEX session_records_by_expiry ON session_records (expires_at_us) "
+    "WHERE expires_at_us IS NOT NULL",
+    """CREATE TABLE user_sessions (
+        user_id       TEXT NOT NULL,
+        session_id    TEXT NOT NULL,
+        created_at_us INTEGER NOT NULL,
+        payload       TEXT NOT NULL,
+        PRIMARY KEY (user_id, session_id)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX user_sessions_newest ON user_sessions (user_id, created_at_us, session_id)",
+    "CREATE INDEX user_sessions_by_session ON user_sessions (session_id)",
+    # A rowid table: memories_fts rows share the memory's rowid, which keeps the index in
+    # sync with one indexed delete instead of a scan over UNINDEXED columns.
+    """CREATE TABLE memories (
+        user_id       TEXT NOT NULL,
+        memory_id     TEXT NOT NULL,
+        memory_type   TEXT NOT NULL,
+        created_at_us INTEGER NOT NULL,
+        expires_at_us INTEGER,
+        version       INTEGER NOT NULL,
+        payload       TEXT NOT NULL,
+        PRIMARY KEY (user_id, memory_id)
+    )""",
+    "CREATE INDEX memories_by_type ON memories (user_id, memory_type, created_at_us)",
+    "CREATE INDEX memories_newest ON memories (user_id, created_at_us)",
+    f"""CREATE VIRTUAL TABLE memories_fts USING fts5 (
+        content, tags, user_id UNINDEXED, memory_id UNINDEXED,
+        tokenize = '{FTS_TOKENIZER}'
+    )""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    _V1_HOT + _V1_DURABLE,
+)
+"""Migration n is ``MIGRATIONS[n - 1]``: statements run in order, in one transaction."""
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The migration a file is at (``PRAGMA user_version``; 0 for a new file)."""
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    return int(version)
+
+
+def apply_migrations(conn: sqlite3.Connection, *, path: str) -> list[int]:
+    """Bring the file up to the latest migration; return the migrations applied.
+
+    ``conn`` must be in autocommit mode (``isolation_level=None``). All pending migrations
+    run in one transaction: a failure leaves the file at its old version.
+
+    Raises:
+        BackendError: the file was written by a newer tiermem, or a migration failed.
+        sqlite3.Error: the file could not be locked or read (mapped by the caller).
+    """
+    target = len(MIGRATIONS)
+    if schema_version(conn) == target:  # the common case: no write lock needed
+        return []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = schema_version(conn)  # again, now that no other opener can race us
+        if current > target:
+            raise BackendError(
+                f"SQLite file {path} is at schema version {current}, but this tiermem knows "
+                f"only up to {target}. Upgrade tiermem, or point it at another file.",
+                backend="sqlite",
+            )
+        applied = list(range(current + 1, target + 1))
+        for number in applied:
+            for statement in MIGRATIONS[number - 1]:
+                conn.execute(statement)
+        # PRAGMA takes no parameters; target is an int we computed.
+        conn.execute(f"PRAGMA user_version = {int(target)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
+    if applied:
+        logger.info("applied SQLite migrations %s to %s", applied, path)
+    return applied
