@@ -24,7 +24,9 @@ from tiermem.store.keys import validate_id
 __all__ = [
     "check_append",
     "check_index",
+    "check_aware",
     "check_kind",
+    "check_limit",
     "check_memory_version",
     "check_range",
     "decode_memory",
@@ -70,6 +72,17 @@ def check_range(start: int, end: int | None) -> None:
     check_index(start)
     if end is not None and end < start:
         raise ValidationError(f"turn range end ({end}) is before start ({start})")
+
+
+def check_limit(limit: int) -> None:
+    if not isinstance(limit, int) or limit < 1:
+        raise ValidationError(f"limit must be an integer >= 1, got {limit!r}")
+
+
+def check_aware(value: datetime | None, *, what: str) -> None:
+    """Reject naive datetimes before they reach a comparison deep in a backend."""
+    if value is not None and (value.tzinfo is None or value.utcoffset() is None):
+        raise ValidationError(f"{what} has no timezone; pass an aware datetime (UTC)")
 
 
 def check_kind(kind: str, *, what: str = "record kind") -> str:

@@ -46,7 +46,9 @@ from tiermem.models import (
 from tiermem.store.codec import (
     check_append,
     check_index,
+    check_aware,
     check_kind,
+    check_limit,
     check_memory_version,
     check_range,
     encode_data,
@@ -258,6 +260,7 @@ class MemoryHotStore:
 
     async def claim_expired(self, *, owner: str, lease: timedelta, limit: int = 100) -> list[str]:
         validate_id(owner, what="owner")
+        check_limit(limit)
         now = self._clock.now()
         claimed: list[str] = []
         with self._lock:
@@ -389,6 +392,7 @@ class MemoryDurableStore:
 
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
         validate_id(user_id, what="user_id")
+        check_limit(limit)
         with self._lock:
             refs = list(self._users.get(user_id, {}).values())
         refs.sort(key=lambda r: (r.created_at, r.session_id), reverse=True)
@@ -483,8 +487,9 @@ class MemoryDurableStore:
         include_expired: bool = False,
     ) -> list[MemoryRecord]:
         validate_id(user_id, what="user_id")
-        if limit < 1:
-            raise ValidationError(f"limit must be >= 1, got {limit}")
+        check_limit(limit)
+        check_aware(since, what="since")
+        check_aware(until, what="until")
         now = self._clock.now()
         with self._lock:
             records = list(self._memories.get(user_id, {}).values())
