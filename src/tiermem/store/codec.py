@@ -23,8 +23,8 @@ from tiermem.store.keys import validate_id
 
 __all__ = [
     "check_append",
-    "check_index",
     "check_aware",
+    "check_index",
     "check_kind",
     "check_limit",
     "check_memory_version",

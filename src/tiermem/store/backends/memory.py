@@ -45,8 +45,8 @@ from tiermem.models import (
 )
 from tiermem.store.codec import (
     check_append,
-    check_index,
     check_aware,
+    check_index,
     check_kind,
     check_limit,
     check_memory_version,
