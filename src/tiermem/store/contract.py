@@ -152,8 +152,15 @@ class HotStore(Protocol):
         """
         ...
 
-    async def load(self, session_id: str) -> SessionSnapshot | None:
-        """The whole hot session in one read, or None if it is absent or expired."""
+    async def load(
+        self, session_id: str, *, include_expired: bool = False
+    ) -> SessionSnapshot | None:
+        """The whole hot session in one read, or None if it is absent or expired.
+
+        With ``include_expired`` a session past its expiry is still returned until the
+        backend collects it (at least ``gc_grace`` after expiry): the expiry sweeper uses
+        this to flush write-behind turns and hand the session off.
+        """
         ...
 
     async def put_metadata(

@@ -196,6 +196,19 @@ async def test_hot_session_expires_with_the_clock(backend: BackendUnderTest) -> 
     assert await backend.hot.get_state(sid, "dialogue") is None
 
 
+async def test_hot_expired_session_readable_for_handoff(backend: BackendUnderTest) -> None:
+    sid = fresh_id("s")
+    await backend.hot.append_turns(
+        sid, [text_turn("unflushed")], window=5, expires_at=backend.later(60)
+    )
+    backend.clock.advance(61)
+    assert await backend.hot.load(sid) is None
+    snap = await backend.hot.load(sid, include_expired=True)
+    assert snap is not None
+    assert [t.text for t in snap.turns] == ["unflushed"]
+    assert snap.expires_at == backend.later(-1)
+
+
 async def test_hot_write_after_expiry_starts_afresh(backend: BackendUnderTest) -> None:
     sid = fresh_id("s")
     await backend.hot.append_turns(sid, [text_turn("old")], window=5, expires_at=backend.later(60))

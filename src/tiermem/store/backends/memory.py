@@ -56,7 +56,7 @@ from tiermem.store.codec import (
     encode_turn,
     is_live,
 )
-from tiermem.store.contract import Capability, HotAppendResult
+from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
 from tiermem.store.keys import validate_id
 
 __all__ = ["MemoryDurableStore", "MemoryHotStore"]
@@ -86,25 +86,38 @@ class MemoryHotStore:
     name = "memory"
     capabilities = frozenset({Capability.NATIVE_TTL, Capability.CLUSTER_SAFE})
 
-    def __init__(self, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, *, clock: Clock | None = None, gc_grace: timedelta = DEFAULT_GC_GRACE
+    ) -> None:
         self._clock = clock or SystemClock()
+        self._gc_grace = gc_grace
         self._sessions: dict[str, _HotSession] = {}
         self._activity: dict[str, _Activity] = {}
         self._lock = threading.RLock()
 
-    def _live(self, session_id: str) -> _HotSession | None:
+    def _live(self, session_id: str, *, include_expired: bool = False) -> _HotSession | None:
         session = self._sessions.get(session_id)
         if session is None:
             return None
-        if not is_live(session.expires_at, self._clock.now()):
-            # Logically expired: collect it now, as a native TTL would.
+        now = self._clock.now()
+        if now >= session.expires_at + self._gc_grace:
+            # Past the grace period: collect it, as a native TTL would.
             del self._sessions[session_id]
             return None
+        if not include_expired and not is_live(session.expires_at, now):
+            return None
+        return session
+
+    def _write_target(self, session_id: str) -> _HotSession | None:
+        """The live session, or None; an expired one is dropped so a write starts afresh."""
+        session = self._live(session_id)
+        if session is None:
+            self._sessions.pop(session_id, None)
         return session
 
     def _write(self, session_id: str, expires_at: datetime) -> _HotSession:
         """The live session (created if absent) after one more write."""
-        session = self._live(session_id) or _HotSession(expires_at=expires_at)
+        session = self._write_target(session_id) or _HotSession(expires_at=expires_at)
         self._sessions[session_id] = session
         session.version += 1
         session.expires_at = expires_at
@@ -156,10 +169,12 @@ class MemoryHotStore:
                 turns=tuple(indexed), version=session.version, next_index=session.next_index
             )
 
-    async def load(self, session_id: str) -> SessionSnapshot | None:
+    async def load(
+        self, session_id: str, *, include_expired: bool = False
+    ) -> SessionSnapshot | None:
         validate_id(session_id, what="session_id")
         with self._lock:
-            session = self._live(session_id)
+            session = self._live(session_id, include_expired=include_expired)
             if session is None:
                 return None
             return SessionSnapshot(

@@ -61,13 +61,15 @@ class _Head:
     metadata: str | None
 
 
-def _live_head(conn: sqlite3.Connection, session_id: str, now_us: int) -> _Head | None:
+def _live_head(
+    conn: sqlite3.Connection, session_id: str, now_us: int, *, include_expired: bool = False
+) -> _Head | None:
     row = conn.execute(
         "SELECT version, next_index, expires_at_us, metadata FROM hot_sessions "
         "WHERE session_id = ?",
         (session_id,),
     ).fetchone()
-    if row is None or not now_us < row[2]:  # logical expiry, as codec.is_live
+    if row is None or (not include_expired and not now_us < row[2]):  # as codec.is_live
         return None
     return _Head(*row)
 
@@ -221,11 +223,16 @@ class SQLiteHotStore:
 
         return await self._db.write(op)
 
-    async def load(self, session_id: str) -> SessionSnapshot | None:
+    async def load(
+        self, session_id: str, *, include_expired: bool = False
+    ) -> SessionSnapshot | None:
         validate_id(session_id, what="session_id")
 
         def op(conn: sqlite3.Connection) -> SessionSnapshot | None:
-            head = _live_head(conn, session_id, self._now_us())
+            now_us = self._now_us()
+            head = _live_head(conn, session_id, now_us, include_expired=include_expired)
+            if head is not None and now_us >= head.expires_at_us + self._gc_grace_us:
+                return None  # past the grace period: as good as collected
             if head is None:
                 return None
             turns = conn.execute(
