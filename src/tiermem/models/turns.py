@@ -52,7 +52,8 @@ class NewTurn(FrozenModel):
         return Message(role=self.role, content=self.content)
 
     def with_index(self, index: int) -> Turn:
-        return Turn(index=index, **self.model_dump(exclude={"schema_version"}, round_trip=True))
+        fields = self.model_dump(exclude={"schema_version", "index"}, round_trip=True)
+        return Turn(index=index, **fields)
 
 
 class Turn(NewTurn):

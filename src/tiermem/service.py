@@ -1,0 +1,423 @@
+"""MemoryService: the one API every interface (SDK, CLI, REST, MCP) calls.
+
+::
+
+    async with MemoryService.from_settings() as memory:        # embedded: no server
+        session = await memory.session("s-1", user_id="u-1", user_tier="vip")
+        turn = await session.add_turn("user", "I prefer seinen. Is Berserk vol 42 in stock?")
+        history = await session.history()                      # the hot window
+
+Adding a turn counts its tokens, scores its importance and extracts its entities with rules
+(no LLM on this path), then writes it through the tiers (see :mod:`tiermem.tiers.tiered`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from types import TracebackType
+from typing import Any, NoReturn, Self
+
+from pydantic import Field
+
+from tiermem.clock import Clock, IdFactory, SystemClock, UlidFactory
+from tiermem.errors import NotFoundError, ValidationError
+from tiermem.extraction.entities import EntityExtractor, RuleEntityExtractor
+from tiermem.models import (
+    ActiveEntity,
+    ContentBlock,
+    JsonValue,
+    Message,
+    NewTurn,
+    SessionMetadata,
+    SessionRef,
+    StateBlob,
+    TextBlock,
+    Turn,
+    UserTier,
+    text_of,
+)
+from tiermem.models.base import FrozenModel
+from tiermem.policies.importance import ImportanceScorer, RuleImportanceScorer
+from tiermem.policies.ttl import HybridTtl, TtlPolicy
+from tiermem.settings import TierMemSettings
+from tiermem.store.contract import MAX_TURNS_PER_APPEND, DurableStore, HotStore
+from tiermem.store.keys import validate_id
+from tiermem.tiers.config import SessionTierConfig
+from tiermem.tiers.sweeper import ExpirySweeper, Handoff
+from tiermem.tiers.tiered import SessionView, TieredSessionStore, TierMetrics, derive_metadata
+from tiermem.tokens import TiktokenCounter, TokenCounter
+
+__all__ = ["MemoryService", "Session", "SessionStats", "TurnInput"]
+
+logger = logging.getLogger(__name__)
+
+Content = str | Message | Sequence[ContentBlock | Mapping[str, Any]]
+
+
+class TurnInput(FrozenModel):
+    """One turn to add, for :meth:`Session.add_turns`. Only role and content are required."""
+
+    role: str
+    content: Any
+    timestamp: datetime | None = None
+    importance: float | None = None
+    pinned: bool = False
+    agent_name: str | None = None
+    intent: str | None = None
+    latency_ms: float | None = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class SessionStats(FrozenModel):
+    session_id: str
+    turn_count: int
+    hot_turns: int
+    hot_tokens: int
+    oldest_turn_age_s: float | None
+    expires_at: datetime | None
+    hot_hits: int
+    reloads: int
+    served_from: str
+
+
+def _blocks(content: Content) -> tuple[Any, ...]:
+    if isinstance(content, str):
+        return (TextBlock(text=content),)
+    if isinstance(content, Message):
+        return content.content
+    if isinstance(content, Sequence) and not isinstance(content, bytes | bytearray):
+        return tuple(content)
+    raise ValidationError(
+        "content must be a string, a Message, or a sequence of content blocks; got "
+        f"{type(content).__name__}"
+    )
+
+
+class MemoryService:
+    """Sessions over a hot and a durable store, with the turn pipeline in front.
+
+    Construct with stores and engines (everything injectable), or from settings with
+    :meth:`from_settings`. Use as an async context manager, or call :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        hot: HotStore,
+        durable: DurableStore,
+        *,
+        clock: Clock | None = None,
+        ids: IdFactory | None = None,
+        tokens: TokenCounter | None = None,
+        importance: ImportanceScorer | None = None,
+        entities: EntityExtractor | None = None,
+        ttl_policy: TtlPolicy | None = None,
+        config: SessionTierConfig | None = None,
+    ) -> None:
+        self.clock = clock or SystemClock()
+        self.ids = ids or UlidFactory()
+        self.tokens = tokens or TiktokenCounter()
+        self.importance = importance or RuleImportanceScorer()
+        self.entities = entities or RuleEntityExtractor()
+        self.tiers = TieredSessionStore(
+            hot, durable, clock=self.clock, ttl_policy=ttl_policy or HybridTtl(), config=config
+        )
+
+    @classmethod
+    def from_settings(
+        cls, settings: TierMemSettings | None = None, *, clock: Clock | None = None, **engines: Any
+    ) -> MemoryService:
+        """Build the stores the settings name (default: in-process hot + SQLite durable)."""
+        from tiermem.composition import open_durable_store, open_hot_store
+
+        settings = settings or TierMemSettings()
+        clock = clock or SystemClock()
+        config = engines.pop("config", None) or SessionTierConfig(window=settings.hot_window)
+        return cls(
+            open_hot_store(settings, clock=clock),
+            open_durable_store(settings, clock=clock),
+            clock=clock,
+            config=config,
+            **engines,
+        )
+
+    @property
+    def metrics(self) -> TierMetrics:
+        return self.tiers.metrics
+
+    async def session(
+        self,
+        session_id: str | None = None,
+        *,
+        user_id: str,
+        user_tier: UserTier | str = UserTier.STANDARD,
+        locale: str = "en-US",
+    ) -> Session:
+        """Open a session: resume it if either tier knows it, else create it.
+
+        ``user_tier`` and ``locale`` apply to a new session; an existing one keeps its own
+        (change them with :meth:`Session.update_metadata`).
+
+        Raises:
+            ValidationError: a bad id, an unknown tier, or a session of another user.
+        """
+        session_id = validate_id(session_id or self.ids.new_id(), what="session_id")
+        validate_id(user_id, what="user_id")
+        try:
+            tier = UserTier(user_tier)
+        except ValueError:
+            raise ValidationError(
+                f"unknown user tier {user_tier!r}; use one of {', '.join(UserTier)}"
+            ) from None
+        now = self.clock.now()
+        view = await self.tiers.create(
+            SessionMetadata(
+                session_id=session_id,
+                user_id=user_id,
+                user_tier=tier,
+                locale=locale,
+                created_at=now,
+                last_activity=now,
+            )
+        )
+        if view.metadata.user_id != user_id:
+            raise ValidationError(
+                f"session {session_id!r} belongs to another user; use a new session id"
+            )
+        return Session(self, view)
+
+    async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
+        """A user's sessions, newest first."""
+        return await self.tiers.durable.list_sessions(user_id, limit=limit)
+
+    def sweeper(self, handoff: Handoff, *, owner: str | None = None) -> ExpirySweeper:
+        """An expiry sweeper that hands each expired session to ``handoff`` exactly once."""
+        return ExpirySweeper(self.tiers, handoff, owner=owner or f"sweeper-{self.ids.new_id()}")
+
+    def prepare_turn(self, item: TurnInput) -> NewTurn:
+        """Count tokens, extract entities and score importance: the pure part of adding."""
+        if item.role not in ("user", "assistant"):
+            raise ValidationError(f"role must be 'user' or 'assistant', got {item.role!r}")
+        blocks = _blocks(item.content)
+        if not blocks:
+            raise ValidationError("a turn needs at least one content block")
+        entities = self.entities.extract(text_of(blocks))
+        metadata = dict(item.metadata)
+        importance = item.importance
+        if importance is None:
+            scored = self.importance.score(item.role, blocks, entities=entities)
+            importance = scored.score
+            metadata.setdefault("importance_reason", scored.reason)
+        return NewTurn.model_validate(
+            {
+                "role": item.role,
+                "content": blocks,
+                "timestamp": item.timestamp or self.clock.now(),
+                "token_count": self.tokens.count_blocks(blocks),
+                "importance": importance,
+                "pinned": item.pinned,
+                "agent_name": item.agent_name,
+                "intent": item.intent,
+                "latency_ms": item.latency_ms,
+                "entities": entities,
+                "metadata": metadata,
+            }
+        )
+
+    async def aclose(self) -> None:
+        await self.tiers.hot.aclose()
+        await self.tiers.durable.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class Session:
+    """A handle on one session. Cheap; holds a cached view, never the truth."""
+
+    def __init__(self, service: MemoryService, view: SessionView) -> None:
+        self._service = service
+        self._tiers = service.tiers
+        self._view = view
+        self._hot_hits = 1 if view.source == "hot" else 0
+        self._reloads = 1 if view.source == "reload" else 0
+
+    @property
+    def id(self) -> str:
+        return self._view.metadata.session_id
+
+    @property
+    def user_id(self) -> str:
+        return self._view.metadata.user_id
+
+    def _remember(self, view: SessionView) -> SessionView:
+        self._view = view
+        self._hot_hits += view.source == "hot"
+        self._reloads += view.source == "reload"
+        return view
+
+    # -- turns ------------------------------------------------------------------------------
+
+    async def add_turn(self, role: str, content: Content, **options: Any) -> Turn:
+        """Add one turn; returns it with its index once the write policy is satisfied.
+
+        ``options``: timestamp (aware datetime, for imports and replays), importance
+        (overrides the scorer), pinned, agent_name, intent, latency_ms, metadata.
+        """
+        (turn,) = await self.add_turns([TurnInput(role=role, content=content, **options)])
+        return turn
+
+    async def add_turns(self, items: Sequence[TurnInput | NewTurn]) -> list[Turn]:
+        """Add several turns in one write per tier (at most 100)."""
+        if not items:
+            raise ValidationError("add_turns needs at least one turn")
+        if len(items) > MAX_TURNS_PER_APPEND:
+            raise ValidationError(
+                f"add_turns got {len(items)} turns; at most {MAX_TURNS_PER_APPEND} per call"
+            )
+        prepared = [i if isinstance(i, NewTurn) else self._service.prepare_turn(i) for i in items]
+        stored = await self._tiers.append(
+            self._view.metadata, prepared, turn_count_hint=self._view.next_index
+        )
+        self._view = replace(
+            self._view, next_index=max(self._view.next_index, stored[-1].index + 1)
+        )
+        await self._track_entities(stored)
+        return stored
+
+    async def _track_entities(self, turns: Sequence[Turn]) -> None:
+        """A new value of an entity kind replaces the old one (seed 001)."""
+        now = self._service.clock.now()
+        changed: dict[str, ActiveEntity] = {}
+        for turn in turns:
+            for entity in turn.entities:
+                held = changed.get(entity.kind) or self._view.entities.get(entity.kind)
+                if held is None or held.value != entity.value:
+                    changed[entity.kind] = ActiveEntity(
+                        kind=entity.kind,
+                        value=entity.value,
+                        turn_index=turn.index,
+                        updated_at=now,
+                    )
+        if changed:
+            await self._tiers.update_entities(
+                self._view.metadata, changed, turn_count_hint=self._view.next_index
+            )
+            self._view.entities.update(changed)
+
+    async def view(self) -> SessionView:
+        """The session now: hot window, metadata, entities, state (reloads on a hot miss)."""
+        view = await self._tiers.view(self.id)
+        if view is None:
+            raise_gone(self.id)
+        return self._remember(view)
+
+    async def history(self) -> tuple[Turn, ...]:
+        """The hot window of recent turns, oldest first."""
+        return (await self.view()).turns
+
+    async def get_turn(self, index: int) -> Turn:
+        """Any archived turn by index. Raises NotFoundError if there is none."""
+        return await self._tiers.durable.get_turn(self.id, index)
+
+    async def get_turns(self, start: int = 0, end: int | None = None) -> list[Turn]:
+        """Archived turns with ``start <= index < end``."""
+        return await self._tiers.durable.get_turns(self.id, start, end)
+
+    async def redact_turn(self, index: int) -> Turn:
+        """Replace a turn's content in every tier; its slot (index, timestamp) stays."""
+        redacted = await self._tiers.redact(self.id, index)
+        return redacted
+
+    # -- metadata, entities, state ----------------------------------------------------
+
+    async def metadata(self) -> SessionMetadata:
+        return (await self.view()).metadata
+
+    async def update_metadata(self, **changes: Any) -> SessionMetadata:
+        """Change metadata fields (compare-and-set with retry, so two devices never lose an
+        update). ``attributes`` is merged, not replaced."""
+        protected = {"session_id", "user_id", "created_at", "turn_count"} & changes.keys()
+        if protected:
+            raise ValidationError(f"cannot change {', '.join(sorted(protected))}")
+
+        def change(current: SessionMetadata) -> SessionMetadata:
+            update = dict(changes)
+            if "attributes" in update:
+                update["attributes"] = {**current.attributes, **update["attributes"]}
+            return SessionMetadata.model_validate({**current.model_dump(), **update})
+
+        stored = await self._tiers.update_metadata(self.id, change)
+        metadata = derive_metadata(stored, self._view.turns, self._view.next_index)
+        self._view = replace(self._view, metadata=metadata)
+        return metadata
+
+    async def active_entities(self) -> dict[str, ActiveEntity]:
+        return (await self.view()).entities
+
+    async def set_entities(
+        self, values: Mapping[str, str], *, remove: Collection[str] = ()
+    ) -> dict[str, ActiveEntity]:
+        """Set active entities by kind (``{"series": "Naruto"}``) and remove others."""
+        now = self._service.clock.now()
+        upsert = {k: ActiveEntity(kind=k, value=v, updated_at=now) for k, v in values.items()}
+        await self._tiers.update_entities(
+            self._view.metadata, upsert, remove, turn_count_hint=self._view.next_index
+        )
+        return await self.active_entities()
+
+    async def get_state(self, name: str) -> StateBlob | None:
+        return (await self.view()).state.get(name)
+
+    async def put_state(
+        self, name: str, data: Mapping[str, JsonValue], *, expected_version: int | None = None
+    ) -> StateBlob:
+        """Write a named state blob; ``expected_version`` makes it compare-and-set."""
+        return await self._tiers.put_state(
+            self._view.metadata,
+            name,
+            data,
+            expected_version=expected_version,
+            turn_count_hint=self._view.next_index,
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def close(self) -> SessionMetadata:
+        """Flush pending writes and mark the session closed."""
+        return await self._tiers.close(self.id)
+
+    async def clear(self) -> None:
+        """Delete the session from every tier."""
+        await self._tiers.clear(self.id)
+
+    async def stats(self) -> SessionStats:
+        view = await self.view()
+        oldest = await self._tiers.durable.get_turns(self.id, 0, 1) if view.next_index else []
+        now = self._service.clock.now()
+        first = oldest[0].timestamp if oldest else (view.turns[0].timestamp if view.turns else None)
+        return SessionStats(
+            session_id=self.id,
+            turn_count=view.next_index,
+            hot_turns=len(view.turns),
+            hot_tokens=sum(t.token_count for t in view.turns),
+            oldest_turn_age_s=(now - first).total_seconds() if first else None,
+            expires_at=view.expires_at,
+            hot_hits=self._hot_hits,
+            reloads=self._reloads,
+            served_from=view.source,
+        )
+
+
+def raise_gone(session_id: str) -> NoReturn:
+    raise NotFoundError(f"session {session_id!r} no longer exists (cleared or purged)")
