@@ -78,9 +78,11 @@ _passed_by_backend: Counter[str] = Counter()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "call" and report.passed:
+    if report.when == "call" and report.passed and report.nodeid.endswith("]"):
+        params = report.nodeid[report.nodeid.rindex("[") + 1 : -1]
+        named = set(params.replace("+", "-").split("-"))
         for name in BACKENDS:
-            if f"[{name}" in report.nodeid:
+            if name in named:
                 _passed_by_backend[name] += 1
 
 

@@ -49,7 +49,9 @@ class SessionTierConfig:
     def __post_init__(self) -> None:
         if self.window < 1:
             raise ValidationError(f"window must be at least 1, got {self.window}")
-        if not 1 <= self.write_behind_every <= self.window:
+        if self.write_policy is WritePolicy.WRITE_BEHIND and not (
+            1 <= self.write_behind_every <= self.window
+        ):
             raise ValidationError(
                 f"write_behind_every must be between 1 and window ({self.window}), got "
                 f"{self.write_behind_every}: unflushed turns must still be in the hot window"
