@@ -73,8 +73,10 @@ MAX_RECORD_BYTES = 1024 * 1024
 """Largest session record or state blob (JSON)."""
 MAX_MEMORY_BYTES = 256 * 1024
 """Largest long-term memory record (JSON)."""
-MAX_TURNS_PER_APPEND = 100
-"""Most turns one append may carry (DynamoDB transactions hold at most 100 items)."""
+MAX_TURNS_PER_APPEND = 50
+"""Most turns one append may carry. DynamoDB transactions hold 100 items and 4 MB, with room
+needed for the session counter and for parts of split turns; larger batches are split by
+the caller (the session API does it)."""
 DEFAULT_GC_GRACE = timedelta(hours=1)
 """How long after logical expiry native TTLs let data linger before collecting it."""
 
