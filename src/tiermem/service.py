@@ -278,20 +278,26 @@ class Session:
         return turn
 
     async def add_turns(self, items: Sequence[TurnInput | NewTurn]) -> list[Turn]:
-        """Add several turns in one write per tier (at most 100)."""
+        """Add several turns, in one write per tier for every 50 (``MAX_TURNS_PER_APPEND``).
+
+        Each batch of 50 is atomic; a longer list is several batches, in order.
+        """
         if not items:
             raise ValidationError("add_turns needs at least one turn")
-        if len(items) > MAX_TURNS_PER_APPEND:
-            raise ValidationError(
-                f"add_turns got {len(items)} turns; at most {MAX_TURNS_PER_APPEND} per call"
+        prepared = [
+            i if isinstance(i, NewTurn) else self._service.prepare_turn(i) for i in items
+        ]
+        stored: list[Turn] = []
+        for start in range(0, len(prepared), MAX_TURNS_PER_APPEND):
+            batch = await self._tiers.append(
+                self._view.metadata,
+                prepared[start : start + MAX_TURNS_PER_APPEND],
+                turn_count_hint=self._view.next_index,
             )
-        prepared = [i if isinstance(i, NewTurn) else self._service.prepare_turn(i) for i in items]
-        stored = await self._tiers.append(
-            self._view.metadata, prepared, turn_count_hint=self._view.next_index
-        )
-        self._view = replace(
-            self._view, next_index=max(self._view.next_index, stored[-1].index + 1)
-        )
+            self._view = replace(
+                self._view, next_index=max(self._view.next_index, batch[-1].index + 1)
+            )
+            stored.extend(batch)
         await self._track_entities(stored)
         return stored
 

@@ -418,12 +418,15 @@ async def test_append_that_cannot_be_one_transaction_is_rejected_before_writing(
 ) -> None:
     _, durable = stores
     sid = fresh_id("s")
-    # 100 turns + the session's counter = 101 items: over DynamoDB's 100 per transaction.
+    # 20 incompressible turns of 300 KB: over DynamoDB's 4 MB per transaction.
+    rng = random.Random(5)
+    big = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(300_000))
+           for _ in range(20)]
     with pytest.raises(ValidationError, match="Split the batch"):
-        await durable.append_turns(sid, [text_turn(f"t{i}") for i in range(100)])
+        await durable.append_turns(sid, [text_turn(b) for b in big])
     assert await durable.next_index(sid) == 0
-    written = await durable.append_turns(sid, [text_turn(f"t{i}") for i in range(99)])
-    assert [t.index for t in written] == list(range(99))
+    written = await durable.append_turns(sid, [text_turn(f"t{i}") for i in range(50)])
+    assert [t.index for t in written] == list(range(50))
 
 
 async def test_unreachable_endpoint_is_unavailable_and_retryable() -> None:

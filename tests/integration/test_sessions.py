@@ -311,3 +311,15 @@ async def test_metadata_is_derived_not_stored_per_turn(pairing: Pairing) -> None
     assert isinstance(meta, SessionMetadata)
     assert meta.turn_count == 2
     assert meta.last_activity == pairing.clock.now()
+
+
+async def test_add_turns_splits_long_batches(pairing: Pairing) -> None:
+    from tiermem.service import TurnInput
+
+    memory = pairing.service()
+    session = await memory.session(user_id="u-batch")
+    stored = await session.add_turns(
+        [TurnInput(role="user", content=f"bulk {i}") for i in range(120)]
+    )
+    assert [t.index for t in stored] == list(range(120))
+    assert len(await session.get_turns()) == 120

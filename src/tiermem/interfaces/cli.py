@@ -152,5 +152,33 @@ def doctor() -> None:
     typer.echo("all checks passed")
 
 
+@app.command("create-table")
+def create_table() -> None:
+    """Create the DynamoDB table named by TIERMEM_DYNAMODB_TABLE (idempotent), with TTL on.
+
+    For production, prefer deploy/dynamodb.yaml (CloudFormation); this is for development
+    and DynamoDB Local.
+    """
+    settings = TierMemSettings()
+    try:
+        from tiermem.store.backends.dynamodb import create_table as create
+    except ImportError:
+        typer.echo("the dynamodb extra is not installed: pip install 'tiermem[dynamodb]'")
+        raise typer.Exit(code=1) from None
+    try:
+        created = asyncio.run(
+            create(
+                settings.dynamodb_table,
+                endpoint_url=settings.dynamodb_endpoint_url,
+                region_name=settings.aws_region,
+            )
+        )
+    except TierMemError as exc:
+        typer.echo(f"could not create table {settings.dynamodb_table}: {exc}")
+        raise typer.Exit(code=1) from None
+    verb = "created" if created else "already exists:"
+    typer.echo(f"{verb} table {settings.dynamodb_table}")
+
+
 def main() -> None:
     app()

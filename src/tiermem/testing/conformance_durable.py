@@ -66,6 +66,10 @@ async def test_durable_append_get_and_ranges(backend: BackendUnderTest) -> None:
     assert [t.index for t in await backend.durable.tail_turns(sid, 4)] == [8, 9, 10, 11]
     assert [t.index for t in await backend.durable.tail_turns(sid, 50)] == list(range(12))
     assert await backend.durable.tail_turns(sid, 0) == []
+    short = fresh_id("s")
+    await backend.durable.append_turns(short, [text_turn(f"s{i}") for i in range(3)])
+    assert [t.index for t in await backend.durable.tail_turns(short, 4)] == [0, 1, 2]
+    assert [t.index for t in await backend.durable.tail_turns(short, 2)] == [1, 2]
     assert await backend.durable.get_turns(sid, 12, 20) == []
 
 

@@ -387,7 +387,7 @@ class MemoryDurableStore:
             raise ValidationError(f"count must be >= 0, got {count}")
         with self._lock:
             visible = self._visible(session_id)
-        return [visible[i] for i in sorted(visible)[len(visible) - count :]] if count else []
+        return [visible[i] for i in sorted(visible)[-count:]] if count else []
 
     async def redact_turn(self, session_id: str, index: int) -> Turn:
         turn = await self.get_turn(session_id, index)

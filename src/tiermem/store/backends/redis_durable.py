@@ -1,0 +1,757 @@
+"""The durable tier on Redis: :class:`RedisDurableStore`.
+
+A session's archive, records and durable meta share the session's hash tag; a user's
+session list and long-term memories share the user's hash tag. Every conditional write is
+one Lua script (allocation of turn indexes, compare-and-set on versions). The key layout
+is drawn in :mod:`tiermem.store.backends.redis`.
+
+Durability is the server's: this store declares ``PERSISTENT``, which holds only when the
+Redis server persists its data (AOF with ``appendfsync everysec`` or ``always``, or RDB
+snapshots, with the loss window each implies). A server run with ``--save ''
+--appendonly no`` keeps nothing across a restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Self
+
+from tiermem.clock import Clock, SystemClock
+from tiermem.errors import ConflictError, NotFoundError, ValidationError
+from tiermem.models import (
+    JsonValue,
+    MemoryRecord,
+    NewTurn,
+    SessionRecord,
+    SessionRef,
+    Turn,
+)
+from tiermem.store.backends.redis_scripts import (
+    BACKEND_NAME,
+    Arg,
+    Command,
+    LuaScript,
+    RedisClient,
+    RedisIO,
+    RedisKeys,
+    client_from_url,
+    from_us,
+    grace_ms,
+    optional_int,
+    optional_us,
+    redis_boundary,
+    split_frame,
+    to_us,
+    turn_template,
+)
+from tiermem.store.codec import (
+    check_append,
+    check_aware,
+    check_index,
+    check_kind,
+    check_limit,
+    check_memory_version,
+    check_range,
+    decode_memory,
+    decode_turn,
+    encode_data,
+    encode_memory,
+    encode_turn,
+)
+from tiermem.store.contract import DEFAULT_GC_GRACE, Capability
+from tiermem.store.keys import escape_segment, unescape_segment, validate_id
+
+__all__ = ["RedisDurableStore"]
+
+_ATTEMPTS = 5
+"""How often an optimistic multi-step operation (redaction, retyping, purge) is retried."""
+
+
+# -- Lua (see the conventions in redis_scripts) -------------------------------------
+
+_HORIZON_PRELUDE = """
+-- Native TTL of a group of keys that share one logical lifetime: they live until the
+-- latest expiry of anything in them (field 'h' of the group's meta hash, 'inf' once
+-- anything is kept forever) plus the grace period.
+local function extend_horizon(meta, keys, now, grace, expires)
+  local h = redis.call('HGET', meta, 'h')
+  if h == 'inf' then return end
+  if expires == '' then
+    redis.call('HSET', meta, 'h', 'inf')
+    for _, key in ipairs(keys) do redis.call('PERSIST', key) end
+    return
+  end
+  if h and tonumber(h) > tonumber(expires) then expires = h end
+  redis.call('HSET', meta, 'h', expires)
+  local ttl = math.ceil((tonumber(expires) - now) / 1000) + grace
+  if ttl < 1 then ttl = 1 end
+  for _, key in ipairs(keys) do redis.call('PEXPIRE', key, string.format('%d', ttl)) end
+end
+"""
+
+# Durable session scripts. KEYS: 1 archive (list of 'expires_us|turn json', list position =
+# turn index), 2 records (kind -> 'version|expires_us|updated_us|data json'), 3 dmeta.
+
+ARCHIVE_APPEND = LuaScript(
+    "archive_append",
+    _HORIZON_PRELUDE
+    + """
+-- ARGV: 1 now, 2 grace_ms, 3 expires_us|'', 4 first_index|'', 5.. turn templates
+local start = redis.call('LLEN', KEYS[1])
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= start then return {'index', start} end
+for i = 5, #ARGV do
+  redis.call('RPUSH', KEYS[1],
+             ARGV[3] .. '|' .. ARGV[i] .. ',"index":' .. string.format('%d', start + i - 5) .. '}')
+end
+extend_horizon(KEYS[3], KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3])
+return {'ok', start}
+""",
+)
+
+ARCHIVE_TAIL = LuaScript(
+    "archive_tail",
+    """
+-- KEYS: 1 archive. ARGV: 1 now, 2 count. Read-only: the last live turns, newest first.
+local now, want = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out = {}
+local stop = redis.call('LLEN', KEYS[1]) - 1
+while stop >= 0 and #out < want do
+  local start = math.max(0, stop - (want - #out) + 1)
+  local page = redis.call('LRANGE', KEYS[1], start, stop)
+  for i = #page, 1, -1 do
+    local e = string.match(page[i], '^(%d*)|')
+    if e == '' or tonumber(e) > now then
+      out[#out + 1] = page[i]
+      if #out >= want then break end
+    end
+  end
+  stop = start - 1
+end
+return out
+""",
+)
+
+ARCHIVE_REPLACE = LuaScript(
+    "archive_replace",
+    """
+-- KEYS: 1 archive. ARGV: 1 index, 2 sha1 of the value read, 3 new value.
+local current = redis.call('LINDEX', KEYS[1], ARGV[1])
+if not current or redis.sha1hex(current) ~= ARGV[2] then return 0 end
+redis.call('LSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+""",
+)
+
+RECORD_PUT = LuaScript(
+    "record_put",
+    _HORIZON_PRELUDE
+    + """
+-- ARGV: 1 now, 2 grace_ms, 3 kind, 4 expected_version|'', 5 expires_us|'', 6 updated_us,
+--       7 data json. An expired record counts as absent.
+local now = tonumber(ARGV[1])
+local raw = redis.call('HGET', KEYS[2], ARGV[3])
+local actual = 0
+if raw then
+  local v, e = string.match(raw, '^(%d+)|(%d*)|')
+  if e == '' or tonumber(e) > now then actual = tonumber(v) end
+end
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= actual then return {'conflict', actual} end
+redis.call('HSET', KEYS[2], ARGV[3], string.format('%d', actual + 1) .. '|' .. ARGV[5] .. '|'
+           .. ARGV[6] .. '|' .. ARGV[7])
+extend_horizon(KEYS[3], KEYS, now, tonumber(ARGV[2]), ARGV[5])
+return {'ok', actual + 1}
+""",
+)
+
+# User scripts. KEYS share the user's hash tag.
+
+SESSION_REGISTER = LuaScript(
+    "session_register",
+    """
+-- KEYS: 1 sessions zset (score created_us), 2 refs hash. ARGV: 1 sid, 2 created_us, 3 ref.
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+return 1
+""",
+)
+
+SESSION_LIST = LuaScript(
+    "session_list",
+    """
+-- KEYS: 1 sessions zset, 2 refs hash. ARGV: 1 limit. Newest first; equal scores come in
+-- reverse byte order of the id, which is the reference's (created_at, session_id) order.
+local out = {}
+for _, sid in ipairs(redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do
+  local ref = redis.call('HGET', KEYS[2], sid)
+  if ref then out[#out + 1] = ref end
+end
+return out
+""",
+)
+
+SESSION_UNREGISTER = LuaScript(
+    "session_unregister",
+    """
+-- KEYS: 1 sessions zset, 2 refs hash. ARGV: 1 sid.
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1
+""",
+)
+
+MEMORY_PUT = LuaScript(
+    "memory_put",
+    _HORIZON_PRELUDE
+    + """
+-- KEYS: 1 mem hash (id -> 'version|expires_us|type|json'), 2 all-types zset, 3 types set,
+--       4 umeta, 5 zset of the record's type, [6 zset of the stored record's type]
+-- ARGV: 1 now, 2 grace_ms, 3 id, 4 expected_version|'', 5 expires_us|'', 6 type (escaped),
+--       7 created_us, 8 framed value, 9 stored type the caller declared in KEYS[6]|''
+local now = tonumber(ARGV[1])
+local raw = redis.call('HGET', KEYS[1], ARGV[3])
+local actual, stored_type = 0, false
+if raw then
+  local v, e, t = string.match(raw, '^(%d+)|(%d*)|([^|]*)|')
+  stored_type = t
+  if e == '' or tonumber(e) > now then actual = tonumber(v) end
+end
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= actual then return {'conflict', actual} end
+if stored_type and stored_type ~= ARGV[6] then
+  -- The type changed: the old type's index must be declared too; ask for it.
+  if stored_type ~= ARGV[9] then return {'retype', stored_type} end
+  redis.call('ZREM', KEYS[6], ARGV[3])
+end
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[8])
+redis.call('ZADD', KEYS[2], ARGV[7], ARGV[3])
+redis.call('ZADD', KEYS[5], ARGV[7], ARGV[3])
+redis.call('SADD', KEYS[3], ARGV[6])
+extend_horizon(KEYS[4], {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, now,
+               tonumber(ARGV[2]), ARGV[5])
+return {'ok'}
+""",
+)
+
+MEMORY_DELETE = LuaScript(
+    "memory_delete",
+    """
+-- KEYS: 1 mem hash, 2 all-types zset, 3 zset of the record's type. ARGV: 1 id, 2 type.
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return {'absent'} end
+local t = string.match(raw, '^%d+|%d*|([^|]*)|')
+if t ~= ARGV[2] then return {'retype', t} end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return {'ok'}
+""",
+)
+
+MEMORY_QUERY = LuaScript(
+    "memory_query",
+    """
+-- KEYS: 1 mem hash, 2.. zsets to read (all types, or one per asked type)
+-- ARGV: 1 now, 2 min score, 3 max score, 4 limit, 5 '1' to include expired. Read-only:
+-- up to limit framed records from each zset, newest first; the caller merges them.
+local now, limit = tonumber(ARGV[1]), tonumber(ARGV[4])
+local out = {}
+for k = 2, #KEYS do
+  local got, offset = 0, 0
+  while got < limit do
+    local page = redis.call('ZREVRANGEBYSCORE', KEYS[k], ARGV[3], ARGV[2], 'LIMIT', offset, 128)
+    if #page == 0 then break end
+    for _, id in ipairs(page) do
+      local raw = redis.call('HGET', KEYS[1], id)
+      if raw then
+        local e = string.match(raw, '^%d+|(%d*)|')
+        if ARGV[5] == '1' or e == '' or tonumber(e) > now then
+          out[#out + 1] = raw
+          got = got + 1
+          if got >= limit then break end
+        end
+      end
+    end
+    offset = offset + #page
+  end
+end
+return out
+""",
+)
+
+USER_PURGE = LuaScript(
+    "user_purge",
+    """
+-- KEYS: 1 sessions zset, 2 refs, 3 mem, 4 all-types zset, 5 types set, 6 umeta, 7.. type
+-- zsets. ARGV: 1 number of sessions the caller deleted, 2.. the types it declared.
+-- Refuses ('retry') if a session or a memory type was added since the caller looked.
+local known = {}
+for i = 2, #ARGV do known[ARGV[i]] = true end
+for _, t in ipairs(redis.call('SMEMBERS', KEYS[5])) do
+  if not known[t] then return {'retry'} end
+end
+if redis.call('ZCARD', KEYS[1]) ~= tonumber(ARGV[1]) then return {'retry'} end
+local memories = redis.call('HLEN', KEYS[3])
+redis.call('DEL', unpack(KEYS))
+return {'ok', memories}
+""",
+)
+
+
+class RedisDurableStore:
+    """Durable tier in Redis or Redis Cluster. See :class:`tiermem.store.contract.DurableStore`.
+
+    ``client`` must be an asyncio client with ``decode_responses=False``; it is shared, not
+    owned: :meth:`aclose` leaves it open. :meth:`from_url` builds a client the store owns
+    and closes. ``PERSISTENT`` depends on the server's AOF/RDB configuration (see the
+    module docstring).
+
+    Every method raises what :class:`~tiermem.store.contract.DurableStore` documents, and
+    :class:`~tiermem.errors.BackendUnavailableError` (server unreachable, loading, failing
+    over; retryable), :class:`~tiermem.errors.BackendTimeoutError` (retryable; a write may
+    have been applied) or :class:`~tiermem.errors.BackendError` (rejected command or
+    credentials; not retryable) for failures of Redis itself, chained to redis-py's error.
+    """
+
+    name = BACKEND_NAME
+    capabilities = frozenset(
+        {Capability.PERSISTENT, Capability.NATIVE_TTL, Capability.CLUSTER_SAFE}
+    )
+
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        clock: Clock | None = None,
+        prefix: str = "tm",
+        gc_grace: timedelta = DEFAULT_GC_GRACE,
+    ) -> None:
+        self._io = RedisIO(client)
+        self._keys = RedisKeys(prefix)
+        self._clock = clock or SystemClock()
+        self._grace_ms = grace_ms(gc_grace)
+        self._owns_client = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        prefix: str = "tm",
+        gc_grace: timedelta = DEFAULT_GC_GRACE,
+        **client_options: Any,
+    ) -> Self:
+        """A store on a new client for ``url`` (see :func:`client_from_url`); it owns it."""
+        store = cls(
+            client_from_url(url, **client_options), clock=clock, prefix=prefix, gc_grace=gc_grace
+        )
+        store._owns_client = True
+        return store
+
+    @property
+    def client(self) -> RedisClient:
+        return self._io.client
+
+    @property
+    def keys(self) -> RedisKeys:
+        return self._keys
+
+    async def aclose(self) -> None:
+        """Close the client if this store built it (:meth:`from_url`); safe to call twice."""
+        if self._owns_client:
+            self._owns_client = False
+            await self._io.client.aclose()
+
+    def _now_us(self) -> int:
+        return to_us(self._clock.now())
+
+    # -- turn archive ---------------------------------------------------------------------
+
+    @redis_boundary
+    async def append_turns(
+        self,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        first_index: int | None = None,
+        expires_at: datetime | None = None,
+    ) -> list[Turn]:
+        check_append(session_id, turns, first_index=first_index)
+        templates = [turn_template(turn) for turn in turns]
+        reply = await self._io.call(
+            ARCHIVE_APPEND,
+            self._keys.durable_session(session_id),
+            [
+                self._now_us(),
+                self._grace_ms,
+                optional_us(expires_at),
+                optional_int(first_index),
+                *templates,
+            ],
+        )
+        if reply[0] == b"index":
+            actual = int(reply[1])
+            raise ConflictError(
+                f"session {session_id!r}: next archived turn index is {actual}, not {first_index}",
+                expected=first_index,
+                actual=actual,
+            )
+        start = int(reply[1])
+        return [turn.with_index(start + i) for i, turn in enumerate(turns)]
+
+    @redis_boundary
+    async def next_index(self, session_id: str) -> int:
+        validate_id(session_id, what="session_id")
+        return int(await self._io.execute("LLEN", self._keys.archive(session_id)))
+
+    @redis_boundary
+    async def get_turn(self, session_id: str, index: int) -> Turn:
+        validate_id(session_id, what="session_id")
+        check_index(index)
+        raw = await self._io.execute("LINDEX", self._keys.archive(session_id), index)
+        turn = None if raw is None else _live_turn(raw, self._now_us())
+        if turn is None:
+            raise NotFoundError(f"session {session_id!r} has no turn {index}")
+        return turn
+
+    @redis_boundary
+    async def get_turns(
+        self, session_id: str, start: int = 0, end: int | None = None
+    ) -> list[Turn]:
+        validate_id(session_id, what="session_id")
+        check_range(start, end)
+        if end is not None and end <= start:
+            return []  # LRANGE would read stop -1 as "to the last"
+        raws = await self._io.execute(
+            "LRANGE", self._keys.archive(session_id), start, -1 if end is None else end - 1
+        )
+        now_us = self._now_us()
+        return [turn for raw in raws if (turn := _live_turn(raw, now_us)) is not None]
+
+    @redis_boundary
+    async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
+        validate_id(session_id, what="session_id")
+        if count < 0:
+            raise ValidationError(f"count must be >= 0, got {count}")
+        if count == 0:
+            return []
+        raws = await self._io.call(
+            ARCHIVE_TAIL, [self._keys.archive(session_id)], [self._now_us(), count]
+        )
+        return [decode_turn(split_frame(raw, 1)[1]) for raw in reversed(raws)]
+
+    @redis_boundary
+    async def redact_turn(self, session_id: str, index: int) -> Turn:
+        """Read the turn, redact it, and write it back only if the slot did not change."""
+        validate_id(session_id, what="session_id")
+        check_index(index)
+        archive = self._keys.archive(session_id)
+        for _ in range(_ATTEMPTS):
+            raw = await self._io.execute("LINDEX", archive, index)
+            turn = None if raw is None else _live_turn(raw, self._now_us())
+            if turn is None:
+                raise NotFoundError(f"session {session_id!r} has no turn {index}")
+            redacted = turn.redact()
+            expires = split_frame(raw, 1)[0]
+            digest = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
+            new = expires + b"|" + encode_turn(redacted).encode()
+            if await self._io.call(ARCHIVE_REPLACE, [archive], [index, digest, new]) == 1:
+                return redacted
+        raise ConflictError(
+            f"turn {index} of session {session_id!r} kept changing while being redacted; retry"
+        )
+
+    # -- sessions -------------------------------------------------------------------------
+
+    @redis_boundary
+    async def register_session(self, ref: SessionRef) -> None:
+        validate_id(ref.session_id, what="session_id")
+        validate_id(ref.user_id, what="user_id")
+        # Two slots, one round trip: the user's list, and the session's note of its users
+        # (read by delete_session). Both commands are idempotent.
+        await self._io.batch(
+            [
+                SESSION_REGISTER.command(
+                    self._keys.user_sessions(ref.user_id),
+                    [ref.session_id, to_us(ref.created_at), ref.model_dump_json()],
+                ),
+                Command(("HSET", self._keys.durable_meta(ref.session_id), f"u={ref.user_id}", 1)),
+            ]
+        )
+
+    @redis_boundary
+    async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
+        validate_id(user_id, what="user_id")
+        check_limit(limit)
+        raws = await self._io.call(SESSION_LIST, self._keys.user_sessions(user_id), [limit])
+        return [SessionRef.model_validate_json(raw) for raw in raws]
+
+    @redis_boundary
+    async def get_record(self, session_id: str, kind: str) -> SessionRecord | None:
+        validate_id(session_id, what="session_id")
+        check_kind(kind)
+        raw = await self._io.execute("HGET", self._keys.records(session_id), kind)
+        if raw is None:
+            return None
+        version, expires_us, updated_us, data = split_frame(raw, 3)
+        if expires_us and int(expires_us) <= self._now_us():
+            return None
+        return SessionRecord(
+            kind=kind,
+            data=json.loads(data),
+            version=int(version),
+            updated_at=from_us(updated_us),
+            expires_at=from_us(expires_us) if expires_us else None,
+        )
+
+    @redis_boundary
+    async def put_record(
+        self,
+        session_id: str,
+        kind: str,
+        data: Mapping[str, JsonValue],
+        *,
+        expected_version: int | None = None,
+        expires_at: datetime | None = None,
+    ) -> SessionRecord:
+        validate_id(session_id, what="session_id")
+        check_kind(kind)
+        payload = encode_data(data, what=f"record {kind!r}")
+        now = self._clock.now()
+        reply = await self._io.call(
+            RECORD_PUT,
+            self._keys.durable_session(session_id),
+            [
+                to_us(now),
+                self._grace_ms,
+                kind,
+                optional_int(expected_version),
+                optional_us(expires_at),
+                to_us(now),
+                payload,
+            ],
+        )
+        if reply[0] == b"conflict":
+            actual = int(reply[1])
+            raise ConflictError(
+                f"record {kind!r} of session {session_id!r} is at version {actual}, "
+                f"not {expected_version}; re-read it and retry",
+                expected=expected_version,
+                actual=actual,
+            )
+        return SessionRecord(
+            kind=kind,
+            data=json.loads(payload),
+            version=int(reply[1]),
+            updated_at=now,
+            expires_at=expires_at,
+        )
+
+    @redis_boundary
+    async def delete_session(self, session_id: str) -> None:
+        validate_id(session_id, what="session_id")
+        fields = await self._io.execute("HKEYS", self._keys.durable_meta(session_id))
+        users = [field[2:].decode() for field in fields if field.startswith(b"u=")]
+        await self._io.batch(
+            [
+                Command(("DEL", *self._keys.durable_session(session_id))),
+                *(
+                    SESSION_UNREGISTER.command(self._keys.user_sessions(user), [session_id])
+                    for user in users
+                ),
+            ]
+        )
+
+    # -- long-term memory -----------------------------------------------------------------
+
+    def _memory_keys(self, user_id: str) -> list[str]:
+        """mem, all-types zset, types set, umeta: the user's memory keys, in script order."""
+        keys = self._keys
+        return [
+            keys.memories(user_id),
+            keys.memories_by_time(user_id),
+            keys.memory_types(user_id),
+            keys.user_meta(user_id),
+        ]
+
+    def _type_index(self, user_id: str, escaped_type: str) -> str:
+        return self._keys.memories_of_type(user_id, unescape_segment(escaped_type))
+
+    @redis_boundary
+    async def put_memory(
+        self, record: MemoryRecord, *, expected_version: int | None = None
+    ) -> MemoryRecord:
+        payload = encode_memory(record)
+        check_memory_version(record, expected_version)
+        memory_type = escape_segment(record.memory_type)
+        expires = optional_us(record.expires_at)
+        keys = [
+            *self._memory_keys(record.user_id),
+            self._keys.memories_of_type(record.user_id, record.memory_type),
+        ]
+        args: list[Arg] = [
+            self._now_us(),
+            self._grace_ms,
+            record.memory_id,
+            optional_int(expected_version),
+            expires,
+            memory_type,
+            to_us(record.created_at),
+            f"{record.version}|{expires}|{memory_type}|{payload}",
+            "",
+        ]
+        for _ in range(_ATTEMPTS):
+            reply = await self._io.call(MEMORY_PUT, keys, args)
+            if reply[0] == b"retype":
+                # The stored record has another type: declare that type's index and retry.
+                stored = reply[1].decode()
+                keys = [*keys[:5], self._type_index(record.user_id, stored)]
+                args[-1] = stored
+                continue
+            if reply[0] == b"conflict":
+                actual = int(reply[1])
+                raise ConflictError(
+                    f"memory {record.memory_id!r} is at version {actual}, "
+                    f"not {expected_version}; re-read it and retry",
+                    expected=expected_version,
+                    actual=actual,
+                )
+            return record
+        raise ConflictError(
+            f"memory {record.memory_id!r} kept changing type while being written; retry"
+        )
+
+    @redis_boundary
+    async def get_memory(self, user_id: str, memory_id: str) -> MemoryRecord | None:
+        validate_id(user_id, what="user_id")
+        validate_id(memory_id, what="memory_id")
+        raw = await self._io.execute("HGET", self._keys.memories(user_id), memory_id)
+        if raw is None:
+            return None
+        _, expires_us, _, payload = split_frame(raw, 3)
+        if expires_us and int(expires_us) <= self._now_us():
+            return None
+        return decode_memory(payload)
+
+    @redis_boundary
+    async def query_memories(
+        self,
+        user_id: str,
+        *,
+        memory_types: Collection[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        include_expired: bool = False,
+    ) -> list[MemoryRecord]:
+        validate_id(user_id, what="user_id")
+        check_limit(limit)
+        check_aware(since, what="since")
+        check_aware(until, what="until")
+        if memory_types is None:
+            indexes = [self._keys.memories_by_time(user_id)]
+        else:
+            # A type that is not a valid id cannot have been stored: it matches nothing.
+            wanted = sorted({t for t in memory_types if _is_valid_id(t)})
+            indexes = [self._keys.memories_of_type(user_id, t) for t in wanted]
+            if not indexes:
+                return []
+        raws = await self._io.call(
+            MEMORY_QUERY,
+            [self._keys.memories(user_id), *indexes],
+            [
+                self._now_us(),
+                "-inf" if since is None else to_us(since),
+                "+inf" if until is None else f"({to_us(until)}",
+                limit,
+                "1" if include_expired else "0",
+            ],
+        )
+        records = [decode_memory(split_frame(raw, 3)[3]) for raw in raws]
+        records.sort(key=lambda r: (r.created_at, r.memory_id), reverse=True)
+        return records[:limit]
+
+    @redis_boundary
+    async def delete_memory(self, user_id: str, memory_id: str) -> bool:
+        validate_id(user_id, what="user_id")
+        validate_id(memory_id, what="memory_id")
+        for _ in range(_ATTEMPTS):
+            raw = await self._io.execute("HGET", self._keys.memories(user_id), memory_id)
+            if raw is None:
+                return False
+            memory_type = split_frame(raw, 3)[2].decode()
+            reply = await self._io.call(
+                MEMORY_DELETE,
+                [
+                    self._keys.memories(user_id),
+                    self._keys.memories_by_time(user_id),
+                    self._type_index(user_id, memory_type),
+                ],
+                [memory_id, memory_type],
+            )
+            if reply[0] != b"retype":
+                return bool(reply[0] == b"ok")
+        raise ConflictError(f"memory {memory_id!r} kept changing type while being deleted; retry")
+
+    def _purge_session(self, session_id: str, user_id: str) -> list[Command]:
+        """Delete a session's turns and records for a purge of ``user_id``.
+
+        The session's notes of its *other* users stay, so that a later ``delete_session``
+        still takes it out of their lists; the retention horizon goes with the data.
+        """
+        archive, records, dmeta = self._keys.durable_session(session_id)
+        return [Command(("DEL", archive, records)), Command(("HDEL", dmeta, "h", f"u={user_id}"))]
+
+    @redis_boundary
+    async def purge_user(self, user_id: str) -> int:
+        """Delete the user's sessions (durable keys) and memories: two round trips.
+
+        The first reads the session list and the memory types; the second deletes each
+        session's keys and, in one script, the user's keys — which refuses, and the purge
+        starts over, if a session or a memory type was added in between.
+        """
+        validate_id(user_id, what="user_id")
+        user_keys = [*self._keys.user_sessions(user_id), *self._memory_keys(user_id)]
+        for _ in range(_ATTEMPTS):
+            sessions, types = await self._io.batch(
+                [
+                    Command(("ZRANGE", user_keys[0], 0, -1)),
+                    Command(("SMEMBERS", self._keys.memory_types(user_id))),
+                ]
+            )
+            session_ids = [sid.decode() for sid in sessions]
+            memory_types = sorted(t.decode() for t in types)
+            results = await self._io.batch(
+                [
+                    *(cmd for sid in session_ids for cmd in self._purge_session(sid, user_id)),
+                    USER_PURGE.command(
+                        [*user_keys, *(self._type_index(user_id, t) for t in memory_types)],
+                        [len(session_ids), *memory_types],
+                    ),
+                ]
+            )
+            reply = results[-1]
+            if reply[0] == b"ok":
+                return len(session_ids) + int(reply[1])
+        raise ConflictError(
+            f"user {user_id!r} kept getting new sessions or memories while being purged; "
+            "stop writes for the user and retry"
+        )
+
+
+def _live_turn(raw: bytes, now_us: int) -> Turn | None:
+    expires_us, payload = split_frame(raw, 1)
+    if expires_us and int(expires_us) <= now_us:
+        return None
+    return decode_turn(payload)
+
+
+def _is_valid_id(value: object) -> bool:
+    try:
+        validate_id(value, what="memory type")
+    except ValidationError:
+        return False
+    return True
