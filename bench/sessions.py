@@ -113,7 +113,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-async def main() -> None:
+async def collect() -> tuple[argparse.Namespace, dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairings", default="embedded,redis+dynamodb")
     parser.add_argument("--turns", type=int, default=2000, help="turns per run")
@@ -133,6 +133,11 @@ async def main() -> None:
                 print(f"{pairing:16s} {concurrency:3d} sessions  p50 {stats['p50_ms']:7.2f} ms"
                       f"  p99 {stats['p99_ms']:7.2f} ms  {stats['turns_per_s']:8.1f} turns/s",
                       flush=True)
+    return args, results
+
+
+def main() -> None:
+    args, results = asyncio.run(collect())
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
@@ -141,4 +146,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
