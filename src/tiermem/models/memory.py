@@ -43,3 +43,6 @@ class MemoryRecord(FrozenModel):
     valid_from: UtcDatetime | None = None
     invalid_from: UtcDatetime | None = None
     version: int = Field(default=1, ge=1)
+    embedding: tuple[float, ...] | None = None
+    """The content's embedding vector, when an embedder is configured."""
+    embedding_model: str | None = None

@@ -1,0 +1,1 @@
+"""Model protocols and adapters: embeddings (and, later, LLM engines). Optional extras."""

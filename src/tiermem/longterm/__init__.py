@@ -1,0 +1,2 @@
+"""Long-term user memory: typed records with retention, importance, provenance and
+supersession; auto-detection from turns; hybrid recall; user context; forgetting."""

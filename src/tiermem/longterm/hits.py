@@ -1,0 +1,27 @@
+"""What recall returns."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from tiermem.longterm.index import DocKind
+from tiermem.models import FrozenModel, MemoryRecord, Provenance, Turn
+
+__all__ = ["RecallHit"]
+
+
+class RecallHit(FrozenModel):
+    """One recalled item with its score, the parts of the score, and where it came from."""
+
+    kind: DocKind
+    doc_id: str
+    text: str
+    score: float
+    components: dict[str, float] = Field(default_factory=dict)
+    """The weighted parts of ``score``: bm25, embedding, recency, importance, access."""
+    memory: MemoryRecord | None = None
+    """The memory record, for ``kind == "memory"``."""
+    turn: Turn | None = None
+    """The archived turn, for ``kind == "turn"``."""
+    session_id: str | None = None
+    provenance: Provenance = Field(default_factory=Provenance)
