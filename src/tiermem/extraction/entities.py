@@ -1,0 +1,378 @@
+"""Rule-based entity extraction: fast, deterministic, no LLM, on every turn's hot path.
+
+Seed 001 keeps the entities a user mentioned (series, volumes, ASINs, order ids, languages)
+as the session's *active entities*, so "is it in stock?" three turns later still means
+Berserk vol 42. Its own review names the risk of LLM extraction: a malformed id ("B07-1234")
+pollutes every later turn. Here each kind is a regex with a validator (ISBN check digits,
+real calendar dates), and values are normalised so that "¥1,200" and "1200円" are one
+entity. The rules are data (:data:`DEFAULT_ENTITY_RULES`): regex rules (:class:`EntityRule`)
+and word lists (:class:`PhraseRule`).
+
+========  ==========================================  ===========================
+kind      matches                                     value
+========  ==========================================  ===========================
+order_id  ``ORD-12345`` (4..12 digits, any case)      ``ORD-12345``
+asin      ``B0`` + 8 upper-case letters or digits     as written
+isbn      ISBN-13 (978/979) with a valid check digit; digits only, ``X`` upper
+          ISBN-10 with a valid check digit when it    case: ``9784088512341``
+          follows "ISBN" or is written with hyphens
+email     ``name@example.com``                        domain lower-cased
+money     ``$50,000`` ``¥1,200`` ``€9.99`` ``£5``     ``USD 50000`` ``JPY 1200``
+          ``1200円`` ``500 yen`` ``20 dollars``
+date      ``2024-01-15`` ``2024年1月15日``             ``2024-01-15`` (ISO)
+volume    ``vol 42`` ``vol. 42`` ``volume 42``        ``42``
+          ``42巻`` ``第42巻``
+language  Japanese English Chinese Korean French …    English name, lower case
+          日本語 英語 中国語 韓国語 フランス語 …
+genre     seinen shonen/shōnen shojo/shōjo josei      English name, lower case
+          isekai horror romance fantasy dark fantasy  (``青年`` → ``seinen``)
+          青年 セイネン 少年 少女 異世界 ホラー …
+========  ==========================================  ===========================
+
+Series come from a catalogue the caller supplies (alias → canonical title), matched
+case-insensitively as whole words (:class:`~tiermem.policies.importance.PhraseIndex`); a
+match inside a series title (the "Fantasy" of "Final Fantasy") is not reported as another
+kind. Text is read in NFKC form, so full-width ``４２巻`` is volume 42. Kanji numerals
+(``四十二巻``) are not read; ``青年`` and ``少女`` are reported as genres even where they
+just mean "young man" and "girl".
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Protocol
+
+from tiermem.errors import ValidationError
+from tiermem.models.content import text_of
+from tiermem.models.turns import Entity
+from tiermem.policies.importance import LATIN_WORD_CHARS as _L
+from tiermem.policies.importance import PhraseIndex, TextView, phrase_key
+
+__all__ = [
+    "DEFAULT_ENTITY_RULES",
+    "EntityExtractor",
+    "EntityRule",
+    "PhraseRule",
+    "RuleEntityExtractor",
+    "extract_entities",
+]
+
+_DIGITS = tuple("0123456789")
+# What may hold upper-case letters in a folded pattern: escapes, group names and character
+# classes ("[A-Za-z]" is harmless). An upper-case letter elsewhere could never match.
+_NOT_LITERAL = re.compile(r"\\.|\(\?P<[^>]*>|\(\?P=[^)]*\)|\[(?:\\.|[^\]])*\]")
+
+
+class EntityExtractor(Protocol):
+    """Finds entities in text. Implementations are pure and return each entity once."""
+
+    def extract(self, text: str) -> tuple[Entity, ...]:
+        """The entities in ``text``, deduplicated, in order of first appearance."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class EntityRule:
+    """One kind of entity: a regex and a function from a match to a value.
+
+    ``value`` returns ``None`` to reject a match (a bad check digit, the 31st of February).
+    With ``folded`` (the default) the rule reads :attr:`TextView.folded` and its pattern
+    must be in lower case (faster than ``re.IGNORECASE``); otherwise it reads the NFKC text
+    with its case. ``requires`` lists strings of which the text must hold one for the rule
+    to run at all: a cheap gate before the regex. Raises
+    :class:`~tiermem.errors.ValidationError` for an empty kind, a bad pattern, or upper-case
+    letters in a folded pattern.
+    """
+
+    kind: str
+    pattern: str
+    value: Callable[[re.Match[str]], str | None]
+    folded: bool = True
+    requires: tuple[str, ...] = ()
+    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            raise ValidationError("an entity rule needs a kind, e.g. 'volume'")
+        try:
+            object.__setattr__(self, "_regex", re.compile(self.pattern))
+        except re.error as exc:
+            raise ValidationError(f"entity rule {self.kind!r}: bad pattern: {exc}") from exc
+        if self.folded and re.search("[A-Z]", _NOT_LITERAL.sub("", self.pattern)):
+            raise ValidationError(
+                f"entity rule {self.kind!r} reads folded text but its pattern has upper-case "
+                "letters; write it in lower case or pass folded=False"
+            )
+
+    def find(self, view: TextView) -> Iterator[tuple[int, int, str]]:
+        """``(start, end, value)`` of each accepted match in ``view``."""
+        text = view.folded if self.folded else view.normal
+        if self.requires and not any(s in text for s in self.requires):
+            return
+        for match in self._regex.finditer(text):
+            value = self.value(match)
+            if value is not None:
+                yield match.start(), match.end(), value
+
+
+class PhraseRule:
+    """One kind of entity from a word list: each key a way to write a name, each value the
+    entity value (``{"青年": "seinen", "seinen": "seinen"}``).
+
+    Names match as whole phrases, case-insensitively (:class:`PhraseIndex`); the list may be
+    long (a catalogue of titles). Raises :class:`~tiermem.errors.ValidationError` for an
+    empty list, or an empty name or value.
+    """
+
+    __slots__ = ("_index", "_values", "kind")
+
+    def __init__(self, kind: str, names: Mapping[str, str]) -> None:
+        if not kind:
+            raise ValidationError("a phrase rule needs a kind, e.g. 'series'")
+        for name, value in names.items():
+            if not isinstance(value, str) or not value.strip():
+                raise ValidationError(f"{kind} {name!r} has no value; map it to a name")
+        self.kind = kind
+        self._index = PhraseIndex(names)
+        self._values = {phrase_key(name): value for name, value in names.items()}
+
+    def __repr__(self) -> str:
+        return f"PhraseRule({self.kind!r}, {len(self._values)} names)"
+
+    def find(self, view: TextView) -> Iterator[tuple[int, int, str]]:
+        """``(start, end, value)`` of each name in ``view``."""
+        for start, end, key in self._index.find(view):
+            yield start, end, self._values[key]
+
+
+# ---------------------------------------------------------------- value functions
+
+
+def _upper(match: re.Match[str]) -> str:
+    return match.group(0).upper()
+
+
+def _as_written(match: re.Match[str]) -> str:
+    return match.group(0)
+
+
+def _email(match: re.Match[str]) -> str | None:
+    local, _, domain = match.group(0).rpartition("@")
+    tld = domain.rpartition(".")[2]
+    if "." not in domain or len(tld) < 2 or not tld.isalpha():
+        return None  # "a@b", "a@b.1": not an address
+    return f"{local}@{domain.lower()}"
+
+
+_ISBN_PREFIX = re.compile(r"isbn(?:-?1[03])?:?\s*")
+
+
+def _isbn(match: re.Match[str]) -> str | None:
+    written = match.group(0)
+    prefix = _ISBN_PREFIX.match(written)
+    if prefix:
+        written = written[prefix.end() :]
+    digits = written.replace("-", "").replace(" ", "").upper()
+    if len(digits) == 13 and digits.isdigit() and digits.startswith(("978", "979")):
+        total = sum(int(d) * (1 if i % 2 == 0 else 3) for i, d in enumerate(digits))
+        return digits if total % 10 == 0 else None
+    if len(digits) == 10 and digits[:9].isdigit() and (digits[9].isdigit() or digits[9] == "X"):
+        # A bare 10-digit number is as likely a phone number: ask for a sign it is an ISBN.
+        if not (prefix or "-" in written):
+            return None
+        total = sum((10 - i) * (10 if d == "X" else int(d)) for i, d in enumerate(digits))
+        return digits if total % 11 == 0 else None
+    return None
+
+
+_CURRENCIES = {
+    "$": "USD", "¥": "JPY", "€": "EUR", "£": "GBP", "円": "JPY", "yen": "JPY",
+    "dollar": "USD", "dollars": "USD", "usd": "USD", "jpy": "JPY", "eur": "EUR",
+    "euro": "EUR", "euros": "EUR",
+}  # fmt: skip
+_MONEY_PARTS = re.compile(r"([$¥€£]?)\s?([0-9][0-9,]*(?:\.[0-9]+)?)\s?(.*)")
+
+
+def _money(match: re.Match[str]) -> str | None:
+    parts = _MONEY_PARTS.fullmatch(match.group(0))
+    if parts is None:
+        return None
+    symbol, amount, word = parts.groups()
+    return f"{_CURRENCIES[symbol or word]} {amount.replace(',', '')}"
+
+
+def _date(match: re.Match[str]) -> str | None:
+    try:
+        return date(int(match["y"]), int(match["m"]), int(match["d"])).isoformat()
+    except ValueError:  # not a calendar date: 2024-02-30, 2024-13-01
+        return None
+
+
+_FIRST_NUMBER = re.compile(r"[0-9]+")
+
+
+def _volume(match: re.Match[str]) -> str | None:
+    number = _FIRST_NUMBER.search(match.group(0))
+    return str(int(number.group())) if number else None  # "vol 007" is volume 7
+
+
+_LANGUAGES = {
+    "Japanese": "japanese", "日本語": "japanese", "English": "english", "英語": "english",
+    "Chinese": "chinese", "中国語": "chinese", "Korean": "korean", "韓国語": "korean",
+    "French": "french", "フランス語": "french", "German": "german", "ドイツ語": "german",
+    "Spanish": "spanish", "スペイン語": "spanish",
+}  # fmt: skip
+_GENRES = {
+    "seinen": "seinen", "セイネン": "seinen", "青年": "seinen",
+    "shonen": "shonen", "shōnen": "shonen", "shounen": "shonen", "少年": "shonen",
+    "shojo": "shojo", "shōjo": "shojo", "shoujo": "shojo", "少女": "shojo",
+    "josei": "josei", "isekai": "isekai", "異世界": "isekai",
+    "horror": "horror", "ホラー": "horror", "romance": "romance", "恋愛": "romance",
+    "fantasy": "fantasy", "ファンタジー": "fantasy",
+    "dark fantasy": "dark fantasy", "ダークファンタジー": "dark fantasy",
+}  # fmt: skip
+
+# Speed: each pattern starts with a literal or one character class, and checks its left
+# boundary with a lookbehind *after* it ("isbn(?<![a-z]isbn)", "[0-9](?<![0-9].)"), so re
+# can jump to candidates. A leading lookbehind, re.IGNORECASE, or alternatives
+# that start differently all turn that off and made extraction several times slower. A kind
+# with two shapes ("vol 42", "42巻") is two rules, each behind a cheap ``requires`` gate.
+_ISBN_END = rf"(?![{_L}\-])"
+
+DEFAULT_ENTITY_RULES: tuple[EntityRule | PhraseRule, ...] = (
+    EntityRule(
+        "order_id", rf"ord-(?<![{_L}]ord-)[0-9]{{4,12}}(?![{_L}])", _upper, requires=("ord-",)
+    ),
+    EntityRule(
+        "asin",
+        rf"B0(?<![{_L}]B0)[A-Z0-9]{{8}}(?![{_L}])",
+        _as_written,
+        folded=False,
+        requires=("B0",),
+    ),
+    EntityRule(
+        "isbn",
+        rf"isbn(?<![{_L}]isbn)(?:-?1[03])?:?\s*[0-9](?:[- ]?[0-9]){{8,11}}[- ]?[0-9x]{_ISBN_END}",
+        _isbn,
+        requires=("isbn",),
+    ),
+    EntityRule(  # ISBN-13 without the word: starts 978 or 979
+        "isbn",
+        rf"97(?<![{_L}\-]97)[89](?:[- ]?[0-9]){{10}}{_ISBN_END}",
+        _isbn,
+        requires=("978", "979"),
+    ),
+    EntityRule(  # ISBN-10 without the word: written with hyphens
+        "isbn",
+        rf"[0-9](?<![{_L}\-].)(?:-?[0-9]){{8}}-?[0-9x]{_ISBN_END}",
+        _isbn,
+        requires=("-",),
+    ),
+    EntityRule(
+        "email",
+        r"[A-Za-z0-9._%+-](?<![A-Za-z0-9._%+-].)[A-Za-z0-9._%+-]*+"
+        r"@[A-Za-z0-9-]++(?:\.[A-Za-z0-9-]++)*+",
+        _email,
+        folded=False,
+        requires=("@",),
+    ),
+    EntityRule(
+        "money",
+        rf"[$¥€£]\s?(?:[0-9]{{1,3}}(?:,[0-9]{{3}})+|[0-9]+)(?:\.[0-9]+)?(?![0-9{_L}])",
+        _money,
+        requires=("$", "¥", "€", "£"),
+    ),
+    EntityRule(
+        "money",
+        rf"[0-9](?<![0-9.,{_L}].)(?:[0-9]{{0,2}}(?:,[0-9]{{3}})+|[0-9]*)(?:\.[0-9]+)?"
+        rf"\s?(?:円|yen|dollars?|euros?|usd|jpy|eur)(?![{_L}])",
+        _money,
+        requires=("円", "yen", "dollar", "euro", "usd", "jpy", "eur"),
+    ),
+    EntityRule(
+        "date",
+        r"(?P<y>[0-9](?<![0-9].)[0-9]{3})-(?P<m>[0-9]{2})-(?P<d>[0-9]{2})(?![0-9]|-[0-9])",
+        _date,
+        requires=("-",),
+    ),
+    EntityRule(
+        "date",
+        r"(?P<y>[0-9](?<![0-9].)[0-9]{3})年(?P<m>[0-9]{1,2})月(?P<d>[0-9]{1,2})日",
+        _date,
+        requires=("年",),
+    ),
+    EntityRule(
+        "volume",
+        rf"vol(?<![{_L}]vol)(?:ume)?\.?\s*[0-9]{{1,4}}(?![0-9])",
+        _volume,
+        requires=("vol",),
+    ),
+    EntityRule(
+        "volume",
+        r"[第0-9](?:(?<=第)\s*[0-9]{1,4}|(?<![0-9].)(?<=[0-9])[0-9]{0,3})\s*巻",
+        _volume,
+        requires=("巻",),
+    ),
+    PhraseRule("language", _LANGUAGES),
+    PhraseRule("genre", _GENRES),
+)
+"""The built-in rules, in the order of the table in this module's docstring."""
+
+
+class RuleEntityExtractor:
+    """Extracts entities with rules and a catalogue of series titles.
+
+    ``known_titles`` maps each way of writing a title to its canonical name, e.g.
+    ``{"Berserk": "Berserk", "ベルセルク": "Berserk"}``; a match yields
+    ``Entity(kind="series", value=canonical)``. ``rules`` replaces the built-in rules.
+    Raises :class:`~tiermem.errors.ValidationError` for an empty title or canonical name.
+    """
+
+    def __init__(
+        self,
+        known_titles: Mapping[str, str] | None = None,
+        *,
+        rules: Iterable[EntityRule | PhraseRule] = DEFAULT_ENTITY_RULES,
+    ) -> None:
+        self._titles = PhraseRule("series", known_titles) if known_titles else None
+        self._rules = tuple(rules)
+
+    def extract(self, text: str) -> tuple[Entity, ...]:
+        """The entities in ``text``, each ``(kind, value)`` once, by first appearance."""
+        view = TextView(text)
+        found: list[tuple[int, int, str, str]] = []
+        titles = list(self._titles.find(view)) if self._titles else []
+        found += [(start, 0, "series", value) for start, _, value in titles]
+        # Title spans are sorted and disjoint: the one that could hold a match is the last
+        # that starts at or before it.
+        starts = [start for start, _, _ in titles]
+        for rule in self._rules:
+            for start, end, value in rule.find(view):
+                i = bisect_right(starts, start) - 1
+                if i < 0 or titles[i][1] < end:  # not inside a title
+                    found.append((start, len(found), rule.kind, value))
+        found.sort()
+        seen: set[tuple[str, str]] = set()
+        out: list[Entity] = []
+        for _, _, kind, value in found:
+            if (kind, value) not in seen:
+                seen.add((kind, value))
+                out.append(Entity(kind=kind, value=value))
+        return tuple(out)
+
+
+_DEFAULT_EXTRACTOR = RuleEntityExtractor()
+
+
+def extract_entities(
+    blocks: tuple[Any, ...] | list[Any], *, extractor: EntityExtractor | None = None
+) -> tuple[Entity, ...]:
+    """The entities in the text of ``blocks`` (see :func:`~tiermem.models.text_of`).
+
+    Uses ``extractor``, or the built-in rules without a title catalogue.
+    """
+    return (extractor or _DEFAULT_EXTRACTOR).extract(text_of(blocks))
