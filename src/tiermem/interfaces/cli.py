@@ -152,6 +152,62 @@ def doctor() -> None:
     typer.echo("all checks passed")
 
 
+_DEMO_TURNS = [
+    ("user", "Hello!"),
+    ("assistant", "Welcome to the manga store. What are you looking for?"),
+    ("user", "I prefer seinen, and nothing with horror please."),
+    ("assistant", "I recommend Vinland Saga; you might like Berserk too."),
+    ("user", "Do you have Berserk vol 42 in stock?"),
+    ("assistant", "Yes, volume 42 is in stock at ¥1,200."),
+    ("user", "好きなジャンルはセイネンです。ベルセルク42巻を注文します。"),
+    ("user", "No, I meant volume 41, sorry."),
+    ("user", "ok thanks"),
+]
+
+
+async def _demo(settings: TierMemSettings, keep: bool) -> None:
+    from tiermem.service import MemoryService
+
+    async with MemoryService.from_settings(settings) as memory:
+        session = await memory.session(user_id="demo-user", user_tier="vip")
+        typer.echo(
+            f"session {session.id} (user demo-user, vip) on "
+            f"{settings.hot_backend} + {settings.durable_backend}\n"
+        )
+        typer.echo(f"{'#':>2}  {'role':9} {'imp':>4} {'why':15} {'tok':>3}  text / entities")
+        for role, text in _DEMO_TURNS:
+            turn = await session.add_turn(role, text)
+            why = str(turn.metadata.get("importance_reason", ""))
+            found = ", ".join(f"{e.kind}={e.value}" for e in turn.entities)
+            typer.echo(
+                f"{turn.index:>2}  {role:9} {turn.importance:4.2f} {why:15} "
+                f"{turn.token_count:>3}  {text[:48]}" + (f"  [{found}]" if found else "")
+            )
+        entities = await session.active_entities()
+        typer.echo("\nactive entities: " + ", ".join(f"{k}={v.value}" for k, v in entities.items()))
+        await memory.tiers.hot.delete(session.id)  # simulate losing the hot tier
+        view = await session.view()
+        typer.echo(
+            f"hot tier lost -> next read served by: {view.source}, "
+            f"{len(view.turns)} turns back, entities kept: {len(view.entities)}"
+        )
+        stats = await session.stats()
+        typer.echo(
+            f"stats: {stats.turn_count} turns, {stats.hot_tokens} hot tokens, "
+            f"expires {stats.expires_at:%H:%M} UTC, reloads {stats.reloads}"
+        )
+        if not keep:
+            await session.clear()
+            typer.echo("demo session cleared (run with --keep to keep it)")
+
+
+@app.command()
+def demo(keep: bool = typer.Option(False, help="keep the demo session's data")) -> None:
+    """Run a short manga-store conversation through the configured tiers and show what
+    tiermem records: importance, entities, reload after losing the hot tier, stats."""
+    asyncio.run(_demo(TierMemSettings(), keep))
+
+
 @app.command("create-table")
 def create_table() -> None:
     """Create the DynamoDB table named by TIERMEM_DYNAMODB_TABLE (idempotent), with TTL on.
