@@ -1,0 +1,51 @@
+"""The tiermem command line: version, doctor, demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tiermem.interfaces.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def embedded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TIERMEM_HOT_BACKEND", "memory")
+    monkeypatch.setenv("TIERMEM_DURABLE_BACKEND", "sqlite")
+    monkeypatch.setenv("TIERMEM_SQLITE_PATH", str(tmp_path / "cli.db"))
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip()[0].isdigit()
+
+
+def test_doctor_passes_on_the_embedded_default(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["doctor"])
+    assert result.exit_code == 0, result.stdout
+    assert "[ok  ] tokenizer" in result.stdout
+    assert "[ok  ] hot (memory)" in result.stdout
+    assert f"file {tmp_path / 'cli.db'}" in result.stdout
+    assert "all checks passed" in result.stdout
+
+
+def test_doctor_fails_clearly_when_redis_is_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIERMEM_HOT_BACKEND", "redis")
+    monkeypatch.setenv("TIERMEM_REDIS_URL", "redis://127.0.0.1:9/0")  # nothing listens on 9
+    result = runner.invoke(app, ["doctor"])
+    assert result.exit_code == 1
+    assert "[FAIL] hot (redis)" in result.stdout
+    assert "is redis-server running" in result.stdout
+
+
+def test_demo_runs_and_cleans_up() -> None:
+    result = runner.invoke(app, ["demo"])
+    assert result.exit_code == 0, result.stdout
+    assert "preference" in result.stdout
+    assert "served by: reload" in result.stdout
+    assert "demo session cleared" in result.stdout
