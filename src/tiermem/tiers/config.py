@@ -43,6 +43,9 @@ class SessionTierConfig:
     hot_conflict_retries: int = 3
     """Concurrent writers can reach the hot tier out of order; retry this often, then
     rebuild the hot session from the durable tier."""
+    read_refresh_granularity: timedelta = timedelta(seconds=10)
+    """A read refreshes the hot expiry only if that moves it by at least this much: saves a
+    write per read in a busy session."""
     sweep_lease: timedelta = timedelta(minutes=5)
     """How long an expiry sweeper owns a session it claimed before another may take it."""
 

@@ -243,7 +243,12 @@ class TieredSessionStore:
 
     async def _refresh_on_read(self, view: SessionView) -> None:
         new = self.hot_expiry(view.metadata, view.next_index, "read", view.expires_at)
-        if new is not None and new != view.expires_at:
+        current = view.expires_at
+        # A read right after another read or write moves the expiry by seconds: skip that
+        # extra write; it changes nothing a user would notice.
+        if new is not None and (
+            current is None or abs(new - current) >= self.config.read_refresh_granularity
+        ):
             await self._hot(
                 lambda: self.hot.touch(view.metadata.session_id, expires_at=new), "touch"
             )
