@@ -30,7 +30,7 @@ genre     seinen shonen/shōnen shojo/shōjo josei      English name, lower case
 ========  ==========================================  ===========================
 
 Series come from a catalogue the caller supplies (alias → canonical title), matched
-case-insensitively as whole words (:class:`~tiermem.policies.importance.PhraseIndex`); a
+case-insensitively as whole words (:class:`~tiermem.policies.phrases.PhraseIndex`); a
 match inside a series title (the "Fantasy" of "Final Fantasy") is not reported as another
 kind. Text is read in NFKC form, so full-width ``４２巻`` is volume 42. Kanji numerals
 (``四十二巻``) are not read; ``青年`` and ``少女`` are reported as genres even where they
@@ -49,8 +49,8 @@ from typing import Any, Protocol
 from tiermem.errors import ValidationError
 from tiermem.models.content import text_of
 from tiermem.models.turns import Entity
-from tiermem.policies.importance import LATIN_WORD_CHARS as _L
-from tiermem.policies.importance import PhraseIndex, TextView, phrase_key
+from tiermem.policies.phrases import LATIN_WORD_CHARS as _L
+from tiermem.policies.phrases import PhraseIndex, TextView, phrase_key
 
 __all__ = [
     "DEFAULT_ENTITY_RULES",

@@ -1,6 +1,7 @@
 """Pure policies: values in, values out, no I/O and no clock reads.
 
 * :mod:`~tiermem.policies.importance` — how much a turn is worth keeping.
+* :mod:`~tiermem.policies.phrases` — finding whole phrases in English and Japanese text.
 * :mod:`~tiermem.policies.ttl` — when a session's hot state expires.
 """
 
@@ -9,11 +10,10 @@ from tiermem.policies.importance import (
     ImportanceRules,
     ImportanceScore,
     ImportanceScorer,
-    PhraseIndex,
     RuleImportanceScorer,
-    TextView,
     score_importance,
 )
+from tiermem.policies.phrases import PhraseIndex, TextView
 from tiermem.policies.ttl import (
     SEED_TTL_TABLE,
     ActivityTtl,

@@ -16,200 +16,35 @@ short greeting or farewell ("hi", "またね")               0.1   ``greeting``
 anything else: information density, 0.25..0.75              ``density``
 =====================================================  =====  =================
 
-Everything here is pure: values in, values out. This module also owns the phrase-matching
-rule (:class:`TextView`, :class:`PhraseIndex`) that rule-based extraction reuses, so a cue
-and an entity name obey the same word boundaries.
+Everything here is pure: values in, values out. Cues are matched by
+:mod:`tiermem.policies.phrases`, the rule that rule-based extraction also uses, so a cue and an
+entity name obey the same word boundaries.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from tiermem.errors import ValidationError
 from tiermem.models.content import ContentBlock, TextBlock, ToolResultBlock, text_of
 from tiermem.models.turns import Entity
+from tiermem.policies.phrases import PhraseIndex, TextView
 
 __all__ = [
     "DEFAULT_IMPORTANCE_RULES",
-    "LATIN_WORD_CHARS",
-    "MAX_PHRASE_CHARS",
     "ImportanceRules",
     "ImportanceScore",
     "ImportanceScorer",
-    "PhraseIndex",
     "RuleImportanceScorer",
-    "TextView",
-    "normal_form",
-    "phrase_key",
     "score_importance",
 ]
 
-# Letters and digits of scripts that separate words with spaces. A Latin phrase must not touch
-# one of these ("ok" in "book", "hi" in "this"); CJK text has no spaces, so a phrase may touch
-# anything there ("OKです" is an acknowledgement, "青年が好き" a preference).
-LATIN_WORD_CHARS = "0-9A-Za-z\u00c0-\u024f"
-MAX_PHRASE_CHARS = 200
 _CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
-_LATIN = re.compile(f"[{LATIN_WORD_CHARS}]")
-_LATIN_RUN = re.compile(f"[{LATIN_WORD_CHARS}]+")
 _CJK_CHAR = re.compile(f"[{_CJK_CHARS}]")
 _SPACED_WORD = re.compile(f"[^\\W_{_CJK_CHARS}]+")  # a word of a space-separated script
 _NUMBER = re.compile(r"[0-9]+(?:[.,][0-9]+)*")
-_CURLY_APOSTROPHES = ("\u2019", "\u2018", "\u02bc")
-_APOSTROPHES = str.maketrans(dict.fromkeys(_CURLY_APOSTROPHES, "'"))
-_FULL_WIDTH = re.compile("[\uff01-\uff5e\u3000]")
-# Lists with up to this many first words compile up front and pick the groups to run by a
-# substring test per group; longer lists compile on demand and use TextView.keys.
-_SMALL_INDEX = 256
-
-
-def _half_width(match: re.Match[str]) -> str:
-    char = match.group()
-    return " " if char == "\u3000" else chr(ord(char) - 0xFEE0)
-
-
-def normal_form(text: str) -> str:
-    """``text`` as rules read it: NFKC (``ＯＫ４２`` → ``OK42``) with straight apostrophes."""
-    # Both steps are slow on CJK text, and most text needs neither: check first.
-    if not unicodedata.is_normalized("NFKC", text):
-        # Japanese text is usually normal but for full-width ASCII ("？", "４２") and the
-        # ideographic space: map those cheaply before paying for a full normalisation.
-        text = _FULL_WIDTH.sub(_half_width, text)
-        if not unicodedata.is_normalized("NFKC", text):
-            text = unicodedata.normalize("NFKC", text)
-    if any(mark in text for mark in _CURLY_APOSTROPHES):
-        text = text.translate(_APOSTROPHES)
-    return text
-
-
-class TextView:
-    """One text in the forms that rules read, computed once and shared by all of them.
-
-    ``normal`` is :func:`normal_form`; ``folded`` is ``normal`` lower-cased and of the same
-    length, so a position in one is a position in the other; ``keys`` (computed on first
-    use) holds the Latin words and the characters of ``folded``: what a phrase can start with.
-    """
-
-    __slots__ = ("_keys", "folded", "normal")
-
-    def __init__(self, text: str) -> None:
-        self.normal = normal_form(text)
-        folded = self.normal.lower()
-        if len(folded) != len(self.normal):  # "İ" lower-cases to two characters; keep one
-            folded = "".join(ch.lower()[0] for ch in self.normal)
-        self.folded = folded
-        self._keys: frozenset[str] | None = None
-
-    @property
-    def keys(self) -> frozenset[str]:
-        if self._keys is None:
-            self._keys = frozenset(_LATIN_RUN.findall(self.folded)).union(self.folded)
-        return self._keys
-
-
-def phrase_key(phrase: str) -> str:
-    """``phrase`` folded, with each run of whitespace one space: how matches are reported."""
-    return " ".join(TextView(phrase).folded.split())
-
-
-class PhraseIndex:
-    """Finds whole phrases from a list of any length in a :class:`TextView`.
-
-    Matching is case-insensitive and by whole phrase: an end of a phrase that is a Latin
-    letter or digit must not touch another one (``ok`` is not in ``book``, ``hi`` not in
-    ``this``), while an end in CJK script may touch anything, since Japanese does not
-    separate words (``OKです``, ``青年が好き``). A space matches any run of whitespace. Where
-    matches overlap, the leftmost wins, then the longest ("dark fantasy" over "fantasy").
-
-    Phrases are grouped by their first Latin word (or first character): a search runs only
-    the groups whose first word is in the text, each a trie compiled into one regex, so the
-    cost hardly grows with the list. Lists of over 256 groups compile groups on first use.
-    Raises :class:`~tiermem.errors.ValidationError` for no phrases, or an empty phrase or
-    one over ``MAX_PHRASE_CHARS`` characters.
-    """
-
-    def __init__(self, phrases: Iterable[str]) -> None:
-        groups: dict[str, set[str]] = {}
-        for phrase in phrases:
-            key = phrase_key(phrase)
-            if not key or len(key) > MAX_PHRASE_CHARS:
-                raise ValidationError(
-                    f"phrase {phrase!r} is empty or over {MAX_PHRASE_CHARS} characters"
-                )
-            word = _LATIN_RUN.match(key)
-            groups.setdefault(word.group() if word else key[0], set()).add(key)
-        if not groups:
-            raise ValidationError("a phrase list is empty; give at least one phrase")
-        self._groups = groups
-        self._patterns: dict[str, re.Pattern[str]] = {}
-        self._small = len(groups) <= _SMALL_INDEX
-        if self._small:
-            for first in groups:
-                self._pattern(first)
-
-    def _pattern(self, first: str) -> re.Pattern[str]:
-        pattern = self._patterns.get(first)
-        if pattern is None:
-            trie: dict[str, Any] = {}
-            for key in self._groups[first]:
-                node = trie
-                for ch in key:
-                    node = node.setdefault(ch, {})
-                node[""] = {}
-            pattern = self._patterns[first] = re.compile(_trie_regex(trie, previous=""))
-        return pattern
-
-    def _candidates(self, view: TextView) -> Iterable[str]:
-        # A superset of the groups whose first word is in the text; the regex decides.
-        if self._small:
-            return [first for first in self._groups if first in view.folded]
-        return self._groups.keys() & view.keys
-
-    def search(self, view: TextView) -> bool:
-        """Whether any phrase occurs in ``view``."""
-        return any(self._pattern(f).search(view.folded) for f in self._candidates(view))
-
-    def find(self, view: TextView) -> list[tuple[int, int, str]]:
-        """``(start, end, phrase_key)`` of each match in ``view.folded``, left to right."""
-        text = view.folded
-        patterns = [self._pattern(first) for first in self._candidates(view)]
-        if len(patterns) == 1:
-            spans: Iterable[tuple[int, int]] = (m.span() for m in patterns[0].finditer(text))
-        else:
-            spans = _leftmost_longest(patterns, text)
-        return [(start, end, " ".join(text[start:end].split())) for start, end in spans]
-
-
-def _leftmost_longest(patterns: list[re.Pattern[str]], text: str) -> Iterator[tuple[int, int]]:
-    # Merge several patterns' matches: each time take the leftmost, then longest, match that
-    # starts after the last one taken, re-searching a pattern whose next match overlapped it.
-    heads = {pattern: pattern.search(text) for pattern in patterns}
-    while live := [match for match in heads.values() if match is not None]:
-        best = min(live, key=lambda match: (match.start(), -match.end()))
-        yield best.span()
-        for pattern, match in heads.items():
-            if match is not None and match.start() < best.end():
-                heads[pattern] = pattern.search(text, best.end())
-
-
-def _trie_regex(node: dict[str, Any], previous: str) -> str:
-    alternatives = []
-    for ch in sorted(k for k in node if k):
-        head = r"\s+" if ch == " " else re.escape(ch)
-        if not previous and _LATIN.match(ch):
-            # The left boundary is checked after the first character, so that re can still
-            # jump to candidate first characters (a leading lookbehind disables that).
-            head += f"(?<![{LATIN_WORD_CHARS}].)"
-        alternatives.append(head + _trie_regex(node[ch], ch))
-    if "" in node:  # a phrase ends here; longer phrases were tried first
-        alternatives.append(f"(?![{LATIN_WORD_CHARS}])" if _LATIN.match(previous) else "")
-    if len(alternatives) == 1:
-        return alternatives[0]
-    return "(?:" + "|".join(alternatives) + ")"
 
 
 def _word_units(text: str) -> int:
