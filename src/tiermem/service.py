@@ -9,12 +9,22 @@
 
 Adding a turn counts its tokens, scores its importance and extracts its entities with rules
 (no LLM on this path), then writes it through the tiers (see :mod:`tiermem.tiers.tiered`).
+
+Long-term memory (:attr:`MemoryService.longterm`) is fed from user turns by auto-detection
+(:mod:`tiermem.longterm.detect`, rules only). It runs **off the response path**: ``add_turn``
+returns once the turn is written, and detection runs in a background task, one at a time and
+in turn order per session handle (so "I prefer seinen" then "I prefer shonen" ends at
+shonen). :meth:`Session.close`, :meth:`MemoryService.drain` and :meth:`MemoryService.aclose`
+wait for those tasks; a failed detection write is logged and counted
+(``auto_detect_failures``), never raised into ``add_turn``. Turn it off with
+``MemoryService(..., auto_detect=False)``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
@@ -23,14 +33,19 @@ from typing import Any, NoReturn, Self
 from pydantic import Field
 
 from tiermem.clock import Clock, IdFactory, SystemClock, UlidFactory
-from tiermem.errors import NotFoundError, ValidationError
+from tiermem.errors import NotFoundError, TierMemError, ValidationError
 from tiermem.extraction.entities import EntityExtractor, RuleEntityExtractor
+from tiermem.longterm.detect import MemoryDetector, RuleMemoryDetector
+from tiermem.longterm.index import SearchIndex
+from tiermem.longterm.memory import LongTermMemory
 from tiermem.models import (
     ActiveEntity,
     ContentBlock,
     JsonValue,
+    MemoryRecord,
     Message,
     NewTurn,
+    Provenance,
     SessionMetadata,
     SessionRef,
     StateBlob,
@@ -43,7 +58,7 @@ from tiermem.models.base import FrozenModel
 from tiermem.policies.importance import ImportanceScorer, RuleImportanceScorer
 from tiermem.policies.ttl import HybridTtl, TtlPolicy
 from tiermem.settings import TierMemSettings
-from tiermem.store.contract import MAX_TURNS_PER_APPEND, DurableStore, HotStore
+from tiermem.store.contract import MAX_TURNS_PER_APPEND, Capability, DurableStore, HotStore
 from tiermem.store.keys import validate_id
 from tiermem.tiers.config import SessionTierConfig
 from tiermem.tiers.sweeper import ExpirySweeper, Handoff
@@ -115,6 +130,10 @@ class MemoryService:
         entities: EntityExtractor | None = None,
         ttl_policy: TtlPolicy | None = None,
         config: SessionTierConfig | None = None,
+        index: SearchIndex | None = None,
+        longterm: LongTermMemory | None = None,
+        auto_detect: bool = True,
+        detector: MemoryDetector | None = None,
     ) -> None:
         self.clock = clock or SystemClock()
         self.ids = ids or UlidFactory()
@@ -124,6 +143,16 @@ class MemoryService:
         self.tiers = TieredSessionStore(
             hot, durable, clock=self.clock, ttl_policy=ttl_policy or HybridTtl(), config=config
         )
+        self.longterm = longterm or _default_longterm(
+            durable, index, clock=self.clock, ids=self.ids, tokens=self.tokens
+        )
+        """Long-term user memory (remember, preferences, recall, forget) over ``durable``;
+        by default with an in-process search index and the standard recaller."""
+        self.auto_detect = auto_detect
+        self.detector: MemoryDetector = detector or RuleMemoryDetector()
+        self.auto_detect_failures = 0
+        """Auto-detection writes that failed (logged); the turns themselves were written."""
+        self._background: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_settings(
@@ -192,6 +221,52 @@ class MemoryService:
         """A user's sessions, newest first."""
         return await self.tiers.durable.list_sessions(user_id, limit=limit)
 
+    async def purge_user(self, user_id: str) -> int:
+        """GDPR erasure: delete everything of the user from every tier.
+
+        In order: pending auto-detection is awaited; each of the user's sessions (listed
+        from the durable tier) is deleted from the hot tier; the durable tier purges the
+        sessions' turns and records and the user's memories and change log; the search
+        index drops every document of the user. Returns how many sessions and memories the
+        durable tier deleted. A hot tier that cannot be reached raises (it is not bypassed:
+        a purge must not leave copies behind). Writes made for the user while the purge
+        runs may survive it; purge when the user has no active session.
+
+        Raises:
+            ValidationError: a bad id.
+            BackendError: a tier failed; the purge can be run again.
+        """
+        validate_id(user_id, what="user_id")
+        await self.drain()
+        deleted = 0
+        while True:
+            refs = await self.tiers.durable.list_sessions(user_id, limit=_PURGE_PAGE)
+            for ref in refs:
+                await self.tiers.hot.delete(ref.session_id)
+            if len(refs) < _PURGE_PAGE:
+                break
+            # More sessions than one page lists: drop these from the list to reach the rest.
+            for ref in refs:
+                await self.tiers.durable.delete_session(ref.session_id)
+            deleted += len(refs)
+        return deleted + await self.longterm.purge_user(user_id)
+
+    def spawn(self, session_id: str, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run background work of a session (auto-detection), tracked so that
+        :meth:`drain` and :meth:`aclose` wait for it."""
+        task = asyncio.get_running_loop().create_task(work, name=f"tiermem-bg-{session_id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def drain(self) -> None:
+        """Wait for the background work started so far (auto-detection of added turns).
+
+        Raises the first unexpected (non-tiermem) error a task raised: that is a bug.
+        """
+        while self._background:
+            await _wait_all(set(self._background))
+
     def sweeper(self, handoff: Handoff, *, owner: str | None = None) -> ExpirySweeper:
         """An expiry sweeper that hands each expired session to ``handoff`` exactly once."""
         return ExpirySweeper(self.tiers, handoff, owner=owner or f"sweeper-{self.ids.new_id()}")
@@ -227,8 +302,14 @@ class MemoryService:
         )
 
     async def aclose(self) -> None:
-        await self.tiers.hot.aclose()
-        await self.tiers.durable.aclose()
+        """Wait for background work, then close long-term memory (index, recaller) and the
+        stores."""
+        try:
+            await self.drain()
+        finally:
+            await self.longterm.aclose()
+            await self.tiers.hot.aclose()
+            await self.tiers.durable.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -251,6 +332,8 @@ class Session:
         self._view = view
         self._hot_hits = 1 if view.source == "hot" else 0
         self._reloads = 1 if view.source == "reload" else 0
+        self._detections: set[asyncio.Task[None]] = set()
+        self._detect_order = asyncio.Lock()  # FIFO: detections run in turn order
 
     @property
     def id(self) -> str:
@@ -284,9 +367,7 @@ class Session:
         """
         if not items:
             raise ValidationError("add_turns needs at least one turn")
-        prepared = [
-            i if isinstance(i, NewTurn) else self._service.prepare_turn(i) for i in items
-        ]
+        prepared = [i if isinstance(i, NewTurn) else self._service.prepare_turn(i) for i in items]
         stored: list[Turn] = []
         for start in range(0, len(prepared), MAX_TURNS_PER_APPEND):
             batch = await self._tiers.append(
@@ -299,7 +380,50 @@ class Session:
             )
             stored.extend(batch)
         await self._track_entities(stored)
+        if self._service.auto_detect and any(t.role == "user" for t in stored):
+            task = self._service.spawn(self.id, self._detect_in_background(stored))
+            self._detections.add(task)
+            task.add_done_callback(self._detections.discard)
         return stored
+
+    async def _detect_in_background(self, turns: Sequence[Turn]) -> None:
+        async with self._detect_order:
+            try:
+                await self.remember_from_turns(turns)
+            except TierMemError as exc:
+                self._service.auto_detect_failures += 1
+                logger.warning(
+                    "auto-detection for session %s turns %s failed; the turns are stored, "
+                    "their memories are not: %s",
+                    self.id,
+                    [t.index for t in turns],
+                    exc,
+                )
+
+    async def remember_from_turns(self, turns: Sequence[Turn] | None = None) -> list[MemoryRecord]:
+        """Detect memories in user turns (default: every archived turn of the session) and
+        write them to long-term memory with provenance ``auto`` (``explicit`` for
+        "!remember"), this session and the turn's index. Returns the records written.
+
+        ``add_turn`` calls this in the background when ``auto_detect`` is on; call it
+        directly to re-run detection, e.g. after importing turns with it off.
+        """
+        if turns is None:
+            turns = await self.get_turns()
+        written: list[MemoryRecord] = []
+        for turn in turns:
+            if turn.role != "user":
+                continue
+            text = "\n".join(b.text for b in turn.content if isinstance(b, TextBlock))
+            drafts = self._service.detector.detect(text) if text.strip() else ()
+            if drafts:
+                provenance = Provenance(
+                    source="auto", session_id=self.id, turn_indexes=(turn.index,)
+                )
+                written += await self._service.longterm.remember_detected(
+                    self.user_id, drafts, provenance=provenance
+                )
+        return written
 
     async def _track_entities(self, turns: Sequence[Turn]) -> None:
         """A new value of an entity kind replaces the old one (seed 001)."""
@@ -400,7 +524,9 @@ class Session:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def close(self) -> SessionMetadata:
-        """Flush pending writes and mark the session closed."""
+        """Flush pending writes (auto-detection included) and mark the session closed."""
+        while self._detections:
+            await _wait_all(set(self._detections))
         return await self._tiers.close(self.id)
 
     async def clear(self) -> None:
@@ -423,6 +549,48 @@ class Session:
             reloads=self._reloads,
             served_from=view.source,
         )
+
+
+_PURGE_PAGE = 500
+
+
+def _default_longterm(
+    durable: DurableStore,
+    index: SearchIndex | None,
+    *,
+    clock: Clock,
+    ids: IdFactory,
+    tokens: TokenCounter,
+) -> LongTermMemory:
+    """Long-term memory over the durable store with the standard recaller. Without an index:
+    a persistent store gets an in-process index warmed per user from the store on first
+    query (so memories stay searchable after a restart), the in-memory store a plain one."""
+    from tiermem.longterm.index_memory import InProcessIndex, WarmingIndex
+    from tiermem.longterm.recall import Recaller, memory_loader
+
+    if index is None:
+        persistent = Capability.PERSISTENT in durable.capabilities
+        index = WarmingIndex([memory_loader(durable)]) if persistent else InProcessIndex()
+    return LongTermMemory(
+        durable,
+        index,
+        clock=clock,
+        ids=ids,
+        tokens=tokens,
+        recaller=Recaller(durable, index, clock=clock),
+    )
+
+
+async def _wait_all(tasks: set[asyncio.Task[None]]) -> None:
+    """Wait for every task; then raise the first error that is not a TierMemError (those
+    were logged and counted by the task itself)."""
+    if not tasks:
+        return
+    await asyncio.wait(tasks)
+    for task in tasks:
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error
 
 
 def raise_gone(session_id: str) -> NoReturn:

@@ -25,13 +25,14 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
+from tiermem.longterm.memory import LongTermMemory
 from tiermem.service import MemoryService, Session
 from tiermem.settings import TierMemSettings
 
 __all__ = ["SyncMemory"]
 
 # Objects whose async methods are wrapped in turn when a call returns them.
-_WRAPPED = (MemoryService, Session)
+_WRAPPED = (MemoryService, Session, LongTermMemory)
 
 
 class _Portal:
@@ -62,6 +63,8 @@ class _Blocking:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._target, name)
+        if isinstance(attr, _WRAPPED):
+            return _Blocking(attr, self._portal)  # e.g. memory.longterm
         if not inspect.iscoroutinefunction(attr):
             return attr
 

@@ -23,3 +23,11 @@ def test_sync_facade_round_trip(tmp_path: Path) -> None:
     with SyncMemory.from_settings(settings) as memory:
         again = memory.session("s-sync", user_id="u-1")
         assert [t.text for t in again.get_turns()] == ["I prefer seinen"]
+
+
+def test_sync_facade_reaches_long_term_memory(tmp_path: Path) -> None:
+    settings = TierMemSettings(hot_backend="memory", durable_backend="sqlite",
+                               sqlite_path=tmp_path / "lt.db")
+    with SyncMemory.from_settings(settings) as memory:
+        record = memory.longterm.remember("u-1", "collects first editions", memory_type="fact")
+        assert memory.longterm.get("u-1", record.memory_id) == record

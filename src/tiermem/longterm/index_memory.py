@@ -1,0 +1,340 @@
+"""The reference search index, in process: :class:`InProcessIndex` (and its warm-up wrapper
+:class:`WarmingIndex` for deployments whose durable store has no search of its own).
+
+Per user it keeps postings (term → doc → tf), document lengths and kinds, and the user's
+embedding vectors. BM25 reads only the posting lists of the query's terms; vector search is
+brute-force cosine over the user's vectors (one matrix product with numpy, pure Python
+without). Everything is in memory: nothing survives the process.
+
+The other indexes are tested against this one: for the same documents and query they must
+return the same hits with the same scores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tiermem.errors import ValidationError
+from tiermem.longterm.index import DocKind, IndexedDoc, SearchHit, SearchIndex
+from tiermem.longterm.text import bm25_idf, bm25_term, doc_terms, query_terms
+from tiermem.longterm.vectors import cosine_top, matrix_of, unit_vector
+from tiermem.store.keys import validate_id
+
+__all__ = ["DocLoader", "InProcessIndex", "WarmingIndex", "check_search_args"]
+
+logger = logging.getLogger(__name__)
+
+_KINDS: frozenset[str] = frozenset({"memory", "turn", "chunk"})
+
+
+def check_search_args(user_id: str, kinds: Collection[str], limit: int) -> None:
+    """The argument checks every index runs before a search.
+
+    Raises:
+        ValidationError: a bad user id, an unknown kind, or ``limit`` < 1.
+    """
+    validate_id(user_id, what="user_id")
+    unknown = set(kinds) - _KINDS
+    if unknown:
+        raise ValidationError(
+            f"unknown document kinds {sorted(unknown)}; use some of {sorted(_KINDS)}"
+        )
+    if not isinstance(limit, int) or limit < 1:
+        raise ValidationError(f"limit must be an integer >= 1, got {limit!r}")
+
+
+def check_docs(docs: Sequence[IndexedDoc]) -> None:
+    """Validate the ids of documents before any of them is written."""
+    for doc in docs:
+        validate_id(doc.user_id, what="user_id")
+        validate_id(doc.doc_id, what="doc_id")
+
+
+@dataclass(slots=True)
+class _Doc:
+    kind: DocKind
+    length: int
+    terms: tuple[str, ...]
+    vector: tuple[float, ...] | None
+
+
+@dataclass(slots=True)
+class _UserIndex:
+    docs: dict[str, _Doc] = field(default_factory=dict)
+    postings: dict[str, dict[str, int]] = field(default_factory=dict)
+    total_length: int = 0
+    matrix_cache: dict[tuple[int, frozenset[str]], tuple[list[str], Any]] = field(
+        default_factory=dict
+    )
+
+    def remove(self, doc_id: str) -> None:
+        doc = self.docs.pop(doc_id, None)
+        if doc is None:
+            return
+        self.total_length -= doc.length
+        for term in doc.terms:
+            posting = self.postings.get(term)
+            if posting is not None:
+                posting.pop(doc_id, None)
+                if not posting:
+                    del self.postings[term]
+        if doc.vector is not None:
+            self.matrix_cache.clear()
+
+    def add(self, doc: IndexedDoc) -> None:
+        self.remove(doc.doc_id)
+        counts = doc_terms(doc.text, doc.tags)
+        vector = unit_vector(doc.embedding) if doc.embedding else None
+        self.docs[doc.doc_id] = _Doc(
+            kind=doc.kind, length=sum(counts.values()), terms=tuple(counts), vector=vector
+        )
+        self.total_length += sum(counts.values())
+        for term, tf in counts.items():
+            self.postings.setdefault(term, {})[doc.doc_id] = tf
+        if vector is not None:
+            self.matrix_cache.clear()
+
+
+class InProcessIndex:
+    """BM25 and brute-force cosine over documents held in this process.
+
+    The reference implementation of :class:`~tiermem.longterm.index.SearchIndex`, and the
+    index of the in-memory backend. Costs per query: BM25 reads the posting lists of the
+    query's terms (at most :data:`~tiermem.longterm.text.MAX_QUERY_TERMS`); vector search
+    multiplies the user's vectors of the asked kinds by the query (cached as a matrix
+    between writes when numpy is installed).
+
+    Raises (every method): :class:`~tiermem.errors.ValidationError` for bad ids, kinds or
+    limits. Nothing else: there is no I/O.
+    """
+
+    name = "in_process"
+    supports_vectors = True
+
+    def __init__(self) -> None:
+        self._users: dict[str, _UserIndex] = {}
+
+    def has_user(self, user_id: str) -> bool:
+        """Whether any document of the user is indexed."""
+        return user_id in self._users
+
+    def document_count(self, user_id: str) -> int:
+        user = self._users.get(user_id)
+        return 0 if user is None else len(user.docs)
+
+    async def upsert(self, docs: Sequence[IndexedDoc]) -> None:
+        check_docs(docs)
+        for doc in docs:
+            self._users.setdefault(doc.user_id, _UserIndex()).add(doc)
+
+    async def remove(self, user_id: str, doc_ids: Collection[str]) -> None:
+        validate_id(user_id, what="user_id")
+        user = self._users.get(user_id)
+        if user is None:
+            return
+        for doc_id in doc_ids:
+            user.remove(doc_id)
+        if not user.docs:
+            del self._users[user_id]
+
+    async def search(
+        self, user_id: str, query: str, *, kinds: Collection[DocKind], limit: int
+    ) -> list[SearchHit]:
+        check_search_args(user_id, kinds, limit)
+        user = self._users.get(user_id)
+        terms = query_terms(query)
+        if user is None or not terms or not kinds:
+            return []
+        count = len(user.docs)
+        average = user.total_length / count
+        scores: dict[str, float] = {}
+        for term in terms:  # query order: the Redis script sums in the same order
+            posting = user.postings.get(term)
+            if not posting:
+                continue
+            idf = bm25_idf(count, len(posting))
+            for doc_id, tf in posting.items():
+                part = bm25_term(idf, tf, user.docs[doc_id].length, average)
+                scores[doc_id] = scores.get(doc_id, 0.0) + part
+        wanted = set(kinds)
+        ranked = sorted(
+            (
+                (doc_id, score)
+                for doc_id, score in scores.items()
+                if user.docs[doc_id].kind in wanted
+            ),
+            key=lambda pair: (-pair[1], pair[0]),
+        )
+        return [
+            SearchHit(doc_id=doc_id, kind=user.docs[doc_id].kind, score=score)
+            for doc_id, score in ranked[:limit]
+        ]
+
+    async def vector_search(
+        self, user_id: str, vector: Sequence[float], *, kinds: Collection[DocKind], limit: int
+    ) -> list[SearchHit]:
+        check_search_args(user_id, kinds, limit)
+        user = self._users.get(user_id)
+        if user is None or not kinds or not vector:
+            return []
+        cache_key = (len(vector), frozenset(kinds))
+        cached = user.matrix_cache.get(cache_key)
+        if cached is None:
+            # Documents embedded with another model (another dimension) are left out.
+            chosen = [
+                (doc_id, doc.vector)
+                for doc_id, doc in user.docs.items()
+                if doc.vector is not None
+                and len(doc.vector) == len(vector)
+                and doc.kind in cache_key[1]
+            ]
+            cached = ([doc_id for doc_id, _ in chosen], matrix_of([v for _, v in chosen]))
+            user.matrix_cache[cache_key] = cached
+        keys, rows = cached
+        if not keys:
+            return []
+        top = cosine_top(vector, keys, rows, limit)
+        return [
+            SearchHit(doc_id=doc_id, kind=user.docs[doc_id].kind, score=score)
+            for doc_id, score in top
+        ]
+
+    async def purge_user(self, user_id: str) -> None:
+        validate_id(user_id, what="user_id")
+        self._users.pop(user_id, None)
+
+    async def aclose(self) -> None:
+        self._users.clear()
+
+
+DocLoader = Callable[[str], Awaitable[Sequence[IndexedDoc]]]
+"""Loads every document of one kind of one user from durable storage, for
+:class:`WarmingIndex` (see :func:`tiermem.longterm.recall.memory_loader` and
+:func:`~tiermem.longterm.recall.turn_loader`)."""
+
+_Write = tuple[str, Sequence[IndexedDoc] | Collection[str]]
+
+
+class WarmingIndex:
+    """An :class:`InProcessIndex` filled per user on the user's first query in this process.
+
+    For deployments whose durable store has no search of its own and no Redis (DynamoDB
+    alone). The first ``search`` or ``vector_search`` for a user runs the ``loaders`` —
+    one read of the user's memory partition with
+    :func:`~tiermem.longterm.recall.memory_loader` — and keeps the documents; later
+    queries read only memory, never the store. Concurrent first queries of a user load once.
+
+    Writes of a warm user go to the in-process index at once; writes arriving while the user
+    is being loaded are applied after the load, in order, so the load cannot overwrite
+    them with older data. Writes of a cold user are dropped: the loaders read them from the
+    durable store at warm-up, so **index a document after its durable write**, and give a
+    loader for every kind you want searchable. Beyond ``max_users`` warm users, the least
+    recently queried is evicted (and loaded again on its next query): memory stays bounded,
+    and writes made by other processes are picked up at that point.
+
+    Raises: what the loaders raise (mapped backend errors), and the argument errors of
+    :class:`InProcessIndex`.
+    """
+
+    name = "warming_in_process"
+    supports_vectors = True
+
+    def __init__(self, loaders: Sequence[DocLoader], *, max_users: int = 1000) -> None:
+        if max_users < 1:
+            raise ValidationError(f"max_users must be at least 1, got {max_users}")
+        self._inner = InProcessIndex()
+        self._loaders = tuple(loaders)
+        self._max_users = max_users
+        self._warm: OrderedDict[str, None] = OrderedDict()
+        self._loading: dict[str, tuple[asyncio.Future[None], list[_Write]]] = {}
+        self.loads = 0
+        """How many warm-ups ran, for tests and metrics."""
+
+    def is_warm(self, user_id: str) -> bool:
+        return user_id in self._warm
+
+    async def warm(self, user_id: str) -> None:
+        """Load the user now unless it is warm; wait for a load already running."""
+        validate_id(user_id, what="user_id")
+        if user_id in self._warm:
+            self._warm.move_to_end(user_id)
+            return
+        running = self._loading.get(user_id)
+        if running is not None:
+            await asyncio.shield(running[0])
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        pending: list[_Write] = []
+        self._loading[user_id] = (done, pending)
+        try:
+            loaded = [doc for loader in self._loaders for doc in await loader(user_id)]
+            await self._inner.purge_user(user_id)
+            await self._inner.upsert(loaded)
+            for op, arg in pending:  # writes that raced the load, in arrival order
+                if op == "upsert":
+                    await self._inner.upsert(arg)  # type: ignore[arg-type]
+                else:
+                    await self._inner.remove(user_id, arg)  # type: ignore[arg-type]
+        except BaseException as exc:
+            del self._loading[user_id]
+            done.set_exception(exc)
+            done.exception()  # retrieved: waiters re-raise it; nobody else needs to
+            raise
+        del self._loading[user_id]
+        done.set_result(None)
+        self.loads += 1
+        self._warm[user_id] = None
+        logger.debug("warmed the in-process index for a user: %d documents", len(loaded))
+        while len(self._warm) > self._max_users:
+            evicted, _ = self._warm.popitem(last=False)
+            await self._inner.purge_user(evicted)
+
+    async def upsert(self, docs: Sequence[IndexedDoc]) -> None:
+        check_docs(docs)
+        by_user: dict[str, list[IndexedDoc]] = {}
+        for doc in docs:
+            by_user.setdefault(doc.user_id, []).append(doc)
+        for user_id, user_docs in by_user.items():
+            if user_id in self._warm:
+                await self._inner.upsert(user_docs)
+            elif user_id in self._loading:
+                self._loading[user_id][1].append(("upsert", user_docs))
+
+    async def remove(self, user_id: str, doc_ids: Collection[str]) -> None:
+        validate_id(user_id, what="user_id")
+        if user_id in self._warm:
+            await self._inner.remove(user_id, doc_ids)
+        elif user_id in self._loading:
+            self._loading[user_id][1].append(("remove", list(doc_ids)))
+
+    async def search(
+        self, user_id: str, query: str, *, kinds: Collection[DocKind], limit: int
+    ) -> list[SearchHit]:
+        check_search_args(user_id, kinds, limit)
+        await self.warm(user_id)
+        return await self._inner.search(user_id, query, kinds=kinds, limit=limit)
+
+    async def vector_search(
+        self, user_id: str, vector: Sequence[float], *, kinds: Collection[DocKind], limit: int
+    ) -> list[SearchHit]:
+        check_search_args(user_id, kinds, limit)
+        await self.warm(user_id)
+        return await self._inner.vector_search(user_id, vector, kinds=kinds, limit=limit)
+
+    async def purge_user(self, user_id: str) -> None:
+        validate_id(user_id, what="user_id")
+        self._warm.pop(user_id, None)
+        await self._inner.purge_user(user_id)
+
+    async def aclose(self) -> None:
+        self._warm.clear()
+        await self._inner.aclose()
+
+
+def _check_protocol() -> tuple[SearchIndex, SearchIndex]:  # pragma: no cover - typing only
+    return InProcessIndex(), WarmingIndex(())

@@ -1,0 +1,389 @@
+"""The search index of the embedded deployment: :class:`SQLiteIndex`, in the durable store's
+SQLite file.
+
+Tables (its own migrations, tracked in ``schema_versions`` under the component
+``recall_index``, since ``PRAGMA user_version`` belongs to the store's schema)::
+
+    schema_versions (component) → version                    shared bookkeeping table
+    recall_docs     id INTEGER PRIMARY KEY, (user_id, doc_id) UNIQUE → kind, length,
+                    created_at_us
+    recall_users    (user_id) → docs, total_length            BM25 corpus statistics
+    recall_fts      FTS5(tokens, owner; unicode61 remove_diacritics 0; detail=column),
+                    rowid = recall_docs.id
+    recall_vectors  id = recall_docs.id → user_id, dims, float32 blob; index (user_id)
+
+Text is tokenized in Python with :func:`tiermem.longterm.text.tokenize` (CJK bigrams,
+stopwords, plural folding) and stored pre-tokenized, space-separated, in ``tokens``;
+``unicode61`` then only splits on those spaces. So a two-character Japanese word such as
+漫画 is searchable, which the store's own trigram table (``memories_fts``) cannot do.
+``owner`` holds one token derived from the user id (a hash), and every query is
+``owner : "<it>" AND tokens : ("t1" OR "t2" ...)``: FTS5 finds the user's matching rows
+through its posting lists without scanning other users' rows.
+
+Scores are BM25 over the user's documents, computed in Python from the matched rows and
+``recall_users``, not FTS5's ``bm25()``: ``bm25()`` takes its statistics from the whole
+table, so one user's scores would depend on every other user's text. The per-user scores
+equal the in-process index's.
+
+Vector search reads the user's vectors of the asked kinds and computes cosine in Python
+(numpy when installed): O(documents × dimensions) per query, about 60 ms for 10,000
+384-dimension vectors with numpy (40 ms of it reading 15 MB of blobs), and 1.5 s without;
+see ``docs/recall.md``.
+
+The index has its own connection and worker thread (the store's
+:class:`~tiermem.store.backends.sqlite._connection.SQLiteDatabase`), so its work never
+blocks the event loop or waits behind the store's operations except for SQLite's own write
+lock. Opening it also applies the store's migrations: either may open a new file first.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import sqlite3
+from collections.abc import Collection, Sequence
+from datetime import timedelta
+
+from tiermem.errors import BackendError
+from tiermem.longterm.index import DocKind, IndexedDoc, SearchHit, SearchIndex
+from tiermem.longterm.index_memory import check_docs, check_search_args
+from tiermem.longterm.text import bm25_idf, bm25_term, doc_terms, query_terms
+from tiermem.longterm.vectors import cosine_top, pack_vector, unit_vector
+from tiermem.store.backends.sqlite._connection import (
+    DEFAULT_BUSY_TIMEOUT,
+    SQLiteDatabase,
+    to_epoch_us,
+)
+from tiermem.store.keys import validate_id
+
+__all__ = ["INDEX_COMPONENT", "INDEX_MIGRATIONS", "SQLiteIndex", "apply_index_migrations"]
+
+logger = logging.getLogger(__name__)
+
+INDEX_COMPONENT = "recall_index"
+
+INDEX_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE recall_docs (
+            id            INTEGER PRIMARY KEY,
+            user_id       TEXT NOT NULL,
+            doc_id        TEXT NOT NULL,
+            kind          TEXT NOT NULL,
+            length        INTEGER NOT NULL,
+            created_at_us INTEGER NOT NULL,
+            UNIQUE (user_id, doc_id)
+        )""",
+        """CREATE TABLE recall_users (
+            user_id      TEXT PRIMARY KEY,
+            docs         INTEGER NOT NULL,
+            total_length INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        # detail=column: column filters need it; positions (phrase queries) are never used.
+        """CREATE VIRTUAL TABLE recall_fts USING fts5 (
+            tokens, owner, tokenize = 'unicode61 remove_diacritics 0', detail = column
+        )""",
+        """CREATE TABLE recall_vectors (
+            id      INTEGER PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            dims    INTEGER NOT NULL,
+            vector  BLOB NOT NULL
+        )""",
+        "CREATE INDEX recall_vectors_by_user ON recall_vectors (user_id)",
+    ),
+)
+"""Migration n of the index is ``INDEX_MIGRATIONS[n - 1]``; append-only, like the store's."""
+
+_INSERT_BATCH = 500
+"""Documents per write transaction: a warm-up of thousands never holds the lock for long."""
+
+_Row = tuple[IndexedDoc, str, int, bytes | None, int, int]
+"""doc, space-separated tokens, length, packed unit vector, dimensions, created_at µs."""
+
+
+def apply_index_migrations(conn: sqlite3.Connection, *, path: str) -> list[int]:
+    """Bring the index tables up to the latest migration; return the migrations applied.
+
+    ``conn`` must be in autocommit mode. All pending migrations run in one transaction,
+    after taking the write lock, so concurrent openers migrate a file once.
+
+    Raises:
+        BackendError: the file's index tables were written by a newer tiermem.
+        sqlite3.Error: SQLite failed (mapped by the caller).
+    """
+    target = len(INDEX_MIGRATIONS)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_versions ("
+            "component TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID"
+        )
+        row = conn.execute(
+            "SELECT version FROM schema_versions WHERE component = ?", (INDEX_COMPONENT,)
+        ).fetchone()
+        current = 0 if row is None else int(row[0])
+        if current > target:
+            raise BackendError(
+                f"SQLite file {path} has recall index schema version {current}, but this "
+                f"tiermem knows only up to {target}. Upgrade tiermem, or use another file.",
+                backend="sqlite",
+            )
+        applied = list(range(current + 1, target + 1))
+        for number in applied:
+            for statement in INDEX_MIGRATIONS[number - 1]:
+                conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_versions (component, version) VALUES (?, ?) "
+            "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+            (INDEX_COMPONENT, target),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
+    if applied:
+        logger.info("applied recall index migrations %s to %s", applied, path)
+    return applied
+
+
+class _IndexDatabase(SQLiteDatabase):
+    """The store's connection discipline, plus the index's own migrations on open."""
+
+    def _open(self) -> sqlite3.Connection:
+        conn = super()._open()
+        try:
+            apply_index_migrations(conn, path=self.path)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+
+def _owner_token(user_id: str) -> str:
+    # Letters and digits only, so unicode61 keeps it whole; a hash, so any id fits.
+    return "u" + hashlib.sha256(user_id.encode()).hexdigest()[:32]
+
+
+class SQLiteIndex:
+    """BM25 (FTS5 over pre-tokenized text) and cosine over float32 blobs, in a SQLite file.
+
+    ``path`` is normally the durable store's file (``SQLiteDurableStore(path)``); the index
+    keeps its own tables there. Costs per query: one FTS5 query returning the user's rows
+    that contain any query term, with their tokens (term frequencies are counted in Python);
+    vector search reads all the user's vectors of the asked kinds.
+
+    Raises (every method): :class:`~tiermem.errors.ValidationError` for bad ids, kinds or
+    limits; :class:`~tiermem.errors.BackendTimeoutError` when another connection holds the
+    write lock past ``busy_timeout``; :class:`~tiermem.errors.BackendError` when SQLite fails.
+    """
+
+    name = "sqlite"
+    supports_vectors = True
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT
+    ) -> None:
+        self._db = _IndexDatabase(path, role="index", busy_timeout=busy_timeout)
+
+    @property
+    def path(self) -> str:
+        return self._db.path
+
+    async def upsert(self, docs: Sequence[IndexedDoc]) -> None:
+        check_docs(docs)
+        if not docs:
+            return
+        rows: list[_Row] = []
+        for doc in docs:
+            counts = doc_terms(doc.text, doc.tags)
+            vector = unit_vector(doc.embedding) if doc.embedding else None
+            rows.append(
+                (
+                    doc,
+                    " ".join(term for term, tf in counts.items() for _ in range(tf)),
+                    sum(counts.values()),
+                    None if vector is None else pack_vector(vector),
+                    0 if vector is None else len(vector),
+                    to_epoch_us(doc.created_at, what="created_at"),
+                )
+            )
+
+        def op(conn: sqlite3.Connection, chunk: list[_Row]) -> None:
+            for doc, tokens, length, blob, dims, created_us in chunk:
+                _delete_doc(conn, doc.user_id, doc.doc_id)
+                cursor = conn.execute(
+                    "INSERT INTO recall_docs (user_id, doc_id, kind, length, created_at_us) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (doc.user_id, doc.doc_id, doc.kind, length, created_us),
+                )
+                rowid = cursor.lastrowid
+                conn.execute(
+                    "INSERT INTO recall_fts (rowid, tokens, owner) VALUES (?, ?, ?)",
+                    (rowid, tokens, _owner_token(doc.user_id)),
+                )
+                if blob is not None:
+                    conn.execute(
+                        "INSERT INTO recall_vectors (id, user_id, dims, vector) "
+                        "VALUES (?, ?, ?, ?)",
+                        (rowid, doc.user_id, dims, blob),
+                    )
+                conn.execute(
+                    "INSERT INTO recall_users (user_id, docs, total_length) VALUES (?, 1, ?) "
+                    "ON CONFLICT (user_id) DO UPDATE SET docs = docs + 1, "
+                    "total_length = total_length + excluded.total_length",
+                    (doc.user_id, length),
+                )
+
+        for start in range(0, len(rows), _INSERT_BATCH):
+            chunk = rows[start : start + _INSERT_BATCH]
+            await self._db.write(functools.partial(op, chunk=chunk))
+
+    async def remove(self, user_id: str, doc_ids: Collection[str]) -> None:
+        validate_id(user_id, what="user_id")
+        ids = list(doc_ids)
+        if not ids:
+            return
+
+        def op(conn: sqlite3.Connection) -> None:
+            for doc_id in ids:
+                _delete_doc(conn, user_id, doc_id)
+
+        await self._db.write(op)
+
+    async def search(
+        self, user_id: str, query: str, *, kinds: Collection[DocKind], limit: int
+    ) -> list[SearchHit]:
+        check_search_args(user_id, kinds, limit)
+        terms = query_terms(query)
+        wanted = sorted(set(kinds))
+        if not terms or not wanted:
+            return []
+        # Tokens are letters, digits and CJK only, so quoting them is safe and keeps words
+        # such as "and" or "near" from being read as FTS5 operators.
+        match = (
+            f'owner : "{_owner_token(user_id)}" AND tokens : ('
+            + " OR ".join(f'"{term}"' for term in terms)
+            + ")"
+        )
+
+        def op(conn: sqlite3.Connection) -> list[SearchHit]:
+            stats = conn.execute(
+                "SELECT docs, total_length FROM recall_users WHERE user_id = ?", (user_id,)
+            ).fetchone()
+            if stats is None or stats[0] <= 0:
+                return []
+            count, average = int(stats[0]), stats[1] / stats[0]
+            # CROSS JOIN fixes the loop order: the FTS5 match outside, one rowid lookup per
+            # match inside. Left to itself the planner loops over the user's documents and
+            # runs the match once per document.
+            rows = conn.execute(
+                "SELECT d.doc_id, d.kind, d.length, f.tokens FROM recall_fts AS f "
+                "CROSS JOIN recall_docs AS d ON d.id = f.rowid "
+                "WHERE recall_fts MATCH ? AND d.user_id = ?",
+                (match, user_id),
+            ).fetchall()
+            return _rank(rows, terms, wanted, count, average, limit)
+
+        return await self._db.read(op)
+
+    async def vector_search(
+        self, user_id: str, vector: Sequence[float], *, kinds: Collection[DocKind], limit: int
+    ) -> list[SearchHit]:
+        check_search_args(user_id, kinds, limit)
+        wanted = sorted(set(kinds))
+        if not wanted or not vector:
+            return []
+        query = list(vector)
+
+        def op(conn: sqlite3.Connection) -> list[SearchHit]:
+            # Three kinds exist: pad the list so the statement stays one literal.
+            padded = (wanted * 3)[:3]
+            rows = conn.execute(
+                "SELECT d.doc_id, d.kind, v.vector FROM recall_vectors AS v "
+                "CROSS JOIN recall_docs AS d ON d.id = v.id "
+                "WHERE v.user_id = ? AND v.dims = ? AND d.kind IN (?, ?, ?)",
+                (user_id, len(query), *padded),
+            ).fetchall()
+            kinds_of = {doc_id: kind for doc_id, kind, _ in rows}
+            top = cosine_top(query, [r[0] for r in rows], [r[2] for r in rows], limit)
+            return [SearchHit(doc_id=d, kind=kinds_of[d], score=s) for d, s in top]
+
+        return await self._db.read(op)
+
+    async def purge_user(self, user_id: str) -> None:
+        validate_id(user_id, what="user_id")
+
+        def op(conn: sqlite3.Connection) -> None:
+            ids = [
+                row[0]
+                for row in conn.execute("SELECT id FROM recall_docs WHERE user_id = ?", (user_id,))
+            ]
+            conn.executemany("DELETE FROM recall_fts WHERE rowid = ?", [(i,) for i in ids])
+            conn.execute("DELETE FROM recall_vectors WHERE user_id = ?", (user_id,))
+            conn.execute("DELETE FROM recall_docs WHERE user_id = ?", (user_id,))
+            conn.execute("DELETE FROM recall_users WHERE user_id = ?", (user_id,))
+
+        await self._db.write(op)
+
+    async def aclose(self) -> None:
+        await self._db.aclose()
+
+
+def _delete_doc(conn: sqlite3.Connection, user_id: str, doc_id: str) -> None:
+    row = conn.execute(
+        "SELECT id, length FROM recall_docs WHERE user_id = ? AND doc_id = ?", (user_id, doc_id)
+    ).fetchone()
+    if row is None:
+        return
+    rowid, length = row
+    conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (rowid,))
+    conn.execute("DELETE FROM recall_vectors WHERE id = ?", (rowid,))
+    conn.execute("DELETE FROM recall_docs WHERE id = ?", (rowid,))
+    conn.execute(
+        "UPDATE recall_users SET docs = docs - 1, total_length = total_length - ? "
+        "WHERE user_id = ?",
+        (length, user_id),
+    )
+
+
+def _rank(
+    rows: list[tuple[str, DocKind, int, str]],
+    terms: list[str],
+    kinds: Collection[DocKind],
+    count: int,
+    average: float,
+    limit: int,
+) -> list[SearchHit]:
+    """BM25 of the matched rows, the in-process index's way (same formula, same order)."""
+    wanted = set(terms)
+    frequencies: list[dict[str, int]] = []
+    df = dict.fromkeys(terms, 0)
+    for _, _, _, tokens in rows:
+        tf: dict[str, int] = {}
+        for token in tokens.split(" "):
+            if token in wanted:
+                tf[token] = tf.get(token, 0) + 1
+        for term in tf:
+            df[term] += 1
+        frequencies.append(tf)
+    idf = {term: bm25_idf(count, df[term]) for term in terms if df[term]}
+    allowed = set(kinds)
+    scored: list[tuple[str, DocKind, float]] = []
+    for (doc_id, kind, length, _), tf in zip(rows, frequencies, strict=True):
+        if kind not in allowed:
+            continue
+        score = 0.0
+        for term in terms:
+            if term in tf:
+                score += bm25_term(idf[term], tf[term], length, average)
+        scored.append((doc_id, kind, score))
+    scored.sort(key=lambda item: (-item[2], item[0]))
+    return [
+        SearchHit(doc_id=doc_id, kind=kind, score=score) for doc_id, kind, score in scored[:limit]
+    ]
+
+
+def _check_protocol() -> SearchIndex:  # pragma: no cover - typing only
+    return SQLiteIndex("unused.db")

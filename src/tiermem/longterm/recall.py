@@ -1,0 +1,617 @@
+"""Recall: the memories, archived turns and knowledge chunks that answer a query.
+
+:class:`Recaller` gathers candidates from the search index, fetches their records, filters
+them, and ranks them with the pure policy :mod:`tiermem.policies.recall`:
+
+1. Candidates, N = ``policy.candidate_count(k)`` per source (50 for k ≤ 10):
+   BM25 top N from the index; with an embedder, the query's embedding and either the
+   index's vector top N (``index.supports_vectors``) or, for an index without vectors,
+   the user's N most recent memories, reranked by the embeddings stored on the records.
+   An empty query (no terms) takes the N most recent memories and ranks them by recency,
+   importance and use.
+2. Fetch: memories with ``get_memory`` and turns with ``get_turn``, concurrently (at most
+   ``fetch_concurrency`` at once); other kinds through a registered resolver. Never the
+   whole partition.
+3. Filter: the asked ``types``, ``min_importance`` and time range; expired records,
+   superseded ones (``invalid_from`` ≤ now), not yet valid ones (``valid_from`` > now) and
+   internal types (``_...``) are never returned.
+4. Score and keep the top ``k`` (see :mod:`tiermem.policies.recall`); count the returned
+   memories' accesses in the :class:`~tiermem.longterm.access.AccessTracker` (in memory;
+   written later, off the request path). Recall itself writes nothing to the durable store.
+
+Documents whose record has gone (deleted, expired) are removed from the index in the
+background when recall meets them. The index must therefore be written **after** the
+durable store: index a memory once ``put_memory`` has returned.
+
+This module also builds the index documents (:func:`memory_doc`, :func:`turn_docs`), so
+that whoever writes memories and turns indexes them the same way, and the loaders of
+:class:`~tiermem.longterm.index_memory.WarmingIndex`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple, get_args
+
+from tiermem.clock import Clock
+from tiermem.errors import BackendError, NotFoundError, ValidationError
+from tiermem.llm.embeddings import Embedder
+from tiermem.longterm.access import AccessTracker
+from tiermem.longterm.hits import RecallHit
+from tiermem.longterm.index import DocKind, IndexedDoc, SearchHit, SearchIndex
+from tiermem.longterm.index_memory import DocLoader
+from tiermem.longterm.text import query_terms
+from tiermem.longterm.types import is_internal_type
+from tiermem.longterm.vectors import cosine
+from tiermem.models import REDACTED_TEXT, MemoryRecord, Provenance, Turn
+from tiermem.policies.recall import RecallPolicy, RecallSignals, rank_candidates
+from tiermem.store.codec import check_aware
+from tiermem.store.contract import DurableStore
+from tiermem.store.keys import validate_id
+
+__all__ = [
+    "RecallCounters",
+    "Recaller",
+    "ResolvedDoc",
+    "Resolver",
+    "memory_doc",
+    "memory_loader",
+    "parse_turn_doc_id",
+    "turn_doc_id",
+    "turn_docs",
+    "turn_loader",
+]
+
+logger = logging.getLogger(__name__)
+
+_KINDS: tuple[str, ...] = get_args(DocKind)
+MAX_K = 100
+_MEMORY_ONLY: tuple[DocKind, ...] = ("memory",)
+
+
+# -- index documents ------------------------------------------------------------------------
+
+
+def memory_doc(record: MemoryRecord) -> IndexedDoc:
+    """The index document of a memory: its content and tags, its embedding if any.
+
+    Index it after the durable write (see the module docstring).
+    """
+    return IndexedDoc(
+        user_id=record.user_id,
+        doc_id=record.memory_id,
+        kind="memory",
+        text=record.content,
+        created_at=record.created_at,
+        embedding=record.embedding,
+        tags=record.tags,
+    )
+
+
+def turn_doc_id(session_id: str, index: int) -> str:
+    """``<session_id>#<index>``: the doc id of an archived turn."""
+    return f"{session_id}#{index}"
+
+
+def parse_turn_doc_id(doc_id: str) -> tuple[str, int]:
+    """Invert :func:`turn_doc_id` (a session id may itself contain ``#``).
+
+    Raises:
+        ValidationError: ``doc_id`` is not ``<session_id>#<index>``.
+    """
+    session_id, sep, index = doc_id.rpartition("#")
+    if not sep or not session_id or not index.isdigit():
+        raise ValidationError(f"turn doc id {doc_id!r} is not '<session_id>#<turn index>'")
+    return session_id, int(index)
+
+
+def turn_docs(
+    user_id: str,
+    session_id: str,
+    turns: Sequence[Turn],
+    *,
+    embeddings: Sequence[Sequence[float] | None] | None = None,
+) -> list[IndexedDoc]:
+    """Index documents of archived turns (episodic recall); redacted and empty turns are
+    left out. ``embeddings``, when given, are the turns' vectors in the same order.
+
+    Index them after the durable append; remove a turn's document when it is redacted.
+    """
+    if embeddings is not None and len(embeddings) != len(turns):
+        raise ValidationError("turn_docs needs one embedding (or None) per turn")
+    docs = []
+    for i, turn in enumerate(turns):
+        text = turn.text
+        if turn.redacted or not text.strip() or text == REDACTED_TEXT:
+            continue
+        vector = embeddings[i] if embeddings is not None else None
+        docs.append(
+            IndexedDoc(
+                user_id=user_id,
+                doc_id=turn_doc_id(session_id, turn.index),
+                kind="turn",
+                text=text,
+                created_at=turn.timestamp,
+                embedding=None if vector is None else tuple(vector),
+            )
+        )
+    return docs
+
+
+def memory_loader(durable: DurableStore, *, limit: int = 100_000) -> DocLoader:
+    """A :class:`~tiermem.longterm.index_memory.WarmingIndex` loader of the user's
+    memories: one ``query_memories`` (paginated by the store) per warm-up."""
+
+    async def load(user_id: str) -> list[IndexedDoc]:
+        records = await durable.query_memories(user_id, limit=limit)
+        return [memory_doc(r) for r in records if not is_internal_type(r.memory_type)]
+
+    return load
+
+
+def turn_loader(durable: DurableStore, *, sessions: int = 20, concurrency: int = 4) -> DocLoader:
+    """A loader of the archived turns of the user's ``sessions`` newest sessions."""
+
+    async def load(user_id: str) -> list[IndexedDoc]:
+        refs = await durable.list_sessions(user_id, limit=sessions)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(session_id: str) -> list[IndexedDoc]:
+            async with gate:
+                return turn_docs(user_id, session_id, await durable.get_turns(session_id))
+
+        loaded = await asyncio.gather(*(one(ref.session_id) for ref in refs))
+        return [doc for docs in loaded for doc in docs]
+
+    return load
+
+
+# -- resolvers --------------------------------------------------------------------------------
+
+
+class ResolvedDoc(NamedTuple):
+    """What a resolver knows of one document of its kind. A plain ``(text, provenance)``
+    pair is accepted too; ``created_at`` gives it recency, ``importance`` (0..1) weight."""
+
+    text: str
+    provenance: Provenance
+    created_at: datetime | None = None
+    importance: float | None = None
+
+
+Resolver = Callable[
+    [str, Sequence[str]], Awaitable[Mapping[str, ResolvedDoc | tuple[str, Provenance]]]
+]
+"""``async (user_id, doc_ids) -> {doc_id: ResolvedDoc}``; ids it does not know are left out."""
+
+
+# -- recall -----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RecallCounters:
+    """What recall degraded or repaired, for metrics."""
+
+    recalls: int = 0
+    embedding_failures: int = 0
+    """Embedder errors; recall went on without embeddings (logged)."""
+    stale_documents: int = 0
+    """Index documents whose record had gone; removed from the index in the background."""
+
+
+@dataclass(slots=True)
+class _Candidate:
+    kind: DocKind
+    doc_id: str
+    bm25: float = 0.0
+    cosine: float | None = None
+    memory: MemoryRecord | None = None
+    turn: Turn | None = None
+    resolved: ResolvedDoc | None = None
+
+
+class Recaller:
+    """Recall over one durable store and one search index (see the module docstring).
+
+    ``embedder``: optional; with it recall is hybrid. Its failures degrade recall to
+    BM25 (logged, counted in :attr:`counters`) unless ``raise_embedding_errors``.
+    ``access``: where returned memories' accesses are counted (written later).
+    """
+
+    def __init__(
+        self,
+        durable: DurableStore,
+        index: SearchIndex,
+        *,
+        clock: Clock,
+        policy: RecallPolicy | None = None,
+        embedder: Embedder | None = None,
+        access: AccessTracker | None = None,
+        fetch_concurrency: int = 16,
+        raise_embedding_errors: bool = False,
+    ) -> None:
+        if fetch_concurrency < 1:
+            raise ValidationError("fetch_concurrency must be at least 1")
+        self._durable = durable
+        self._index = index
+        self._clock = clock
+        self._policy = policy or RecallPolicy()
+        self._embedder = embedder
+        self._access = access
+        self._fetch_concurrency = fetch_concurrency
+        self._raise_embedding_errors = raise_embedding_errors
+        self._resolvers: dict[str, Resolver] = {}
+        self._repairs: set[asyncio.Task[None]] = set()
+        self.counters = RecallCounters()
+
+    @property
+    def policy(self) -> RecallPolicy:
+        return self._policy
+
+    def register_resolver(self, kind: DocKind, resolver: Resolver) -> None:
+        """Fetch documents of ``kind`` (e.g. ``"chunk"``) through ``resolver``.
+
+        Raises:
+            ValidationError: ``kind`` is unknown, or is ``memory``/``turn`` (built in).
+        """
+        if kind not in _KINDS or kind in ("memory", "turn"):
+            raise ValidationError(
+                f"cannot register a resolver for {kind!r}: memories and turns are built in; "
+                f"other kinds are {[k for k in _KINDS if k not in ('memory', 'turn')]}"
+            )
+        self._resolvers[kind] = resolver
+
+    async def recall(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        types: Collection[str] | None = None,
+        min_importance: float = 0.0,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        k: int = 5,
+        scope: Collection[DocKind] = _MEMORY_ONLY,
+    ) -> list[RecallHit]:
+        """The ``k`` best hits for ``query`` among the user's documents of ``scope``.
+
+        ``types`` and the time range (``since`` inclusive, ``until`` exclusive, on the
+        creation time) filter memories; ``min_importance`` filters memories and turns.
+
+        Raises:
+            ValidationError: bad ids, ``k`` outside 1..100, an unknown kind in ``scope``
+                or one without a resolver, a naive datetime, ``min_importance`` outside
+                [0, 1], ``types`` given as one string.
+            BackendError: the index or the durable store failed (mapped by them).
+        """
+        validate_id(user_id, what="user_id")
+        kinds = self._check_scope(scope)
+        if not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise ValidationError(f"k must be an integer in 1..{MAX_K}, got {k!r}")
+        if not 0.0 <= min_importance <= 1.0:
+            raise ValidationError(f"min_importance must be in [0, 1], got {min_importance}")
+        check_aware(since, what="since")
+        check_aware(until, what="until")
+        if isinstance(types, str):
+            raise ValidationError(f"types must be a collection of type names, got {types!r}")
+        type_set = None if types is None else frozenset(types)
+        now = self._clock.now()
+        self.counters.recalls += 1
+
+        candidates, vector = await self._gather(user_id, query, kinds, type_set, since, until, k)
+        stale = await self._fetch(user_id, candidates)
+        kept = [
+            c
+            for c in candidates.values()
+            if _visible(
+                c, now=now, types=type_set, min_importance=min_importance, since=since, until=until
+            )
+        ]
+        if vector is not None and self._embedder is not None:
+            await self._fill_cosines(self._embedder, kept, vector)
+        ranked = rank_candidates(
+            self._policy,
+            [(c, _signals(c, now)) for c in kept],
+            k=k,
+            require_relevance=bool(query_terms(query)) or vector is not None,
+        )
+        hits = [_hit(c, score.score, score.components) for c, score in ranked]
+        if self._access is not None:
+            self._access.record(user_id, [h.doc_id for h in hits if h.kind == "memory"])
+        if stale:
+            self._repair(user_id, stale)
+        return hits
+
+    async def aclose(self) -> None:
+        """Wait for background index repairs. The store and index stay open (not owned)."""
+        while self._repairs:
+            await asyncio.gather(*self._repairs, return_exceptions=True)
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def _check_scope(self, scope: Collection[DocKind]) -> list[DocKind]:
+        kinds = list(dict.fromkeys(scope))
+        if isinstance(scope, str) or not kinds:
+            raise ValidationError(
+                f"scope must be a non-empty collection of kinds such as ('memory', 'turn'), "
+                f"got {scope!r}"
+            )
+        for kind in kinds:
+            if kind not in _KINDS:
+                raise ValidationError(f"unknown kind {kind!r} in scope; known: {list(_KINDS)}")
+            if kind not in ("memory", "turn") and kind not in self._resolvers:
+                raise ValidationError(
+                    f"no resolver for {kind!r} documents: register one with "
+                    f"Recaller.register_resolver({kind!r}, ...)"
+                )
+        return kinds
+
+    async def _gather(
+        self,
+        user_id: str,
+        query: str,
+        kinds: list[DocKind],
+        types: frozenset[str] | None,
+        since: datetime | None,
+        until: datetime | None,
+        k: int,
+    ) -> tuple[dict[tuple[str, str], _Candidate], list[float] | None]:
+        """Candidates from BM25, vectors and recent memories; and the query's embedding."""
+        n = self._policy.candidate_count(k)
+        has_terms = bool(query_terms(query))
+        embedder = self._embedder if query.strip() else None
+        # Recent memories: the candidates of an empty query, and the rerank pool of an
+        # embedder without index vectors.
+        recent_wanted = "memory" in kinds and (
+            not has_terms or (embedder is not None and not self._index.supports_vectors)
+        )
+
+        async def bm25() -> list[SearchHit]:
+            if not has_terms:
+                return []
+            return await self._index.search(user_id, query, kinds=kinds, limit=n)
+
+        async def recent() -> list[MemoryRecord]:
+            if not recent_wanted:
+                return []
+            return await self._durable.query_memories(
+                user_id, memory_types=types, since=since, until=until, limit=n
+            )
+
+        lexical, vector, recent_records = await asyncio.gather(
+            bm25(), self._embed_query(embedder, query) if embedder else _none(), recent()
+        )
+        semantic: list[SearchHit] = []
+        if vector is not None and self._index.supports_vectors:
+            semantic = await self._index.vector_search(user_id, vector, kinds=kinds, limit=n)
+
+        candidates: dict[tuple[str, str], _Candidate] = {}
+        for hit in lexical:
+            candidates[(hit.kind, hit.doc_id)] = _Candidate(hit.kind, hit.doc_id, bm25=hit.score)
+        for hit in semantic:
+            candidate = candidates.setdefault(
+                (hit.kind, hit.doc_id), _Candidate(hit.kind, hit.doc_id)
+            )
+            candidate.cosine = hit.score
+        for record in recent_records:
+            candidate = candidates.setdefault(
+                ("memory", record.memory_id), _Candidate("memory", record.memory_id)
+            )
+            candidate.memory = record
+        return candidates, vector
+
+    async def _embed_query(self, embedder: Embedder, query: str) -> list[float] | None:
+        vectors = await self._embed(embedder, [query])
+        return None if vectors is None else vectors[0]
+
+    async def _embed(self, embedder: Embedder, texts: list[str]) -> list[list[float]] | None:
+        """Embeddings of ``texts``, or None when the embedder failed and we degrade."""
+        try:
+            return await embedder.embed(texts)
+        except BackendError as exc:
+            if self._raise_embedding_errors:
+                raise
+            self.counters.embedding_failures += 1
+            logger.warning("embedder failed, recalling without embeddings: %s", exc)
+            return None
+
+    async def _fetch(
+        self, user_id: str, candidates: dict[tuple[str, str], _Candidate]
+    ) -> list[tuple[DocKind, str]]:
+        """Fetch every candidate's record; drop (and return) those that have gone."""
+        gate = asyncio.Semaphore(self._fetch_concurrency)
+        stale: list[tuple[DocKind, str]] = []
+
+        async def memory(c: _Candidate) -> None:
+            async with gate:
+                c.memory = await self._durable.get_memory(user_id, c.doc_id)
+
+        async def turn(c: _Candidate) -> None:
+            try:
+                session_id, index = parse_turn_doc_id(c.doc_id)
+            except ValidationError:
+                return
+            async with gate:
+                try:
+                    c.turn = await self._durable.get_turn(session_id, index)
+                except NotFoundError:
+                    c.turn = None
+
+        async def resolve(kind: DocKind, group: list[_Candidate]) -> None:
+            found = await self._resolvers[kind](user_id, [c.doc_id for c in group])
+            for c in group:
+                value = found.get(c.doc_id)
+                if value is not None:
+                    c.resolved = value if isinstance(value, ResolvedDoc) else ResolvedDoc(*value)
+
+        jobs: list[Awaitable[None]] = []
+        others: dict[DocKind, list[_Candidate]] = {}
+        for c in candidates.values():
+            if c.kind == "memory" and c.memory is None:
+                jobs.append(memory(c))
+            elif c.kind == "turn":
+                jobs.append(turn(c))
+            elif c.kind not in ("memory", "turn"):
+                others.setdefault(c.kind, []).append(c)
+        jobs.extend(resolve(kind, group) for kind, group in others.items())
+        await asyncio.gather(*jobs)
+
+        for key, c in list(candidates.items()):
+            if c.memory is None and c.turn is None and c.resolved is None:
+                del candidates[key]
+                if c.kind != "chunk":  # a resolver's unknown ids are its own business
+                    stale.append((c.kind, c.doc_id))
+        return stale
+
+    async def _fill_cosines(
+        self, embedder: Embedder, kept: list[_Candidate], vector: list[float]
+    ) -> None:
+        """Cosine for candidates the vector search did not score: from the record's stored
+        embedding when it has the query's dimension, else by embedding the text (one call)."""
+        model = embedder.model_id
+        missing: list[_Candidate] = []
+        for c in kept:
+            if c.cosine is not None:
+                continue
+            stored = c.memory.embedding if c.memory is not None else None
+            same_model = c.memory is not None and c.memory.embedding_model in (None, model)
+            if stored is not None and same_model and len(stored) == len(vector):
+                c.cosine = cosine(vector, stored)
+            else:
+                missing.append(c)
+        if not missing:
+            return
+        embedded = await self._embed(embedder, [_text(c) for c in missing])
+        if embedded is None:
+            return
+        for c, doc_vector in zip(missing, embedded, strict=True):
+            c.cosine = cosine(vector, doc_vector)
+
+    def _repair(self, user_id: str, stale: list[tuple[DocKind, str]]) -> None:
+        """Remove documents whose record has gone, off the request path."""
+        self.counters.stale_documents += len(stale)
+
+        async def remove() -> None:
+            await self._index.remove(user_id, [doc_id for _, doc_id in stale])
+
+        task = asyncio.get_running_loop().create_task(remove(), name="tiermem-index-repair")
+        self._repairs.add(task)
+        task.add_done_callback(self._repair_done)
+
+    def _repair_done(self, task: asyncio.Task[None]) -> None:
+        self._repairs.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.warning("removing stale documents from the index failed: %s", exc)
+
+
+async def _none() -> None:
+    return None
+
+
+def _text(c: _Candidate) -> str:
+    if c.memory is not None:
+        return c.memory.content
+    if c.turn is not None:
+        return c.turn.text
+    return c.resolved.text if c.resolved is not None else ""
+
+
+def _created_at(c: _Candidate) -> datetime | None:
+    if c.memory is not None:
+        return c.memory.created_at
+    if c.turn is not None:
+        return c.turn.timestamp
+    return c.resolved.created_at if c.resolved is not None else None
+
+
+def _visible(
+    c: _Candidate,
+    *,
+    now: datetime,
+    types: frozenset[str] | None,
+    min_importance: float,
+    since: datetime | None,
+    until: datetime | None,
+) -> bool:
+    """Whether a fetched candidate may be returned under the recall's filters."""
+    created = _created_at(c)
+    if created is not None and (
+        (since is not None and created < since) or (until is not None and created >= until)
+    ):
+        return False
+    if c.memory is not None:
+        record = c.memory
+        if is_internal_type(record.memory_type):
+            return False
+        if types is not None and record.memory_type not in types:
+            return False
+        if record.expires_at is not None and record.expires_at <= now:
+            return False
+        if record.invalid_from is not None and record.invalid_from <= now:
+            return False
+        if record.valid_from is not None and record.valid_from > now:
+            return False
+        return record.importance >= min_importance
+    if c.turn is not None:
+        return c.turn.importance >= min_importance
+    if c.resolved is not None and c.resolved.importance is not None:
+        return c.resolved.importance >= min_importance
+    return True
+
+
+def _signals(c: _Candidate, now: datetime) -> RecallSignals:
+    created = _created_at(c)
+    importance, accesses = 0.5, 0
+    if c.memory is not None:
+        importance, accesses = c.memory.importance, c.memory.access_count
+    elif c.turn is not None:
+        importance = c.turn.importance
+    elif c.resolved is not None and c.resolved.importance is not None:
+        importance = c.resolved.importance
+    return RecallSignals(
+        bm25=c.bm25,
+        cosine=c.cosine,
+        age=None if created is None else now - created,
+        importance=importance,
+        access_count=accesses,
+    )
+
+
+def _hit(c: _Candidate, score: float, components: dict[str, float]) -> RecallHit:
+    if c.memory is not None:
+        return RecallHit(
+            kind="memory",
+            doc_id=c.doc_id,
+            text=c.memory.content,
+            score=score,
+            components=components,
+            memory=c.memory,
+            session_id=c.memory.provenance.session_id,
+            provenance=c.memory.provenance,
+        )
+    if c.turn is not None:
+        session_id, index = parse_turn_doc_id(c.doc_id)
+        return RecallHit(
+            kind="turn",
+            doc_id=c.doc_id,
+            text=c.turn.text,
+            score=score,
+            components=components,
+            turn=c.turn,
+            session_id=session_id,
+            provenance=Provenance(source="archive", session_id=session_id, turn_indexes=(index,)),
+        )
+    resolved = c.resolved or ResolvedDoc("", Provenance())
+    return RecallHit(
+        kind=c.kind,
+        doc_id=c.doc_id,
+        text=resolved.text,
+        score=score,
+        components=components,
+        session_id=resolved.provenance.session_id,
+        provenance=resolved.provenance,
+    )

@@ -1,0 +1,131 @@
+"""Text relevance shared by every search index: one tokenizer and one BM25 formula.
+
+Every index (in-process, SQLite, Redis) tokenizes with :func:`tokenize` and scores with
+:func:`bm25_idf` and :func:`bm25_term`, so the same documents and query get the same scores
+from each of them; the in-process index is the reference the others are tested against.
+
+Tokenization:
+
+1. NFKC (full-width ``ＢＥＲＳＥＲＫ４２`` → ``BERSERK42``, half-width katakana → full-width),
+   then casefold (``Straße`` → ``strasse``).
+2. Runs of CJK characters (kanji, hiragana, katakana) become overlapping character bigrams:
+   Japanese has no spaces, and bigrams are the standard dictionary-free way to index it
+   (``漫画が好き`` → ``漫画 画が が好 好き``). A one-character run is kept as a unigram.
+   A query matches a document when they share bigrams, so a two-character word such as
+   ``漫画`` is searchable; a single kanji inside a longer run is not (its bigrams are).
+3. Everything else splits into words of letters and digits; English plurals are folded
+   with the S-stemmer (Harman 1991: ``recommendations`` → ``recommendation``,
+   ``stories`` → ``story``), and a short list of English stopwords is dropped.
+
+Tokens consist of letters, digits and CJK characters only, so they survive FTS5's
+``unicode61`` tokenizer and Redis key segments unchanged.
+
+BM25 (Robertson / Lucene form), with ``N`` the user's documents, ``df`` those containing the
+term, ``tf`` the term's count in a document of ``len`` tokens and ``avg`` the average length::
+
+    idf   = ln(1 + (N - df + 0.5) / (df + 0.5))
+    score = Σ over query terms  idf · tf · (k1 + 1) / (tf + k1 · (1 - b + b · len / avg))
+
+with ``k1 = 1.2`` and ``b = 0.75``. Statistics are per user, over all of the user's
+documents whatever their kind.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable
+
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "MAX_QUERY_TERMS",
+    "STOPWORDS",
+    "bm25_idf",
+    "bm25_term",
+    "doc_terms",
+    "query_terms",
+    "tokenize",
+]
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+MAX_QUERY_TERMS = 64
+"""A query keeps its first 64 distinct terms: every index reads one posting list per term,
+so a pasted paragraph must not turn one recall into hundreds of reads."""
+
+_STOPWORD_TEXT = """
+    a about after again all also am an and any are as at be been before being but by can
+    could did do does doing for from had has have having he her here hers him his how i if
+    in into is it its itself just me more most my nor of on once only or other our ours own
+    s same she should so some such t than that the their theirs them then there these they
+    this those through to too until very was we were what when where which while who whom
+    why will with would you your yours d ll m re ve
+"""
+# "d ll m re ve" are the tails of "I'd", "we'll", "I'm", "you're", "I've".
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+"""English function words; Japanese particles need no list, bigrams dilute them."""
+
+# Kanji (with extension A and compatibility ideographs), hiragana, katakana (with the
+# prolonged sound mark ー and iteration marks). After NFKC, half-width katakana is full-width.
+_CJK = "\u3005\u3006\u3040-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(f"([{_CJK}]+)|([^\\W_{_CJK}]+)")
+
+
+def _fold_plural(word: str) -> str:
+    """Harman's S-stemmer, on ASCII words only (other scripts' plurals differ)."""
+    if len(word) <= 3 or not word.isascii() or not word.endswith("s"):
+        return word
+    if word.endswith("ies") and not word.endswith(("eies", "aies")):
+        return word[:-3] + "y"
+    if word.endswith("es") and not word.endswith(("aes", "ees", "oes")):
+        return word[:-1]
+    if word.endswith(("us", "ss")):
+        return word
+    return word[:-1]
+
+
+def tokenize(text: str) -> list[str]:
+    """The index terms of ``text``, in order, with repeats (see the module docstring)."""
+    normal = unicodedata.normalize("NFKC", text).casefold()
+    tokens: list[str] = []
+    for match in _TOKEN.finditer(normal):
+        cjk, word = match.groups()
+        if cjk is not None:
+            if len(cjk) == 1:
+                tokens.append(cjk)
+            else:
+                tokens.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
+        elif word not in STOPWORDS:
+            tokens.append(_fold_plural(word))
+    return tokens
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct terms of a query, first occurrence first, at most :data:`MAX_QUERY_TERMS`."""
+    return list(dict.fromkeys(tokenize(query)))[:MAX_QUERY_TERMS]
+
+
+def doc_terms(text: str, tags: Iterable[str] = ()) -> Counter[str]:
+    """Term frequencies of a document: its text and its tags (tags are searchable words)."""
+    counts = Counter(tokenize(text))
+    for tag in tags:
+        counts.update(tokenize(tag))
+    return counts
+
+
+def bm25_idf(docs: int, df: int) -> float:
+    """Inverse document frequency of a term in ``df`` of ``docs`` documents; always > 0."""
+    return math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+
+
+def bm25_term(idf: float, tf: int, length: int, average_length: float) -> float:
+    """One query term's BM25 contribution to one document.
+
+    The operations run in the same order in the Redis index's Lua script, so both give
+    the same floating-point result.
+    """
+    norm = 1.0 - BM25_B + BM25_B * length / average_length
+    return idf * (tf * (BM25_K1 + 1.0)) / (tf + BM25_K1 * norm)
