@@ -35,9 +35,13 @@ from pydantic import Field
 from tiermem.clock import Clock, IdFactory, SystemClock, UlidFactory
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
 from tiermem.extraction.entities import EntityExtractor, RuleEntityExtractor
+from tiermem.llm.embeddings import Embedder
+from tiermem.longterm.access import AccessTracker
 from tiermem.longterm.detect import MemoryDetector, RuleMemoryDetector
 from tiermem.longterm.index import SearchIndex
+from tiermem.longterm.knowledge import KnowledgeBase
 from tiermem.longterm.memory import LongTermMemory
+from tiermem.longterm.recall import turn_doc_id, turn_docs
 from tiermem.models import (
     ActiveEntity,
     ContentBlock,
@@ -134,6 +138,8 @@ class MemoryService:
         longterm: LongTermMemory | None = None,
         auto_detect: bool = True,
         detector: MemoryDetector | None = None,
+        embedder: Embedder | None = None,
+        index_turns: bool = True,
     ) -> None:
         self.clock = clock or SystemClock()
         self.ids = ids or UlidFactory()
@@ -143,11 +149,24 @@ class MemoryService:
         self.tiers = TieredSessionStore(
             hot, durable, clock=self.clock, ttl_policy=ttl_policy or HybridTtl(), config=config
         )
-        self.longterm = longterm or _default_longterm(
-            durable, index, clock=self.clock, ids=self.ids, tokens=self.tokens
+        built, knowledge, access = _default_longterm(
+            durable,
+            index,
+            clock=self.clock,
+            ids=self.ids,
+            tokens=self.tokens,
+            embedder=embedder,
         )
-        """Long-term user memory (remember, preferences, recall, forget) over ``durable``;
-        by default with an in-process search index and the standard recaller."""
+        self.longterm = longterm or built
+        """Long-term user memory (remember, preferences, recall, forget) over ``durable``."""
+        self.knowledge = knowledge
+        """Knowledge documents (txt, md, pdf, docx) per user, recalled as ``chunk`` hits."""
+        self.access = access
+        """Recall hits counted in memory, written back in batches off the request path."""
+        self.index_turns = index_turns
+        """Index archived turns for episodic recall (``recall(scope=("turn",))``)."""
+        self.index_failures = 0
+        """Turn-indexing writes that failed (logged); the turns themselves were written."""
         self.auto_detect = auto_detect
         self.detector: MemoryDetector = detector or RuleMemoryDetector()
         self.auto_detect_failures = 0
@@ -158,17 +177,27 @@ class MemoryService:
     def from_settings(
         cls, settings: TierMemSettings | None = None, *, clock: Clock | None = None, **engines: Any
     ) -> MemoryService:
-        """Build the stores the settings name (default: in-process hot + SQLite durable)."""
-        from tiermem.composition import open_durable_store, open_hot_store
+        """Build the stores, search index and embedder the settings name (default: in-process
+        hot tier, SQLite durable tier and its FTS5 index, no embeddings). ``engines``
+        override any constructor argument."""
+        from tiermem.composition import (
+            open_durable_store,
+            open_embedder,
+            open_hot_store,
+            open_search_index,
+        )
 
         settings = settings or TierMemSettings()
         clock = clock or SystemClock()
-        config = engines.pop("config", None) or SessionTierConfig(window=settings.hot_window)
+        engines.setdefault("config", SessionTierConfig(window=settings.hot_window))
+        if "index" not in engines and "longterm" not in engines:
+            engines["index"] = open_search_index(settings)
+        if "embedder" not in engines:
+            engines["embedder"] = open_embedder(settings)
         return cls(
             open_hot_store(settings, clock=clock),
             open_durable_store(settings, clock=clock),
             clock=clock,
-            config=config,
             **engines,
         )
 
@@ -307,6 +336,7 @@ class MemoryService:
         try:
             await self.drain()
         finally:
+            await self.access.aclose()
             await self.longterm.aclose()
             await self.tiers.hot.aclose()
             await self.tiers.durable.aclose()
@@ -380,11 +410,23 @@ class Session:
             )
             stored.extend(batch)
         await self._track_entities(stored)
+        if self._service.index_turns:
+            self._service.spawn(self.id, self._index_in_background(stored))
         if self._service.auto_detect and any(t.role == "user" for t in stored):
             task = self._service.spawn(self.id, self._detect_in_background(stored))
             self._detections.add(task)
             task.add_done_callback(self._detections.discard)
         return stored
+
+    async def _index_in_background(self, turns: Sequence[Turn]) -> None:
+        """Index archived turns for episodic recall (BM25), off the response path."""
+        try:
+            await self._service.longterm.index.upsert(turn_docs(self.user_id, self.id, turns))
+        except TierMemError as exc:
+            self._service.index_failures += 1
+            logger.warning(
+                "indexing turns %s of session %s failed: %s", [t.index for t in turns], self.id, exc
+            )
 
     async def _detect_in_background(self, turns: Sequence[Turn]) -> None:
         async with self._detect_order:
@@ -467,6 +509,7 @@ class Session:
     async def redact_turn(self, index: int) -> Turn:
         """Replace a turn's content in every tier; its slot (index, timestamp) stays."""
         redacted = await self._tiers.redact(self.id, index)
+        await self._service.longterm.index.remove(self.user_id, [turn_doc_id(self.id, index)])
         return redacted
 
     # -- metadata, entities, state ----------------------------------------------------
@@ -530,8 +573,13 @@ class Session:
         return await self._tiers.close(self.id)
 
     async def clear(self) -> None:
-        """Delete the session from every tier."""
+        """Delete the session from every tier, and its turns from the search index."""
+        await self._service.drain()
+        count = await self._tiers.durable.next_index(self.id)
         await self._tiers.clear(self.id)
+        await self._service.longterm.index.remove(
+            self.user_id, [turn_doc_id(self.id, i) for i in range(count)]
+        )
 
     async def stats(self) -> SessionStats:
         view = await self.view()
@@ -561,24 +609,37 @@ def _default_longterm(
     clock: Clock,
     ids: IdFactory,
     tokens: TokenCounter,
-) -> LongTermMemory:
-    """Long-term memory over the durable store with the standard recaller. Without an index:
-    a persistent store gets an in-process index warmed per user from the store on first
-    query (so memories stay searchable after a restart), the in-memory store a plain one."""
+    embedder: Embedder | None,
+) -> tuple[LongTermMemory, KnowledgeBase, AccessTracker]:
+    """Long-term memory, knowledge documents and access tracking over one durable store and
+    one search index. Without an index: a persistent store gets an in-process index warmed
+    per user from the store on first query (memories, archived turns, document chunks), the
+    in-memory store a plain one."""
     from tiermem.longterm.index_memory import InProcessIndex, WarmingIndex
-    from tiermem.longterm.recall import Recaller, memory_loader
+    from tiermem.longterm.recall import Recaller, memory_loader, turn_loader
 
+    warming: WarmingIndex | None = None
     if index is None:
-        persistent = Capability.PERSISTENT in durable.capabilities
-        index = WarmingIndex([memory_loader(durable)]) if persistent else InProcessIndex()
-    return LongTermMemory(
+        if Capability.PERSISTENT in durable.capabilities:
+            index = warming = WarmingIndex([memory_loader(durable), turn_loader(durable)])
+        else:
+            index = InProcessIndex()
+    knowledge = KnowledgeBase(durable, index, clock=clock, ids=ids, embedder=embedder)
+    if warming is not None:
+        warming.add_loader(knowledge.indexed_docs)
+    access = AccessTracker(durable, clock=clock)
+    recaller = Recaller(durable, index, clock=clock, embedder=embedder, access=access)
+    recaller.register_resolver("chunk", knowledge.resolve_chunks)
+    longterm = LongTermMemory(
         durable,
         index,
         clock=clock,
         ids=ids,
         tokens=tokens,
-        recaller=Recaller(durable, index, clock=clock),
+        embedder=embedder,
+        recaller=recaller,
     )
+    return longterm, knowledge, access
 
 
 async def _wait_all(tasks: set[asyncio.Task[None]]) -> None:

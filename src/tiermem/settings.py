@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["BackendName", "TierMemSettings"]
@@ -43,3 +43,11 @@ class TierMemSettings(BaseSettings):
     gc_grace_seconds: int = Field(default=3600, ge=0)
     """How long native TTLs let data linger past its logical expiry."""
     default_model: str = "claude-3-5-sonnet"
+
+    embedder: Literal["none", "local", "bedrock-titan", "openai"] = "none"
+    """Embeddings for recall: ``none`` (BM25 + recency + importance + access), ``local``
+    (all-MiniLM-L6-v2, extra ``embeddings``), ``bedrock-titan`` or ``openai`` (any
+    OpenAI-compatible endpoint such as Ollama or vLLM; extra ``llm``)."""
+    embedding_model: str | None = None
+    embedding_base_url: str | None = None
+    embedding_api_key: SecretStr | None = None

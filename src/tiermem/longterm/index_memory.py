@@ -255,6 +255,10 @@ class WarmingIndex:
         self.loads = 0
         """How many warm-ups ran, for tests and metrics."""
 
+    def add_loader(self, loader: DocLoader) -> None:
+        """Load one more kind of document at warm-up (users already warm are not reloaded)."""
+        self._loaders = (*self._loaders, loader)
+
     def is_warm(self, user_id: str) -> bool:
         return user_id in self._warm
 
