@@ -61,8 +61,8 @@ async def test_knowledge_chunks_are_recalled(pairing: Pairing) -> None:
     doc = await memory.knowledge.add_document(
         user,
         "returns.md",
-        "# Returns\n\nDamaged volumes can be returned within 30 days for a full refund.\n\n"
-        "# Shipping\n\nOrders ship from the Osaka warehouse.".encode(),
+        b"# Returns\n\nDamaged volumes can be returned within 30 days for a full refund.\n\n"
+        b"# Shipping\n\nOrders ship from the Osaka warehouse.",
     )
     hits = await memory.longterm.recall(user, "refund damaged", scope=("chunk",), k=2)
     assert hits[0].kind == "chunk"
@@ -153,6 +153,7 @@ async def test_dynamodb_alone_warms_an_in_process_index() -> None:
     second = MemoryService.from_settings(settings)
     try:
         hits = await second.longterm.recall("u-warm", "first editions")
-        assert hits and "Akira" in hits[0].text
+        assert hits
+        assert "Akira" in hits[0].text
     finally:
         await second.aclose()
