@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -183,7 +184,7 @@ class SQLiteDatabase:
         conn = sqlite3.connect(self.path, timeout=seconds, isolation_level=None)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _enable_wal(conn, seconds)
             if str(mode).lower() != "wal":
                 raise BackendError(
                     f"SQLite file {self.path} cannot use WAL journaling (got {mode!r}); "
@@ -203,3 +204,20 @@ class SQLiteDatabase:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _enable_wal(conn: sqlite3.Connection, seconds: float) -> str:
+    """Switch the file to WAL (once per file; it persists). SQLite answers "locked" at once,
+    without the busy handler, when another connection is mid-transaction while the mode
+    changes (two stores opening a new file together), so wait for it here."""
+    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+    deadline = time.monotonic() + seconds
+    while mode.lower() != "wal":
+        try:
+            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    return mode
+
