@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import open_backend
+from tests.knowledge.support import USER
 from tiermem.store.contract import DurableStore
 from tiermem.testing import FakeClock
 
@@ -23,6 +24,9 @@ async def durable(
 ) -> AsyncIterator[DurableStore]:
     """A durable store on the test's clock, so the store and the KnowledgeBase agree on now."""
     under_test = await open_backend(request.param, clock, tmp_path)
+    # Redis and DynamoDB servers are shared by the whole run and these tests use fixed user
+    # and document ids: start each test from an empty user.
+    await under_test.durable.purge_user(USER)
     try:
         yield under_test.durable
     finally:
