@@ -413,6 +413,58 @@ async def test_batch_write_gives_up_with_a_retryable_error() -> None:
     assert len(fake.batches) == 8
 
 
+class _UnprocessedKeysClient:
+    """A fake client whose BatchGetItem leaves keys unprocessed (see above for why fake)."""
+
+    def __init__(self, *, failures: int) -> None:
+        self.failures = failures
+        self.batches: list[int] = []
+
+    async def batch_get_item(self, **kwargs: Any) -> dict[str, Any]:
+        ((table, request),) = kwargs["RequestItems"].items()
+        assert request["ConsistentRead"] is True
+        keys = request["Keys"]
+        self.batches.append(len(keys))
+        served, left = (keys[:-3], keys[-3:]) if self.failures else (keys, [])
+        if self.failures:
+            self.failures -= 1
+        items = [
+            key | {"d": {"S": _fake_memory(key["sk"]["S"].removeprefix("MEM#"))}} for key in served
+        ]
+        unprocessed = {table: {"Keys": left, "ConsistentRead": True}} if left else {}
+        return {"Responses": {table: items}, "UnprocessedKeys": unprocessed}
+
+
+def _fake_memory(memory_id: str) -> str:
+    return MemoryRecord(
+        memory_id=memory_id,
+        user_id="u-1",
+        memory_type="fact",
+        content=memory_id,
+        created_at=datetime(2030, 1, 1, tzinfo=UTC),
+    ).model_dump_json()
+
+
+async def test_batch_get_resends_unprocessed_keys() -> None:
+    fake = _UnprocessedKeysClient(failures=2)
+    durable = DynamoDBDurableStore("fake", client=fake)
+    ids = [f"m{i}" for i in range(150)]
+    got = await durable.get_memories("u-1", [*ids, *ids[:10]])
+    assert sorted(got) == sorted(ids)
+    assert all(record.content == memory_id for memory_id, record in got.items())
+    # Two requests (100 + 50 keys) in parallel; each leaves 3 keys over once, resent.
+    assert sorted(fake.batches) == [3, 3, 50, 100]
+
+
+async def test_batch_get_gives_up_with_a_retryable_error() -> None:
+    fake = _UnprocessedKeysClient(failures=1000)
+    durable = DynamoDBDurableStore("fake", client=fake)
+    with pytest.raises(BackendError, match="unprocessed") as info:
+        await durable.get_memories("u-1", ["m1", "m2", "m3", "m4"])
+    assert info.value.retryable is True
+    assert len(fake.batches) == 8
+
+
 async def test_append_that_cannot_be_one_transaction_is_rejected_before_writing(
     stores: tuple[DynamoDBHotStore, DynamoDBDurableStore],
 ) -> None:

@@ -44,6 +44,7 @@ class SpyStore:
     def __init__(self, inner: MemoryDurableStore) -> None:
         self.inner = inner
         self.calls: Counter[str] = Counter()
+        self.args: dict[str, list[tuple[Any, ...]]] = {}
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
@@ -52,6 +53,7 @@ class SpyStore:
 
         async def spy(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] += 1
+            self.args.setdefault(name, []).append(args)
             return await attr(*args, **kwargs)
 
         return spy
@@ -202,7 +204,10 @@ async def test_recall_only_reads_candidates_never_the_partition(world: World) ->
     hits = await world.recall("berserk", k=5)
     assert len(hits) == 5
     assert world.spy.calls["query_memories"] == 0
-    assert world.spy.calls["get_memory"] == 30  # the 30 BM25 matches, nothing else
+    # One batch read of the 30 BM25 matches, nothing else.
+    assert (world.spy.calls["get_memories"], world.spy.calls["get_memory"]) == (1, 0)
+    ((_, fetched),) = world.spy.args["get_memories"]
+    assert sorted(fetched) == sorted(f"m{i}" for i in range(0, 300, 10))
 
 
 async def test_recall_writes_nothing_and_counts_accesses_in_memory(world: World) -> None:

@@ -9,9 +9,9 @@ them, and ranks them with the pure policy :mod:`tiermem.policies.recall`:
    the user's N most recent memories, reranked by the embeddings stored on the records.
    An empty query (no terms) takes the N most recent memories and ranks them by recency,
    importance and use.
-2. Fetch: memories with ``get_memory`` and turns with ``get_turn``, concurrently (at most
-   ``fetch_concurrency`` at once); other kinds through a registered resolver. Never the
-   whole partition.
+2. Fetch: memories with one ``get_memories`` (one per :data:`MAX_MEMORY_IDS_PER_GET`
+   candidates), turns with ``get_turn`` (at most ``fetch_concurrency`` at once), all
+   concurrently; other kinds through a registered resolver. Never the whole partition.
 3. Filter: the asked ``types``, ``min_importance`` and time range; expired records,
    superseded ones (``invalid_from`` ≤ now), not yet valid ones (``valid_from`` > now) and
    internal types (``_...``) are never returned.
@@ -50,7 +50,7 @@ from tiermem.longterm.vectors import cosine
 from tiermem.models import REDACTED_TEXT, MemoryRecord, Provenance, Turn
 from tiermem.policies.recall import RecallPolicy, RecallSignals, rank_candidates
 from tiermem.store.codec import check_aware
-from tiermem.store.contract import DurableStore
+from tiermem.store.contract import MAX_MEMORY_IDS_PER_GET, DurableStore
 from tiermem.store.keys import validate_id
 
 __all__ = [
@@ -426,9 +426,10 @@ class Recaller:
         gate = asyncio.Semaphore(self._fetch_concurrency)
         stale: list[tuple[DocKind, str]] = []
 
-        async def memory(c: _Candidate) -> None:
-            async with gate:
-                c.memory = await self._durable.get_memory(user_id, c.doc_id)
+        async def memories(group: list[_Candidate]) -> None:
+            found = await self._durable.get_memories(user_id, [c.doc_id for c in group])
+            for c in group:
+                c.memory = found.get(c.doc_id)
 
         async def turn(c: _Candidate) -> None:
             try:
@@ -449,14 +450,19 @@ class Recaller:
                     c.resolved = value if isinstance(value, ResolvedDoc) else ResolvedDoc(*value)
 
         jobs: list[Awaitable[None]] = []
+        unfetched: list[_Candidate] = []
         others: dict[DocKind, list[_Candidate]] = {}
         for c in candidates.values():
             if c.kind == "memory" and c.memory is None:
-                jobs.append(memory(c))
+                unfetched.append(c)
             elif c.kind == "turn":
                 jobs.append(turn(c))
             elif c.kind not in ("memory", "turn"):
                 others.setdefault(c.kind, []).append(c)
+        jobs.extend(
+            memories(unfetched[start : start + MAX_MEMORY_IDS_PER_GET])
+            for start in range(0, len(unfetched), MAX_MEMORY_IDS_PER_GET)
+        )
         jobs.extend(resolve(kind, group) for kind, group in others.items())
         await asyncio.gather(*jobs)
 

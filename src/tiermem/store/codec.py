@@ -7,13 +7,14 @@ messages, before any I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 
 from tiermem.errors import ValidationError
 from tiermem.models import JsonValue, MemoryRecord, NewTurn, Turn
 from tiermem.store.contract import (
     MAX_MEMORY_BYTES,
+    MAX_MEMORY_IDS_PER_GET,
     MAX_RECORD_BYTES,
     MAX_TURN_BYTES,
     MAX_TURNS_PER_APPEND,
@@ -27,6 +28,7 @@ __all__ = [
     "check_index",
     "check_kind",
     "check_limit",
+    "check_memory_ids",
     "check_memory_version",
     "check_range",
     "decode_memory",
@@ -77,6 +79,22 @@ def check_range(start: int, end: int | None) -> None:
 def check_limit(limit: int) -> None:
     if not isinstance(limit, int) or limit < 1:
         raise ValidationError(f"limit must be an integer >= 1, got {limit!r}")
+
+
+def check_memory_ids(user_id: str, memory_ids: Collection[str]) -> list[str]:
+    """Validate the arguments of ``get_memories``; return the distinct ids, in input order."""
+    validate_id(user_id, what="user_id")
+    if isinstance(memory_ids, str | bytes):
+        raise ValidationError(f"memory_ids is a collection of ids; wrap {memory_ids!r} in a list")
+    ids = list(memory_ids)
+    if len(ids) > MAX_MEMORY_IDS_PER_GET:
+        raise ValidationError(
+            f"get_memories got {len(ids)} ids; at most {MAX_MEMORY_IDS_PER_GET} per call. "
+            "Split the list."
+        )
+    for memory_id in ids:
+        validate_id(memory_id, what="memory_id")
+    return list(dict.fromkeys(ids))
 
 
 def check_aware(value: datetime | None, *, what: str) -> None:

@@ -57,6 +57,7 @@ from tiermem.models import (
 __all__ = [
     "DEFAULT_GC_GRACE",
     "MAX_MEMORY_BYTES",
+    "MAX_MEMORY_IDS_PER_GET",
     "MAX_RECORD_BYTES",
     "MAX_TURNS_PER_APPEND",
     "MAX_TURN_BYTES",
@@ -73,6 +74,10 @@ MAX_RECORD_BYTES = 1024 * 1024
 """Largest session record or state blob (JSON)."""
 MAX_MEMORY_BYTES = 256 * 1024
 """Largest long-term memory record (JSON)."""
+MAX_MEMORY_IDS_PER_GET = 1000
+"""Most ids one :meth:`DurableStore.get_memories` may ask for (duplicates count); callers
+with more split the list. It bounds one call's work: 10 DynamoDB BatchGetItem requests,
+2 SQLite statements, one Redis HMGET."""
 MAX_TURNS_PER_APPEND = 50
 """Most turns one append may carry. DynamoDB transactions hold 100 items and 4 MB, with room
 needed for the session counter and for parts of split turns; larger batches are split by
@@ -368,6 +373,22 @@ class DurableStore(Protocol):
 
     async def get_memory(self, user_id: str, memory_id: str) -> MemoryRecord | None:
         """One memory record, or None if it is absent or expired."""
+        ...
+
+    async def get_memories(
+        self, user_id: str, memory_ids: Collection[str]
+    ) -> dict[str, MemoryRecord]:
+        """Several of a user's memory records at once, keyed by id.
+
+        The same records :meth:`get_memory` would return for each id, read in as few round
+        trips as the backend allows (not one snapshot: a concurrent write may be seen for
+        some ids and not others). Absent and expired ids are left out of the result;
+        duplicate ids are allowed and read once; no ids give ``{}``.
+
+        Raises:
+            ValidationError: a bad ``user_id`` or id, ``memory_ids`` given as one string, or
+                more than :data:`MAX_MEMORY_IDS_PER_GET` ids; nothing was read.
+        """
         ...
 
     async def query_memories(

@@ -14,7 +14,7 @@ import pytest
 
 from tiermem.errors import ConflictError, NotFoundError, ValidationError
 from tiermem.models import REDACTED_TEXT, MemoryRecord, Provenance, SessionRef
-from tiermem.store.contract import MAX_MEMORY_BYTES, MAX_RECORD_BYTES
+from tiermem.store.contract import MAX_MEMORY_BYTES, MAX_MEMORY_IDS_PER_GET, MAX_RECORD_BYTES
 from tiermem.testing.backend import BackendUnderTest, fresh_id, text_turn
 
 DAY = 86400.0
@@ -326,6 +326,83 @@ async def test_durable_memory_round_trip(backend: BackendUnderTest) -> None:
     assert await backend.durable.get_memory(user, record.memory_id) == record
     assert await backend.durable.get_memory(user, fresh_id("m")) is None
     assert await backend.durable.get_memory(fresh_id("u"), record.memory_id) is None
+
+
+async def test_durable_get_memories_returns_live_records_of_that_user(
+    backend: BackendUnderTest,
+) -> None:
+    user, other = fresh_id("u"), fresh_id("u")
+    kept = _memory(backend, user, content="kept")
+    big = _memory(backend, user, content="x" * 100_000)  # compressed on DynamoDB
+    odd = _memory(backend, user, memory_id=f"{fresh_id('m')}#MEM:{{x}} %")
+    expiring = _memory(backend, user, expires_in=DAY)
+    theirs = _memory(backend, other, content="not mine")
+    same_id_theirs = _memory(backend, other, memory_id=kept.memory_id, content="theirs")
+    for record in (kept, big, odd, expiring, theirs, same_id_theirs):
+        await backend.durable.put_memory(record)
+    missing = fresh_id("m")
+    asked = [
+        kept.memory_id,
+        missing,
+        big.memory_id,
+        kept.memory_id,
+        odd.memory_id,
+        expiring.memory_id,
+        theirs.memory_id,
+        odd.memory_id,
+    ]
+
+    got = await backend.durable.get_memories(user, asked)
+    assert got == {r.memory_id: r for r in (kept, big, odd, expiring)}
+    backend.clock.advance(DAY)
+    got = await backend.durable.get_memories(user, tuple(asked))
+    assert got == {r.memory_id: r for r in (kept, big, odd)}
+    # The same answers as get_memory, one id at a time.
+    for memory_id in asked:
+        assert got.get(memory_id) == await backend.durable.get_memory(user, memory_id)
+    assert await backend.durable.get_memories(other, {kept.memory_id, missing}) == {
+        kept.memory_id: same_id_theirs
+    }
+    assert await backend.durable.get_memories(user, []) == {}
+    assert await backend.durable.get_memories(fresh_id("u"), [kept.memory_id]) == {}
+
+
+async def test_durable_get_memories_large_batch(backend: BackendUnderTest) -> None:
+    user = fresh_id("u")
+    records = [_memory(backend, user, content=f"m{i}") for i in range(150)]
+    gate = asyncio.Semaphore(16)
+
+    async def put(record: MemoryRecord) -> None:
+        async with gate:
+            await backend.durable.put_memory(record)
+
+    await asyncio.gather(*(put(r) for r in records))
+    stored = [r.memory_id for r in records]
+    absent = [fresh_id("m") for _ in range(MAX_MEMORY_IDS_PER_GET - len(stored) - 50)]
+    asked = [*stored[:75], *absent, *stored[75:], *stored[:50]]  # 50 duplicates
+    assert len(asked) == MAX_MEMORY_IDS_PER_GET
+    got = await backend.durable.get_memories(user, asked)
+    assert got == {r.memory_id: r for r in records}
+    assert await backend.durable.get_memories(user, stored[100:]) == {
+        r.memory_id: r for r in records[100:]
+    }
+
+
+async def test_durable_get_memories_rejects_bad_arguments(backend: BackendUnderTest) -> None:
+    user = fresh_id("u")
+    record = _memory(backend, user)
+    await backend.durable.put_memory(record)
+    too_many = [record.memory_id] * (MAX_MEMORY_IDS_PER_GET + 1)
+    with pytest.raises(ValidationError, match=str(MAX_MEMORY_IDS_PER_GET)):
+        await backend.durable.get_memories(user, too_many)
+    with pytest.raises(ValidationError):
+        await backend.durable.get_memories(user, [record.memory_id, "bad\nid"])
+    with pytest.raises(ValidationError):
+        await backend.durable.get_memories(user, [record.memory_id, ""])
+    with pytest.raises(ValidationError):
+        await backend.durable.get_memories(user, record.memory_id)
+    with pytest.raises(ValidationError):
+        await backend.durable.get_memories("bad\nuser", [record.memory_id])
 
 
 async def test_durable_memory_query_by_type_and_time(backend: BackendUnderTest) -> None:

@@ -15,7 +15,8 @@
   BatchWriteItem. They are not isolated from concurrent writes to the same session.
 
 Round trips: ``append_turns`` 2 (GetItem + TransactWriteItems); ``next_index``,
-``get_memory``, ``delete_memory``, ``put_memory``, ``register_session`` 1; ``get_turn``,
+``get_memory``, ``delete_memory``, ``put_memory``, ``register_session`` 1; ``get_memories``
+1 BatchGetItem per 100 ids, in parallel (more if keys come back unprocessed); ``get_turn``,
 ``get_turns``, ``tail_turns``, ``get_record``, ``list_sessions`` 1 Query (more pages past
 1 MB); ``put_record`` and ``redact_turn`` 2; ``query_memories`` 1 Query per memory type, in
 parallel; ``delete_session`` 1 Query + BatchWriteItem per 25 items; ``purge_user`` 1 Query +
@@ -88,6 +89,7 @@ from tiermem.store.codec import (
     check_index,
     check_kind,
     check_limit,
+    check_memory_ids,
     check_memory_version,
     check_range,
     decode_memory,
@@ -583,7 +585,22 @@ class DynamoDBDurableStore:
         validate_id(user_id, what="user_id")
         validate_id(memory_id, what="memory_id")
         item = await self._table.get(user_pk(user_id), _memory_sk(memory_id))
-        if item is None or not self._visible(item):
+        return None if item is None else self._live_memory(item)
+
+    async def get_memories(
+        self, user_id: str, memory_ids: Collection[str]
+    ) -> dict[str, MemoryRecord]:
+        ids = check_memory_ids(user_id, memory_ids)
+        pk = user_pk(user_id)
+        by_sk = {_memory_sk(memory_id): memory_id for memory_id in ids}
+        items = await self._table.get_keys((pk, sk) for sk in by_sk)
+        found = {by_sk[get_str(item, "sk")]: self._live_memory(item) for item in items}
+        return {memory_id: record for memory_id, record in found.items() if record is not None}
+
+    def _live_memory(self, item: Item) -> MemoryRecord | None:
+        """The record of a memory item (one item: ``put_memory`` never splits it), or None
+        once it has expired."""
+        if not self._visible(item):
             return None
         return decode_memory(unpack([item["d"]]))
 

@@ -11,7 +11,7 @@ This module owns everything the hot and durable stores have in common:
 * :class:`DynamoDBTable`, the one place a botocore call is made: it opens the aioboto3 client
   lazily, maps botocore errors to :mod:`tiermem.errors` (the one wrapper), turns failed
   conditions into :class:`ConditionFailed`, pages through queries and retries
-  BatchWriteItem's unprocessed items.
+  BatchWriteItem's unprocessed items and BatchGetItem's unprocessed keys.
 
 The layout itself is drawn in :mod:`tiermem.store.backends.dynamodb`.
 """
@@ -88,7 +88,10 @@ _ITEM_OVERHEAD = 2048
 MAX_ATTEMPTS = 60
 """Optimistic writes that keep losing to concurrent writers give up after this many tries."""
 BATCH_ATTEMPTS = 8
-"""BatchWriteItem calls per chunk before unprocessed items become a BackendError."""
+"""BatchWriteItem / BatchGetItem calls per chunk before unprocessed entries become a
+BackendError."""
+BATCH_GET_KEYS = 100
+"""Most keys one BatchGetItem request may carry."""
 
 # botocore retries throttling and dropped connections itself (standard mode); past that,
 # errors surface as retryable BackendErrors and the caller's policy decides.
@@ -707,28 +710,82 @@ class DynamoDBTable:
         unique = list(dict.fromkeys(keys))
         for start in range(0, len(unique), 25):
             chunk = unique[start : start + 25]
-            pending: dict[str, Any] = {
-                self.name: [{"DeleteRequest": {"Key": key(pk, sk)}} for pk, sk in chunk]
-            }
-            for attempt in range(BATCH_ATTEMPTS):
-                if attempt:
-                    await asyncio.sleep(backoff_delay(attempt - 1, base=0.02, cap=1.0))
-                response = await self.call("batch_write_item", RequestItems=pending)
-                pending = response.get("UnprocessedItems") or {}
-                if not pending:
-                    break
-                logger.debug(
-                    "BatchWriteItem left %s items unprocessed (attempt %s)",
-                    sum(len(v) for v in pending.values()),
-                    attempt + 1,
-                )
-            else:
-                left = sum(len(v) for v in pending.values())
-                raise BackendError(
-                    f"BatchWriteItem on table {self.name!r} still had {left} unprocessed "
-                    f"deletes after {BATCH_ATTEMPTS} attempts (throttling?); retry the "
-                    "operation, deleting again is safe",
-                    backend=BACKEND,
-                    retryable=True,
-                )
+            await self._batch(
+                "BatchWriteItem",
+                {self.name: [{"DeleteRequest": {"Key": key(pk, sk)}} for pk, sk in chunk]},
+                what="deletes",
+                again="deleting",
+            )
         return len(unique)
+
+    async def get_keys(self, keys: Iterable[tuple[str, str]]) -> list[Item]:
+        """Items by key with strongly consistent BatchGetItem; absent keys are left out.
+
+        One request per :data:`BATCH_GET_KEYS` distinct keys, all in parallel. Unprocessed
+        keys (throttling, the 16 MB response limit) are resent with exponential backoff and
+        jitter, at most :data:`BATCH_ATTEMPTS` times per request. Items come in no
+        particular order.
+
+        Raises:
+            BackendError: (retryable) keys were still unprocessed after the last attempt.
+        """
+        unique = list(dict.fromkeys(keys))
+
+        async def chunk_items(chunk: Sequence[tuple[str, str]]) -> list[Item]:
+            responses = await self._batch(
+                "BatchGetItem",
+                {self.name: {"Keys": [key(pk, sk) for pk, sk in chunk], "ConsistentRead": True}},
+                what="reads",
+                again="reading",
+            )
+            return [item for r in responses for item in r.get("Responses", {}).get(self.name, [])]
+
+        found = await asyncio.gather(
+            *(
+                chunk_items(unique[start : start + BATCH_GET_KEYS])
+                for start in range(0, len(unique), BATCH_GET_KEYS)
+            )
+        )
+        return [item for items in found for item in items]
+
+    async def _batch(
+        self, operation: str, request: dict[str, Any], *, what: str, again: str
+    ) -> list[dict[str, Any]]:
+        """Send a BatchWriteItem or BatchGetItem request until nothing is left unprocessed;
+        every response, in order. Leftovers are resent with backoff (see :meth:`delete_keys`).
+
+        Raises:
+            BackendError: (retryable) leftovers after :data:`BATCH_ATTEMPTS` calls.
+        """
+        method, unprocessed = {
+            "BatchWriteItem": ("batch_write_item", "UnprocessedItems"),
+            "BatchGetItem": ("batch_get_item", "UnprocessedKeys"),
+        }[operation]
+        responses = []
+        for attempt in range(BATCH_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(backoff_delay(attempt - 1, base=0.02, cap=1.0))
+            response = await self.call(method, RequestItems=request)
+            responses.append(response)
+            request = response.get(unprocessed) or {}
+            if not request:
+                return responses
+            logger.debug(
+                "%s left %s %s unprocessed (attempt %s)",
+                operation,
+                _pending_count(request),
+                what,
+                attempt + 1,
+            )
+        raise BackendError(
+            f"{operation} on table {self.name!r} still had {_pending_count(request)} "
+            f"unprocessed {what} after {BATCH_ATTEMPTS} attempts (throttling?); retry the "
+            f"operation, {again} again is safe",
+            backend=BACKEND,
+            retryable=True,
+        )
+
+
+def _pending_count(request: Mapping[str, Any]) -> int:
+    """Entries of a batch request: BatchWriteItem lists requests, BatchGetItem ``Keys``."""
+    return sum(len(v["Keys"]) if isinstance(v, Mapping) else len(v) for v in request.values())

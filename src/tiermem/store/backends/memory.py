@@ -49,6 +49,7 @@ from tiermem.store.codec import (
     check_index,
     check_kind,
     check_limit,
+    check_memory_ids,
     check_memory_version,
     check_range,
     encode_data,
@@ -490,6 +491,16 @@ class MemoryDurableStore:
         if record is None or not is_live(record.expires_at, self._clock.now()):
             return None
         return record
+
+    async def get_memories(
+        self, user_id: str, memory_ids: Collection[str]
+    ) -> dict[str, MemoryRecord]:
+        ids = check_memory_ids(user_id, memory_ids)
+        now = self._clock.now()
+        with self._lock:
+            stored = self._memories.get(user_id, {})
+            found = {i: record for i in ids if (record := stored.get(i)) is not None}
+        return {i: record for i, record in found.items() if is_live(record.expires_at, now)}
 
     async def query_memories(
         self,

@@ -53,6 +53,7 @@ from tiermem.store.codec import (
     check_index,
     check_kind,
     check_limit,
+    check_memory_ids,
     check_memory_version,
     check_range,
     decode_memory,
@@ -629,12 +630,23 @@ class RedisDurableStore:
         validate_id(user_id, what="user_id")
         validate_id(memory_id, what="memory_id")
         raw = await self._io.execute("HGET", self._keys.memories(user_id), memory_id)
-        if raw is None:
-            return None
-        _, expires_us, _, payload = split_frame(raw, 3)
-        if expires_us and int(expires_us) <= self._now_us():
-            return None
-        return decode_memory(payload)
+        return None if raw is None else _live_memory(raw, self._now_us())
+
+    @redis_boundary
+    async def get_memories(
+        self, user_id: str, memory_ids: Collection[str]
+    ) -> dict[str, MemoryRecord]:
+        """One HMGET on the user's memory hash."""
+        ids = check_memory_ids(user_id, memory_ids)
+        if not ids:
+            return {}
+        raws = await self._io.execute("HMGET", self._keys.memories(user_id), *ids)
+        now_us = self._now_us()
+        return {
+            memory_id: record
+            for memory_id, raw in zip(ids, raws, strict=True)
+            if raw is not None and (record := _live_memory(raw, now_us)) is not None
+        }
 
     @redis_boundary
     async def query_memories(
@@ -747,6 +759,14 @@ def _live_turn(raw: bytes, now_us: int) -> Turn | None:
     if expires_us and int(expires_us) <= now_us:
         return None
     return decode_turn(payload)
+
+
+def _live_memory(raw: bytes, now_us: int) -> MemoryRecord | None:
+    """A memory hash value ('version|expires_us|type|json'), or None once it has expired."""
+    _, expires_us, _, payload = split_frame(raw, 3)
+    if expires_us and int(expires_us) <= now_us:
+        return None
+    return decode_memory(payload)
 
 
 def _is_valid_id(value: object) -> bool:

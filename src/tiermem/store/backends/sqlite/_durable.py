@@ -27,6 +27,7 @@ from tiermem.store.codec import (
     check_append,
     check_index,
     check_kind,
+    check_memory_ids,
     check_memory_version,
     check_range,
     decode_memory,
@@ -44,6 +45,8 @@ _MAX_INDEX = 2**63 - 1
 """SQLite integers are 64-bit; larger indexes cannot exist, so queries clamp to this."""
 _GC_EVERY_WRITES = 64
 _GC_BATCH = 100
+_IDS_PER_SELECT = 500
+"""Ids bound in one ``IN (...)``: under SQLite's historical 999-parameter limit."""
 # Logical expiry in SQL, as codec.is_live: "(expires_at_us IS NULL OR expires_at_us > ?)"
 # with now in epoch microseconds; spelled out in each statement so statements stay literals.
 
@@ -372,6 +375,32 @@ class SQLiteDurableStore:
 
         payload = await self._db.read(op)
         return None if payload is None else decode_memory(payload)
+
+    async def get_memories(
+        self, user_id: str, memory_ids: Collection[str]
+    ) -> dict[str, MemoryRecord]:
+        """One executor call: one ``SELECT ... IN (...)`` per 500 ids, in one transaction."""
+        ids = check_memory_ids(user_id, memory_ids)
+        if not ids:
+            return {}
+
+        def op(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+            now_us = self._now_us()
+            rows: list[tuple[str, str]] = []
+            for start in range(0, len(ids), _IDS_PER_SELECT):
+                chunk = ids[start : start + _IDS_PER_SELECT]
+                # Only placeholders are joined into the statement.
+                placeholders = ", ".join("?" * len(chunk))
+                rows += conn.execute(
+                    "SELECT memory_id, payload FROM memories WHERE user_id = ? "  # noqa: S608
+                    f"AND memory_id IN ({placeholders}) "
+                    "AND (expires_at_us IS NULL OR expires_at_us > ?)",
+                    (user_id, *chunk, now_us),
+                ).fetchall()
+            return rows
+
+        rows = await self._db.read(op)
+        return {memory_id: decode_memory(payload) for memory_id, payload in rows}
 
     async def query_memories(
         self,
