@@ -178,8 +178,8 @@ class MemoryService:
         cls, settings: TierMemSettings | None = None, *, clock: Clock | None = None, **engines: Any
     ) -> MemoryService:
         """Build the stores, search index and embedder the settings name (default: in-process
-        hot tier, SQLite durable tier and its FTS5 index, no embeddings). ``engines``
-        override any constructor argument."""
+        hot tier, SQLite durable tier with a SQLiteIndex in the same file, no embeddings).
+        ``engines`` override any constructor argument."""
         from tiermem.composition import (
             open_durable_store,
             open_embedder,

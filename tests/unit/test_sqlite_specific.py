@@ -1,6 +1,7 @@
 """What the SQLite backend promises beyond the shared contract (tests/conformance covers that):
-migrations, persistence across instances, the FTS5 index, the default path, atomicity of
-failed writes, lock errors, and physical collection of expired rows."""
+migrations (including dropping the old ``memories_fts``), persistence across instances, the
+default path, atomicity of failed writes, lock errors, and physical collection of expired
+rows."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from tiermem.errors import (
 )
 from tiermem.models import MemoryRecord, SessionRef
 from tiermem.store.backends.sqlite import (
-    FTS_TOKENIZER,
     MIGRATIONS,
     SQLiteDurableStore,
     SQLiteHotStore,
@@ -31,6 +31,7 @@ from tiermem.store.backends.sqlite import (
 )
 from tiermem.store.backends.sqlite._paths import data_dir_for
 from tiermem.store.backends.sqlite._schema import apply_migrations
+from tiermem.store.codec import encode_memory
 from tiermem.store.contract import Capability, DurableStore, HotStore
 from tiermem.testing import FakeClock
 from tiermem.testing.backend import text_turn
@@ -78,23 +79,15 @@ def memory(
     )
 
 
-def fts_search(path: Path, query: str) -> list[str]:
-    with raw(path) as conn:
-        rows = conn.execute(
-            "SELECT memory_id FROM memories_fts WHERE memories_fts MATCH ? "
-            "ORDER BY bm25(memories_fts)",
-            (query,),
-        ).fetchall()
-    return [memory_id for (memory_id,) in rows]
-
-
 def test_stores_declare_name_capabilities_and_protocols(db_path: Path) -> None:
     hot, durable = SQLiteHotStore(db_path), SQLiteDurableStore(db_path)
     assert isinstance(hot, HotStore)
     assert isinstance(durable, DurableStore)
     assert hot.name == durable.name == "sqlite"
     assert Capability.PERSISTENT in hot.capabilities
-    assert {Capability.PERSISTENT, Capability.FULL_TEXT_SEARCH} <= durable.capabilities
+    assert Capability.PERSISTENT in durable.capabilities
+    # Recall's SQLiteIndex does the searching; the store keeps no full-text index.
+    assert Capability.FULL_TEXT_SEARCH not in durable.capabilities
 
 
 @pytest.mark.parametrize("path", [":memory:", "", "file::memory:?cache=shared"])
@@ -129,6 +122,51 @@ async def test_stores_opening_a_new_file_at_once_migrate_it_once(db_path: Path) 
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_a_file_at_migration_1_loses_memories_fts_and_keeps_its_memories(
+    db_path: Path, clock: FakeClock
+) -> None:
+    # The file as the previous release left it: migration 1 only, a memory and its FTS row.
+    record = memory(clock, "u-1", "m-1", "likes seinen manga")
+    with raw(db_path) as conn:
+        conn.execute("BEGIN")
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute(
+            "INSERT INTO memories (user_id, memory_id, memory_type, created_at_us, "
+            "expires_at_us, version, payload) VALUES (?, ?, ?, ?, NULL, 1, ?)",
+            ("u-1", "m-1", "preference", 0, encode_memory(record)),
+        )
+        conn.execute(
+            "INSERT INTO memories_fts (rowid, content, tags, user_id, memory_id) "
+            "VALUES (last_insert_rowid(), ?, '', 'u-1', 'm-1')",
+            (record.content,),
+        )
+        conn.execute("COMMIT")
+    store = SQLiteDurableStore(db_path, clock=clock)
+    try:
+        assert await store.get_memory("u-1", "m-1") == record
+        assert await store.delete_memory("u-1", "m-1") is True
+    finally:
+        await store.aclose()
+    with raw(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert "memories_fts" not in table_names(conn)
+
+
+async def test_a_new_file_has_no_memories_fts(durable: SQLiteDurableStore, db_path: Path) -> None:
+    await durable.next_index("s-1")  # opens, so migrates, the file
+    with raw(db_path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        names = table_names(conn)
+    assert "memories" in names
+    assert not any(name.startswith("memories_fts") for name in names)
+
+
+def table_names(conn: sqlite3.Connection) -> set[str]:
+    return {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
 
 
 async def test_a_file_from_a_newer_tiermem_is_refused(db_path: Path) -> None:
@@ -186,65 +224,6 @@ async def test_a_closed_store_refuses_work(db_path: Path) -> None:
         await store.next_index("s-1")
 
 
-# -- full-text search ----------------------------------------------------------------------
-
-
-def test_this_build_uses_the_trigram_tokenizer() -> None:
-    # sqlite3 >= 3.34 ships trigram; the fallback cannot search inside Japanese sentences.
-    expected = "trigram" if sqlite3.sqlite_version_info >= (3, 34, 0) else "unicode61"
-    assert expected == FTS_TOKENIZER
-
-
-async def test_fts_finds_stored_memories_in_english_and_japanese(
-    durable: SQLiteDurableStore, clock: FakeClock, db_path: Path
-) -> None:
-    await durable.put_memory(memory(clock, "u-1", "m-en", "prefers seinen manga like Berserk",
-                                    tags=("genre",)))
-    await durable.put_memory(memory(clock, "u-1", "m-ja", "好きなジャンルはセイネンです",
-                                    tags=("ジャンル",)))
-    await durable.put_memory(memory(clock, "u-2", "m-other", "collects vinyl records"))
-    with raw(db_path) as conn:
-        sql = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE name = 'memories_fts'"
-        ).fetchone()[0]
-    assert FTS_TOKENIZER in sql
-    assert fts_search(db_path, "Berserk") == ["m-en"]
-    assert fts_search(db_path, "genre") == ["m-en"]  # tags are indexed too
-    if FTS_TOKENIZER == "trigram":
-        assert fts_search(db_path, "セイネン") == ["m-ja"]  # a word inside a sentence
-        assert fts_search(db_path, "ジャンル") == ["m-ja"]
-    else:
-        assert fts_search(db_path, "好きなジャンルはセイネンです") == ["m-ja"]
-
-
-async def test_fts_ranks_the_better_match_first(
-    durable: SQLiteDurableStore, clock: FakeClock, db_path: Path
-) -> None:
-    await durable.put_memory(memory(clock, "u-1", "m-weak",
-                                    "asked once about Berserk among many other long series "
-                                    "such as One Piece, Naruto, Bleach and Vagabond"))
-    await durable.put_memory(memory(clock, "u-1", "m-strong", "Berserk, Berserk, always Berserk"))
-    assert fts_search(db_path, "Berserk") == ["m-strong", "m-weak"]
-
-
-async def test_fts_follows_updates_deletes_and_purges(
-    durable: SQLiteDurableStore, clock: FakeClock, db_path: Path
-) -> None:
-    first = await durable.put_memory(memory(clock, "u-1", "m-1", "likes shojo"))
-    await durable.put_memory(first.model_copy(update={"content": "likes seinen", "version": 2}),
-                             expected_version=1)
-    assert fts_search(db_path, "shojo") == []
-    assert fts_search(db_path, "seinen") == ["m-1"]
-
-    await durable.put_memory(memory(clock, "u-1", "m-2", "wants volume 42"))
-    assert await durable.delete_memory("u-1", "m-2") is True
-    assert fts_search(db_path, "volume") == []
-
-    await durable.put_memory(memory(clock, "u-2", "m-3", "likes seinen too"))
-    assert await durable.purge_user("u-1") == 1
-    assert fts_search(db_path, "seinen") == ["m-3"]
-
-
 # -- atomicity and errors -------------------------------------------------------------------
 
 
@@ -285,15 +264,19 @@ async def test_a_failed_archive_write_leaves_earlier_data_intact(
     assert [t.text for t in await durable.get_turns("s-1")] == ["a"]
 
 
-async def test_a_failed_memory_delete_keeps_memory_and_index_in_step(
+async def test_a_failed_purge_leaves_sessions_and_memories_intact(
     durable: SQLiteDurableStore, clock: FakeClock, db_path: Path
 ) -> None:
+    await durable.append_turns("s-1", [text_turn("a")])
+    await durable.register_session(SessionRef(session_id="s-1", user_id="u-1",
+                                              created_at=clock.now()))
     stored = await durable.put_memory(memory(clock, "u-1", "m-1", "likes seinen"))
     install_failure(db_path, "memories", "DELETE", "1")
-    with pytest.raises(BackendError):
-        await durable.delete_memory("u-1", "m-1")  # the FTS row goes first, then this fails
+    with pytest.raises(BackendError, match="injected failure"):
+        await durable.purge_user("u-1")  # sessions go first, then the memories' delete fails
+    assert [t.text for t in await durable.get_turns("s-1")] == ["a"]
+    assert [r.session_id for r in await durable.list_sessions("u-1")] == ["s-1"]
     assert await durable.get_memory("u-1", "m-1") == stored
-    assert fts_search(db_path, "seinen") == ["m-1"]
 
 
 async def test_a_write_lock_held_elsewhere_is_a_retryable_timeout(

@@ -15,7 +15,8 @@ Tables (its own migrations, tracked in ``schema_versions`` under the component
 Text is tokenized in Python with :func:`tiermem.longterm.text.tokenize` (CJK bigrams,
 stopwords, plural folding) and stored pre-tokenized, space-separated, in ``tokens``;
 ``unicode61`` then only splits on those spaces. So a two-character Japanese word such as
-漫画 is searchable, which the store's own trigram table (``memories_fts``) cannot do.
+漫画 is searchable, which an FTS5 trigram tokenizer cannot do (the store's former
+trigram table, ``memories_fts``, is dropped by store migration 2).
 ``owner`` holds one token derived from the user id (a hash), and every query is
 ``owner : "<it>" AND tokens : ("t1" OR "t2" ...)``: FTS5 finds the user's matching rows
 through its posting lists without scanning other users' rows.

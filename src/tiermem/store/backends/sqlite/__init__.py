@@ -28,11 +28,13 @@ the datetime; the JSON ``payload`` is the pydantic model and is what reads retur
     ├── session_records (session_id, kind) → version, SessionRecord JSON, expires_at_us
     ├── user_sessions  (user_id, session_id) → created_at_us, SessionRef JSON
     │                  index: (user_id, created_at_us, session_id); (session_id)
-    ├── memories       (user_id, memory_id) → memory_type, created_at_us, expires_at_us,
-    │                  version, MemoryRecord JSON; index: (user_id, memory_type,
-    │                  created_at_us); (user_id, created_at_us)
-    └── memories_fts   FTS5(content, tags, user_id UNINDEXED, memory_id UNINDEXED),
-                       rowid = memories.rowid, tokenizer FTS_TOKENIZER
+    └── memories       (user_id, memory_id) → memory_type, created_at_us, expires_at_us,
+                       version, MemoryRecord JSON; index: (user_id, memory_type,
+                       created_at_us); (user_id, created_at_us)
+
+Full-text search is not the store's: recall's
+:class:`~tiermem.longterm.index_sqlite.SQLiteIndex` keeps its own tables in the same file
+(migration 2 dropped the store's former ``memories_fts``).
 
 Ids are bound as SQL parameters, never spliced into statements, so they need no escaping;
 they are still validated with :func:`tiermem.store.keys.validate_id` before any I/O.
@@ -42,11 +44,10 @@ from tiermem.store.backends.sqlite._connection import DEFAULT_BUSY_TIMEOUT
 from tiermem.store.backends.sqlite._durable import SQLiteDurableStore
 from tiermem.store.backends.sqlite._hot import SQLiteHotStore
 from tiermem.store.backends.sqlite._paths import default_data_dir, default_database_path
-from tiermem.store.backends.sqlite._schema import FTS_TOKENIZER, MIGRATIONS
+from tiermem.store.backends.sqlite._schema import MIGRATIONS
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
-    "FTS_TOKENIZER",
     "MIGRATIONS",
     "SQLiteDurableStore",
     "SQLiteHotStore",

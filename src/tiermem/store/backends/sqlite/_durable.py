@@ -3,8 +3,8 @@
 The turn archive is ``turns`` plus ``archive_heads`` (each session's next index, kept apart
 so that collecting expired turns never frees a slot for reuse); session records are
 ``session_records``; a user's sessions are ``user_sessions``; long-term memories are
-``memories``, mirrored into the FTS5 table ``memories_fts`` (same rowid) in the same
-transaction as every put, delete and purge.
+``memories``. Searching memories is recall's job
+(:class:`~tiermem.longterm.index_sqlite.SQLiteIndex`), not this store's.
 """
 
 from __future__ import annotations
@@ -65,8 +65,7 @@ class SQLiteDurableStore:
     ``path`` must be a file (see :func:`default_database_path`); it may be the same file
     as a :class:`SQLiteHotStore`'s. Expired turns and records are deleted by later
     writes, a few at a time; expired memories are kept, since ``query_memories`` can still
-    return them. The FTS5 table ``memories_fts`` (columns ``content``, ``tags``,
-    ``user_id``, ``memory_id``; rowid = the memory's rowid) indexes every stored memory.
+    return them.
 
     Raises (every method):
         BackendTimeoutError: another connection held the write lock for ``busy_timeout``.
@@ -74,7 +73,7 @@ class SQLiteDurableStore:
     """
 
     name = "sqlite"
-    capabilities = frozenset({Capability.PERSISTENT, Capability.FULL_TEXT_SEARCH})
+    capabilities = frozenset({Capability.PERSISTENT})
 
     def __init__(
         self,
@@ -326,11 +325,11 @@ class SQLiteDurableStore:
 
         def op(conn: sqlite3.Connection) -> MemoryRecord:
             row = conn.execute(
-                "SELECT rowid, version, expires_at_us FROM memories "
+                "SELECT version, expires_at_us FROM memories "
                 "WHERE user_id = ? AND memory_id = ?",
                 (record.user_id, record.memory_id),
             ).fetchone()
-            actual = int(row[1]) if row and _is_live(row[2], self._now_us()) else 0
+            actual = int(row[0]) if row and _is_live(row[1], self._now_us()) else 0
             if expected_version is not None and expected_version != actual:
                 raise ConflictError(
                     f"memory {record.memory_id!r} is at version {actual}, "
@@ -338,7 +337,7 @@ class SQLiteDurableStore:
                     expected=expected_version,
                     actual=actual,
                 )
-            cursor = conn.execute(
+            conn.execute(
                 "INSERT INTO memories (user_id, memory_id, memory_type, created_at_us, "
                 "expires_at_us, version, payload) VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (user_id, memory_id) DO UPDATE SET "
@@ -347,15 +346,6 @@ class SQLiteDurableStore:
                 "payload = excluded.payload",
                 (record.user_id, record.memory_id, record.memory_type, created_at_us,
                  expires_at_us, record.version, payload),
-            )
-            rowid = row[0] if row else cursor.lastrowid  # an upsert keeps the old rowid
-            if row:
-                conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (rowid,))
-            conn.execute(
-                "INSERT INTO memories_fts (rowid, content, tags, user_id, memory_id) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (rowid, record.content, " ".join(record.tags), record.user_id,
-                 record.memory_id),
             )
             return record
 
@@ -457,15 +447,11 @@ class SQLiteDurableStore:
         validate_id(memory_id, what="memory_id")
 
         def op(conn: sqlite3.Connection) -> bool:
-            row = conn.execute(
-                "SELECT rowid FROM memories WHERE user_id = ? AND memory_id = ?",
+            cursor = conn.execute(
+                "DELETE FROM memories WHERE user_id = ? AND memory_id = ?",
                 (user_id, memory_id),
-            ).fetchone()
-            if row is None:
-                return False
-            conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (row[0],))
-            conn.execute("DELETE FROM memories WHERE rowid = ?", (row[0],))
-            return True
+            )
+            return cursor.rowcount > 0
 
         return await self._db.write(op)
 
@@ -482,11 +468,6 @@ class SQLiteDurableStore:
             for session_id in sessions:
                 _delete_session(conn, session_id)
             conn.execute("DELETE FROM user_sessions WHERE user_id = ?", (user_id,))
-            conn.execute(
-                "DELETE FROM memories_fts WHERE rowid IN "
-                "(SELECT rowid FROM memories WHERE user_id = ?)",
-                (user_id,),
-            )
             memories = conn.execute("DELETE FROM memories WHERE user_id = ?", (user_id,))
             return len(sessions) + memories.rowcount
 

@@ -17,18 +17,14 @@ import sqlite3
 
 from tiermem.errors import BackendError
 
-__all__ = ["FTS_TOKENIZER", "MIGRATIONS", "apply_migrations", "schema_version"]
+__all__ = ["MIGRATIONS", "apply_migrations", "schema_version"]
 
 logger = logging.getLogger(__name__)
 
-FTS_TOKENIZER = "trigram" if sqlite3.sqlite_version_info >= (3, 34, 0) else "unicode61"
-"""The FTS5 tokenizer of ``memories_fts``, fixed when a file is first migrated.
-
-``trigram`` (SQLite >= 3.34) finds substrings of any script, so Japanese text, which has
-no spaces between words, is searchable; queries need at least three characters.
-``unicode61`` is the fallback: it splits on spaces and punctuation only, so it finds
-whole space-separated words and cannot search inside Japanese sentences.
-"""
+_V1_FTS_TOKENIZER = "trigram" if sqlite3.sqlite_version_info >= (3, 34, 0) else "unicode61"
+"""The tokenizer migration 1 gave ``memories_fts``; kept so that migration 1 stays as
+released. Migration 2 drops the table: recall searches
+:class:`~tiermem.longterm.index_sqlite.SQLiteIndex`'s own tables instead."""
 
 _V1_HOT = (
     # version counts writes; next_index allocates turn indexes; metadata is JSON or NULL.
@@ -105,8 +101,8 @@ _V1_DURABLE = (
     ) WITHOUT ROWID""",
     "CREATE INDEX user_sessions_newest ON user_sessions (user_id, created_at_us, session_id)",
     "CREATE INDEX user_sessions_by_session ON user_sessions (session_id)",
-    # A rowid table: memories_fts rows share the memory's rowid, which keeps the index in
-    # sync with one indexed delete instead of a scan over UNINDEXED columns.
+    # A rowid table: memories_fts rows shared the memory's rowid, which kept the index in
+    # sync with one indexed delete instead of a scan over UNINDEXED columns (until migration 2).
     """CREATE TABLE memories (
         user_id       TEXT NOT NULL,
         memory_id     TEXT NOT NULL,
@@ -121,12 +117,20 @@ _V1_DURABLE = (
     "CREATE INDEX memories_newest ON memories (user_id, created_at_us)",
     f"""CREATE VIRTUAL TABLE memories_fts USING fts5 (
         content, tags, user_id UNINDEXED, memory_id UNINDEXED,
-        tokenize = '{FTS_TOKENIZER}'
+        tokenize = '{_V1_FTS_TOKENIZER}'
     )""",
+)
+
+_V2_DROP_MEMORIES_FTS = (
+    # Recall searches SQLiteIndex's tables (word tokens and CJK bigrams), so this trigram
+    # copy of every memory was written on each put and never read. The freed pages are
+    # reused by later writes; VACUUM returns them to the file system.
+    "DROP TABLE memories_fts",
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _V1_HOT + _V1_DURABLE,
+    _V2_DROP_MEMORIES_FTS,
 )
 """Migration n is ``MIGRATIONS[n - 1]``: statements run in order, in one transaction."""
 
