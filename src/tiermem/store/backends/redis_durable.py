@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Self
 
-from tiermem.clock import Clock, SystemClock
+from tiermem.clock import Clock
 from tiermem.errors import ConflictError, NotFoundError, ValidationError
 from tiermem.models import (
     JsonValue,
@@ -35,11 +35,10 @@ from tiermem.store.backends.redis_scripts import (
     Command,
     LuaScript,
     RedisClient,
-    RedisIO,
     RedisKeys,
+    RedisStoreBase,
     client_from_url,
     from_us,
-    grace_ms,
     optional_int,
     optional_us,
     redis_boundary,
@@ -301,7 +300,7 @@ return {'ok', memories}
 )
 
 
-class RedisDurableStore:
+class RedisDurableStore(RedisStoreBase):
     """Durable tier in Redis or Redis Cluster. See :class:`tiermem.store.contract.DurableStore`.
 
     ``client`` must be an asyncio client with ``decode_responses=False``; it is shared, not
@@ -329,11 +328,7 @@ class RedisDurableStore:
         prefix: str = "tm",
         gc_grace: timedelta = DEFAULT_GC_GRACE,
     ) -> None:
-        self._io = RedisIO(client)
-        self._keys = RedisKeys(prefix)
-        self._clock = clock or SystemClock()
-        self._grace_ms = grace_ms(gc_grace)
-        self._owns_client = False
+        super().__init__(client, clock=clock, keys=RedisKeys(prefix), gc_grace=gc_grace)
 
     @classmethod
     def from_url(
@@ -349,25 +344,7 @@ class RedisDurableStore:
         store = cls(
             client_from_url(url, **client_options), clock=clock, prefix=prefix, gc_grace=gc_grace
         )
-        store._owns_client = True
-        return store
-
-    @property
-    def client(self) -> RedisClient:
-        return self._io.client
-
-    @property
-    def keys(self) -> RedisKeys:
-        return self._keys
-
-    async def aclose(self) -> None:
-        """Close the client if this store built it (:meth:`from_url`); safe to call twice."""
-        if self._owns_client:
-            self._owns_client = False
-            await self._io.client.aclose()
-
-    def _now_us(self) -> int:
-        return to_us(self._clock.now())
+        return store._own_client()
 
     # -- turn archive ---------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from typing import Any, Self
 
 from redis.exceptions import NoScriptError
 
-from tiermem.clock import Clock, SystemClock
+from tiermem.clock import Clock
 from tiermem.errors import ConflictError
 from tiermem.models import (
     ActiveEntity,
@@ -32,11 +32,10 @@ from tiermem.store.backends.redis_scripts import (
     Command,
     LuaScript,
     RedisClient,
-    RedisIO,
     RedisKeys,
+    RedisStoreBase,
     client_from_url,
     from_us,
-    grace_ms,
     optional_int,
     redis_boundary,
     split_frame,
@@ -314,7 +313,7 @@ return 1
 )
 
 
-class RedisHotStore:
+class RedisHotStore(RedisStoreBase):
     """Hot tier in Redis or Redis Cluster. See :class:`tiermem.store.contract.HotStore`.
 
     ``client`` must be an asyncio client with ``decode_responses=False``; it is shared, not
@@ -341,12 +340,13 @@ class RedisHotStore:
         gc_grace: timedelta = DEFAULT_GC_GRACE,
         activity_shards: int = 16,
     ) -> None:
-        self._io = RedisIO(client)
-        self._keys = RedisKeys(prefix, activity_shards=activity_shards)
-        self._clock = clock or SystemClock()
-        self._grace_ms = grace_ms(gc_grace)
+        super().__init__(
+            client,
+            clock=clock,
+            keys=RedisKeys(prefix, activity_shards=activity_shards),
+            gc_grace=gc_grace,
+        )
         self._grace_us = gc_grace // timedelta(microseconds=1)
-        self._owns_client = False
 
     @classmethod
     def from_url(
@@ -367,27 +367,7 @@ class RedisHotStore:
             gc_grace=gc_grace,
             activity_shards=activity_shards,
         )
-        store._owns_client = True
-        return store
-
-    @property
-    def client(self) -> RedisClient:
-        return self._io.client
-
-    @property
-    def keys(self) -> RedisKeys:
-        return self._keys
-
-    async def aclose(self) -> None:
-        """Close the client if this store built it (:meth:`from_url`); safe to call twice."""
-        if self._owns_client:
-            self._owns_client = False
-            await self._io.client.aclose()
-
-    # -- helpers --------------------------------------------------------------------------
-
-    def _now_us(self) -> int:
-        return to_us(self._clock.now())
+        return store._own_client()
 
     def _ttl_ms(self, now_us: int, expires_us: int) -> int:
         """Native TTL: the logical remaining time, rounded up, plus the grace period."""

@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Self, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -40,6 +40,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from tiermem.clock import Clock, SystemClock
 from tiermem.errors import (
     BackendError,
     BackendTimeoutError,
@@ -58,6 +59,7 @@ __all__ = [
     "RedisClient",
     "RedisIO",
     "RedisKeys",
+    "RedisStoreBase",
     "client_from_url",
     "from_us",
     "grace_ms",
@@ -343,6 +345,41 @@ _UNAVAILABLE = (
     TryAgainError,
     ReadOnlyError,
 )
+
+
+class RedisStoreBase:
+    """What both Redis stores share: the client (owned or borrowed), keys, clock, grace."""
+
+    def __init__(
+        self, client: RedisClient, *, clock: Clock | None, keys: RedisKeys, gc_grace: timedelta
+    ) -> None:
+        self._io = RedisIO(client)
+        self._keys = keys
+        self._clock = clock or SystemClock()
+        self._grace_ms = grace_ms(gc_grace)
+        self._owns_client = False
+
+    def _own_client(self) -> Self:
+        """Mark the client as built by this store (``from_url``), so aclose closes it."""
+        self._owns_client = True
+        return self
+
+    @property
+    def client(self) -> RedisClient:
+        return self._io.client
+
+    @property
+    def keys(self) -> RedisKeys:
+        return self._keys
+
+    async def aclose(self) -> None:
+        """Close the client if this store built it (``from_url``); safe to call twice."""
+        if self._owns_client:
+            self._owns_client = False
+            await self._io.client.aclose()
+
+    def _now_us(self) -> int:
+        return to_us(self._clock.now())
 
 
 def map_redis_error(exc: RedisError | RedisClusterException) -> BackendError:
