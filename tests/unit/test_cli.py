@@ -48,4 +48,6 @@ def test_demo_runs_and_cleans_up() -> None:
     assert result.exit_code == 0, result.stdout
     assert "preference" in result.stdout
     assert "served by: reload" in result.stdout
-    assert "demo session cleared" in result.stdout
+    assert "long-term memories detected" in result.stdout
+    assert "horror" in result.stdout.split("recall")[-1]
+    assert "demo user purged" in result.stdout

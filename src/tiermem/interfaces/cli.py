@@ -155,7 +155,7 @@ def doctor() -> None:
 _DEMO_TURNS = [
     ("user", "Hello!"),
     ("assistant", "Welcome to the manga store. What are you looking for?"),
-    ("user", "I prefer seinen, and nothing with horror please."),
+    ("user", "I prefer seinen. I don't like horror."),
     ("assistant", "I recommend Vinland Saga; you might like Berserk too."),
     ("user", "Do you have Berserk vol 42 in stock?"),
     ("assistant", "Yes, volume 42 is in stock at ¥1,200."),
@@ -196,9 +196,17 @@ async def _demo(settings: TierMemSettings, keep: bool) -> None:
             f"stats: {stats.turn_count} turns, {stats.hot_tokens} hot tokens, "
             f"expires {stats.expires_at:%H:%M} UTC, reloads {stats.reloads}"
         )
+        await memory.drain()  # auto-detection runs off the response path
+        typer.echo("\nlong-term memories detected from the user's turns:")
+        for record in await memory.longterm.list("demo-user"):
+            turns = ",".join(str(i) for i in record.provenance.turn_indexes)
+            typer.echo(f"  {record.memory_type:11} {record.content[:50]:50}  [turn {turns}]")
+        hits = await memory.longterm.recall("demo-user", "horror", k=1)
+        if hits:
+            typer.echo(f"recall \"horror\" -> {hits[0].text}")
         if not keep:
-            await session.clear()
-            typer.echo("demo session cleared (run with --keep to keep it)")
+            await memory.purge_user("demo-user")
+            typer.echo("demo user purged from every tier (run with --keep to keep it)")
 
 
 @app.command()
