@@ -25,6 +25,14 @@ Rules every implementation follows:
   ``expected`` and ``actual``; a failed write changes nothing.
 * **Turn indexes** are session-scoped, start at 0 and are gap-free, even with concurrent
   appenders: the store allocates them atomically.
+* **A durable session's lifetime** is the latest ``expires_at`` any of its writes gave
+  (:meth:`DurableStore.register_session`, :meth:`~DurableStore.append_turns`,
+  :meth:`~DurableStore.put_record`; None means forever), raised in the same atomic write,
+  never lowered. While the session lives, its owner (the user it was registered to), its
+  records and its idempotency keys are readable: nothing of a session outlives its
+  ownership. Each turn expires on its own, at the ``expires_at`` of its append (which is
+  never after the session's lifetime). Once the lifetime has passed the session reads as
+  absent everywhere; the id may then be registered again, by anyone.
 * **Sizes**: a turn, a session record or a memory record of up to the limits below
   (serialized as JSON) round-trips on every backend; larger ones raise
   :class:`~tiermem.errors.ValidationError` before anything is written.
@@ -192,11 +200,42 @@ class HotStore(Protocol):
         remove: Collection[str] = (),
         *,
         expires_at: datetime,
-    ) -> int:
+    ) -> int | None:
         """Set some active entities (keyed by kind) and remove others; returns the new version.
 
         A merge, not a replacement: concurrent updates of different kinds never lose each
-        other. Removing a kind that is not there is not an error.
+        other. Removing a kind that is not there is not an error. On an absent or expired
+        session nothing is written and None is returned: entities never start a session
+        (a half-built hot session would hide the durable tier's copy from readers).
+        """
+        ...
+
+    async def restore(
+        self,
+        session_id: str,
+        *,
+        turns: Sequence[Turn],
+        next_index: int,
+        metadata: SessionMetadata,
+        entities: Mapping[str, ActiveEntity],
+        state: Mapping[str, StateBlob],
+        window: int,
+        expires_at: datetime,
+        expected_version: int | None = None,
+    ) -> int:
+        """Replace everything the hot tier holds for the session, atomically; returns the new
+        version (previous version, 0 if absent or expired, + 1).
+
+        ``turns`` are already indexed (the durable tier's), consecutive and below
+        ``next_index``; the last ``window`` are kept. State blobs keep their own versions and
+        ``updated_at``: a reload never restarts a compare-and-set sequence. ``expected_version``
+        None replaces unconditionally, 0 requires the session to be absent or expired, n
+        requires version n.
+
+        Raises:
+            ValidationError: turns not consecutive or not below ``next_index``, ``window``
+                < 1, oversized data, or a bad id.
+            ConflictError: ``expected_version`` does not match; nothing was written.
         """
         ...
 
@@ -221,6 +260,15 @@ class HotStore(Protocol):
         Raises:
             ConflictError: the blob's version is not ``expected_version``.
             ValidationError: the blob is over :data:`MAX_RECORD_BYTES` or not JSON.
+        """
+        ...
+
+    async def copy_state(self, session_id: str, blob: StateBlob, *, expires_at: datetime) -> bool:
+        """Copy a blob whose version another tier allocated, keeping its version and
+        ``updated_at``, unless the session holds that blob at the same or a newer version.
+
+        Returns True if it was written (the session's version grows by 1). An absent or
+        expired session is left absent and False returned.
         """
         ...
 
@@ -273,21 +321,34 @@ class DurableStore(Protocol):
         *,
         first_index: int | None = None,
         expires_at: datetime | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Turn]:
         """Archive turns with the next consecutive indexes, atomically.
 
         ``first_index``, when given, must equal the archive's next index (the hot tier
-        allocated it). ``expires_at`` is the retention of these turns (None: forever).
+        allocated it). ``expires_at`` is the retention of these turns (None: forever); the
+        same write raises the session's lifetime to at least it (module docstring).
+
+        ``idempotency_key`` (an id: see :func:`~tiermem.store.keys.validate_id`) makes a
+        retry safe: if an earlier append of this session used the same key and the
+        session still lives, nothing is written and the turns that append stored are
+        returned (as they are stored now), whatever ``turns`` and ``first_index`` say. The
+        key is recorded in the same atomic write as the turns and remembered as long as
+        the session lives.
 
         Raises:
-            ValidationError: empty or oversized ``turns``, or more than
-                :data:`MAX_TURNS_PER_APPEND`.
+            ValidationError: empty or oversized ``turns``, more than
+                :data:`MAX_TURNS_PER_APPEND`, or a bad id or key.
             ConflictError: ``first_index`` is not the next index; nothing was written.
         """
         ...
 
     async def next_index(self, session_id: str) -> int:
-        """The index the next archived turn will get (0 for a new session)."""
+        """The index the next archived turn will get (0 for a new session).
+
+        After a session's lifetime has passed it is either 0 or where it was: a backend
+        may collect the counter with the rest of the session.
+        """
         ...
 
     async def get_turn(self, session_id: str, index: int) -> Turn:
@@ -318,8 +379,21 @@ class DurableStore(Protocol):
 
     # -- sessions ---------------------------------------------------------------------
 
-    async def register_session(self, ref: SessionRef) -> None:
-        """Add a session to its user's list. Registering the same session again is a no-op."""
+    async def register_session(
+        self, ref: SessionRef, *, expires_at: datetime | None = None
+    ) -> SessionRef:
+        """Claim the session id for ``ref.user_id`` and add it to that user's list, atomically.
+
+        Returns the registration that holds: ``ref`` if the id was free (never registered,
+        or its lifetime has passed), else the existing one, unchanged; the caller compares
+        ``user_id`` to know whether it is the owner. A registration by the owner again
+        extends the lifetime to at least ``expires_at``; one by another user writes nothing
+        (it is not added to that user's list).
+        """
+        ...
+
+    async def get_session(self, session_id: str) -> SessionRef | None:
+        """The session's registration (its owner) while the session lives, else None."""
         ...
 
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
@@ -327,7 +401,11 @@ class DurableStore(Protocol):
         ...
 
     async def get_record(self, session_id: str, kind: str) -> SessionRecord | None:
-        """A versioned session record (``summary``, ``structured``, ``watermarks``...), or None."""
+        """A versioned session record (``summary``, ``structured``, ``watermarks``...), or None.
+
+        A record lives as long as its session (module docstring), however long ago it was
+        written.
+        """
         ...
 
     async def put_record(
@@ -343,6 +421,8 @@ class DurableStore(Protocol):
 
         ``expected_version`` None writes unconditionally; 0 requires the record to be absent
         (or expired); n requires version n. The written record has version (previous or 0) + 1.
+        ``expires_at`` raises the session's lifetime to at least it, in the same write; the
+        returned record's ``expires_at`` is the session's lifetime after the write.
 
         Raises:
             ConflictError: the stored version is not ``expected_version``.
