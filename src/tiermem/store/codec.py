@@ -25,18 +25,21 @@ from tiermem.store.keys import validate_id
 __all__ = [
     "check_append",
     "check_aware",
+    "check_idempotency_key",
     "check_index",
     "check_kind",
     "check_limit",
     "check_memory_ids",
     "check_memory_version",
     "check_range",
+    "check_restore",
     "decode_memory",
     "decode_turn",
     "encode_data",
     "encode_memory",
     "encode_turn",
     "is_live",
+    "later_of",
 ]
 
 
@@ -156,3 +159,35 @@ def check_memory_version(record: MemoryRecord, expected_version: int | None) -> 
             f"needs record.version={expected_version + 1}, got {record.version}. "
             "Copy the record you read with version=read.version + 1."
         )
+
+
+def check_restore(session_id: str, turns: Sequence[Turn], *, next_index: int, window: int) -> None:
+    """Validate the arguments of ``HotStore.restore``: indexed turns, consecutive, below
+    ``next_index``."""
+    validate_id(session_id, what="session_id")
+    if window < 1:
+        raise ValidationError(f"window must be at least 1, got {window}")
+    if next_index < 0:
+        raise ValidationError(f"next_index must be >= 0, got {next_index}")
+    for before, after in zip(turns, turns[1:], strict=False):
+        if after.index != before.index + 1:
+            raise ValidationError(
+                f"restore needs consecutive turns; turn {after.index} follows {before.index}"
+            )
+    if turns and turns[-1].index >= next_index:
+        raise ValidationError(
+            f"restore got turn {turns[-1].index} but next_index {next_index}; "
+            "next_index must be after the last turn"
+        )
+
+
+def check_idempotency_key(key: str | None) -> str | None:
+    """Idempotency keys follow the rules of ids (they become part of keys)."""
+    return None if key is None else validate_id(key, what="idempotency_key")
+
+
+def later_of(a: datetime | None, b: datetime | None) -> datetime | None:
+    """The later of two lifetimes, where None means forever."""
+    if a is None or b is None:
+        return None
+    return max(a, b)

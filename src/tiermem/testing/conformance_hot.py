@@ -262,6 +262,7 @@ async def test_hot_touch_of_absent_or_expired_session_is_false(backend: BackendU
 async def test_hot_entities_merge_and_remove(backend: BackendUnderTest) -> None:
     sid = fresh_id("s")
     now = backend.clock.now()
+    await backend.hot.put_metadata(sid, _metadata(sid, backend), expires_at=backend.later(HOUR))
     series = ActiveEntity(kind="series", value="Berserk", turn_index=0, updated_at=now)
     volume = ActiveEntity(kind="volume", value="42", turn_index=0, updated_at=now)
     await backend.hot.update_entities(
@@ -279,6 +280,7 @@ async def test_hot_entities_merge_and_remove(backend: BackendUnderTest) -> None:
 async def test_hot_concurrent_entity_updates_do_not_lose_kinds(backend: BackendUnderTest) -> None:
     sid = fresh_id("s")
     now = backend.clock.now()
+    await backend.hot.put_metadata(sid, _metadata(sid, backend), expires_at=backend.later(HOUR))
 
     async def put(kind: str) -> None:
         await backend.hot.update_entities(
@@ -292,7 +294,7 @@ async def test_hot_concurrent_entity_updates_do_not_lose_kinds(backend: BackendU
     snap = await backend.hot.load(sid)
     assert snap is not None
     assert sorted(snap.entities) == sorted(kinds)
-    assert snap.version == len(kinds)
+    assert snap.version == len(kinds) + 1
 
 
 async def test_hot_state_compare_and_set(backend: BackendUnderTest) -> None:

@@ -12,8 +12,9 @@ Layout::
         ├── metadata, entities{kind}, state{name}
         └── activity index: session_id → (expires_at, lease owner, lease until)
     MemoryDurableStore
+    ├── headers: session_id → _Header (owner ref, lifetime, idempotency keys)
     ├── turns:   session_id → {index → (Turn, expires_at)}
-    ├── records: session_id → {kind → SessionRecord}
+    ├── records: session_id → {kind → SessionRecord}   (live while the header lives)
     ├── users:   user_id → {session_id → SessionRef}
     └── memories: user_id → {memory_id → MemoryRecord}
 
@@ -23,6 +24,7 @@ lock guards against use from several threads (the sync facade).
 
 from __future__ import annotations
 
+import heapq
 import json
 import threading
 from collections.abc import Collection, Mapping, Sequence
@@ -46,21 +48,27 @@ from tiermem.models import (
 from tiermem.store.codec import (
     check_append,
     check_aware,
+    check_idempotency_key,
     check_index,
     check_kind,
     check_limit,
     check_memory_ids,
     check_memory_version,
     check_range,
+    check_restore,
     encode_data,
     encode_memory,
     encode_turn,
     is_live,
+    later_of,
 )
 from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
 from tiermem.store.keys import validate_id
 
 __all__ = ["MemoryDurableStore", "MemoryHotStore"]
+
+_GC_PER_WRITE = 64
+"""Most expired sessions one write collects (both stores)."""
 
 
 @dataclass
@@ -95,6 +103,40 @@ class MemoryHotStore:
         self._sessions: dict[str, _HotSession] = {}
         self._activity: dict[str, _Activity] = {}
         self._lock = threading.RLock()
+        # Sessions by expiry, one entry per session (re-pushed when a session's expiry moved
+        # on), so collection pops only what is due: O(log n) per write, no full scans.
+        self._by_expiry: list[tuple[datetime, str]] = []
+        self._queued: set[str] = set()
+
+    def _queue_expiry(self, session_id: str, expires_at: datetime) -> None:
+        if session_id not in self._queued:
+            heapq.heappush(self._by_expiry, (expires_at, session_id))
+            self._queued.add(session_id)
+
+    def _collect_some(self) -> None:
+        """Amortised garbage collection, as a native TTL would do: each write drops up to
+        :data:`_GC_PER_WRITE` sessions past expiry + grace, oldest first. Sessions that are
+        never touched again are still collected, at that rate, by writes to other sessions.
+        """
+        now = self._clock.now()
+        heap = self._by_expiry
+        for _ in range(_GC_PER_WRITE):
+            if not heap or heap[0][0] + self._gc_grace > now:
+                return
+            _, sid = heapq.heappop(heap)
+            session = self._sessions.get(sid)
+            if session is None:
+                self._queued.discard(sid)
+            elif now >= session.expires_at + self._gc_grace:
+                del self._sessions[sid]
+                self._queued.discard(sid)
+                entry = self._activity.get(sid)
+                # Past the grace nobody claimed it for handoff: drop it from the activity
+                # index too, which must not outgrow the sessions.
+                if entry is not None and entry.lease_owner is None:
+                    del self._activity[sid]
+            else:
+                heapq.heappush(heap, (session.expires_at, sid))
 
     def _live(self, session_id: str, *, include_expired: bool = False) -> _HotSession | None:
         session = self._sessions.get(session_id)
@@ -118,8 +160,10 @@ class MemoryHotStore:
 
     def _write(self, session_id: str, expires_at: datetime) -> _HotSession:
         """The live session (created if absent) after one more write."""
+        self._collect_some()
         session = self._write_target(session_id) or _HotSession(expires_at=expires_at)
         self._sessions[session_id] = session
+        self._queue_expiry(session_id, expires_at)
         session.version += 1
         session.expires_at = expires_at
         self._activity[session_id] = _Activity(expires_at=expires_at)
@@ -211,11 +255,13 @@ class MemoryHotStore:
         remove: Collection[str] = (),
         *,
         expires_at: datetime,
-    ) -> int:
+    ) -> int | None:
         validate_id(session_id, what="session_id")
         for kind in [*upsert, *remove]:
             check_kind(kind, what="entity kind")
         with self._lock:
+            if self._live(session_id) is None:
+                return None
             session = self._write(session_id, expires_at)
             for kind in remove:
                 session.entities.pop(kind, None)
@@ -257,6 +303,60 @@ class MemoryHotStore:
             new = StateBlob(name=name, data=copy, version=actual + 1, updated_at=self._clock.now())
             session.state[name] = new
             return new
+
+    async def restore(
+        self,
+        session_id: str,
+        *,
+        turns: Sequence[Turn],
+        next_index: int,
+        metadata: SessionMetadata,
+        entities: Mapping[str, ActiveEntity],
+        state: Mapping[str, StateBlob],
+        window: int,
+        expires_at: datetime,
+        expected_version: int | None = None,
+    ) -> int:
+        check_restore(session_id, turns, next_index=next_index, window=window)
+        for kind in entities:
+            check_kind(kind, what="entity kind")
+        for name, blob in state.items():
+            check_kind(name, what="state name")
+            encode_data(blob.data, what=f"state {name!r}")
+        for turn in turns:
+            encode_turn(turn)
+        with self._lock:
+            current = self._live(session_id)
+            self._check_version(current, expected_version, session_id)
+            version = (current.version if current else 0) + 1
+            self._collect_some()
+            self._sessions[session_id] = _HotSession(
+                expires_at=expires_at,
+                version=version,
+                next_index=next_index,
+                turns=list(turns)[-window:],
+                metadata=metadata,
+                entities=dict(entities),
+                state=dict(state),
+            )
+            self._activity[session_id] = _Activity(expires_at=expires_at)
+            self._queue_expiry(session_id, expires_at)
+            return version
+
+    async def copy_state(self, session_id: str, blob: StateBlob, *, expires_at: datetime) -> bool:
+        validate_id(session_id, what="session_id")
+        check_kind(blob.name, what="state name")
+        encode_data(blob.data, what=f"state {blob.name!r}")
+        with self._lock:
+            current = self._live(session_id)
+            if current is None:
+                return False
+            held = current.state.get(blob.name)
+            if held is not None and held.version >= blob.version:
+                return False
+            session = self._write(session_id, expires_at)
+            session.state[blob.name] = blob
+            return True
 
     async def touch(self, session_id: str, *, expires_at: datetime) -> bool:
         validate_id(session_id, what="session_id")
@@ -305,6 +405,16 @@ class MemoryHotStore:
         return None
 
 
+@dataclass
+class _Header:
+    """What a durable session is: who owns it and how long it lives (contract docstring)."""
+
+    lifetime: datetime | None
+    owner: SessionRef | None = None
+    keys: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Idempotency key → (first index, count) of the append that used it."""
+
+
 class MemoryDurableStore:
     """Durable tier in dicts (durable only for the life of the process).
 
@@ -316,8 +426,12 @@ class MemoryDurableStore:
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._clock = clock or SystemClock()
+        self._headers: dict[str, _Header] = {}
+        self._next: dict[str, int] = {}
         self._turns: dict[str, dict[int, tuple[Turn, datetime | None]]] = {}
         self._records: dict[str, dict[str, SessionRecord]] = {}
+        self._by_lifetime: list[tuple[datetime, str]] = []
+        self._queued: set[str] = set()
         self._users: dict[str, dict[str, SessionRef]] = {}
         self._memories: dict[str, dict[str, MemoryRecord]] = {}
         self._lock = threading.RLock()
@@ -325,8 +439,58 @@ class MemoryDurableStore:
     # -- turn archive -------------------------------------------------------------------
 
     def _next_index(self, session_id: str) -> int:
-        archive = self._turns.get(session_id)
-        return max(archive) + 1 if archive else 0
+        return self._next.get(session_id, 0)
+
+    def _header(self, session_id: str) -> _Header | None:
+        """The session's header while it lives; a dead one is collected on sight."""
+        header = self._headers.get(session_id)
+        if header is not None and not is_live(header.lifetime, self._clock.now()):
+            self._drop(session_id)
+            return None
+        return header
+
+    def _drop(self, session_id: str) -> None:
+        """Forget a session entirely; its numbering restarts at 0 (the contract allows it,
+        and keeping a counter per dead id forever would grow without bound)."""
+        self._headers.pop(session_id, None)
+        self._next.pop(session_id, None)
+        self._turns.pop(session_id, None)
+        self._records.pop(session_id, None)
+
+    def _extend(self, session_id: str, expires_at: datetime | None) -> _Header:
+        """The live header with its lifetime raised to at least ``expires_at``."""
+        self._collect_some()
+        header = self._header(session_id)
+        if header is None:
+            header = self._headers[session_id] = _Header(lifetime=expires_at)
+        else:
+            header.lifetime = later_of(header.lifetime, expires_at)
+        if header.lifetime is not None and session_id not in self._queued:
+            heapq.heappush(self._by_lifetime, (header.lifetime, session_id))
+            self._queued.add(session_id)
+        return header
+
+    def _collect_some(self) -> None:
+        """Amortised collection of dead sessions (oldest lifetime first) and of expired
+        turns of the sessions it looks at; at most :data:`_GC_PER_WRITE` per write."""
+        now = self._clock.now()
+        heap = self._by_lifetime
+        for _ in range(_GC_PER_WRITE):
+            if not heap or heap[0][0] > now:
+                return
+            _, sid = heapq.heappop(heap)
+            header = self._headers.get(sid)
+            if header is None or header.lifetime is None:
+                self._queued.discard(sid)
+            elif not is_live(header.lifetime, now):
+                self._drop(sid)
+                self._queued.discard(sid)
+            else:
+                # The session lived on: drop its expired turns, look again at its new end.
+                archive = self._turns.get(sid, {})
+                for index in [i for i, (_, exp) in archive.items() if not is_live(exp, now)]:
+                    del archive[index]
+                heapq.heappush(heap, (header.lifetime, sid))
 
     async def append_turns(
         self,
@@ -335,9 +499,16 @@ class MemoryDurableStore:
         *,
         first_index: int | None = None,
         expires_at: datetime | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Turn]:
         check_append(session_id, turns, first_index=first_index)
+        key = check_idempotency_key(idempotency_key)
         with self._lock:
+            header = self._header(session_id)
+            if key is not None and header is not None and key in header.keys:
+                start, count = header.keys[key]
+                visible = self._visible(session_id)
+                return [visible[i] for i in range(start, start + count) if i in visible]
             start = self._next_index(session_id)
             if first_index is not None and first_index != start:
                 raise ConflictError(
@@ -349,9 +520,13 @@ class MemoryDurableStore:
             indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
             for turn in indexed:
                 encode_turn(turn)
+            header = self._extend(session_id, expires_at)
+            if key is not None:
+                header.keys[key] = (start, len(indexed))
             archive = self._turns.setdefault(session_id, {})
             for turn in indexed:
                 archive[turn.index] = (turn, expires_at)
+            self._next[session_id] = start + len(indexed)
             return indexed
 
     async def next_index(self, session_id: str) -> int:
@@ -400,11 +575,30 @@ class MemoryDurableStore:
 
     # -- sessions -----------------------------------------------------------------------
 
-    async def register_session(self, ref: SessionRef) -> None:
+    async def register_session(
+        self, ref: SessionRef, *, expires_at: datetime | None = None
+    ) -> SessionRef:
         validate_id(ref.session_id, what="session_id")
         validate_id(ref.user_id, what="user_id")
+        check_aware(expires_at, what="expires_at")
         with self._lock:
-            self._users.setdefault(ref.user_id, {}).setdefault(ref.session_id, ref)
+            header = self._header(ref.session_id)
+            holder = header.owner if header is not None else None
+            if holder is not None and holder.user_id != ref.user_id:
+                return holder
+            header = self._extend(ref.session_id, expires_at)
+            if holder is None:
+                # A previous owner whose session died leaves its list entry behind (lists
+                # are the user's history); the id now belongs to ``ref.user_id``.
+                header.owner = holder = ref
+            self._users.setdefault(ref.user_id, {}).setdefault(ref.session_id, holder)
+            return holder
+
+    async def get_session(self, session_id: str) -> SessionRef | None:
+        validate_id(session_id, what="session_id")
+        with self._lock:
+            header = self._header(session_id)
+            return header.owner if header is not None else None
 
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
         validate_id(user_id, what="user_id")
@@ -418,10 +612,9 @@ class MemoryDurableStore:
         validate_id(session_id, what="session_id")
         check_kind(kind)
         with self._lock:
-            record = self._records.get(session_id, {}).get(kind)
-        if record is None or not is_live(record.expires_at, self._clock.now()):
-            return None
-        return record
+            if self._header(session_id) is None:
+                return None
+            return self._records.get(session_id, {}).get(kind)
 
     async def put_record(
         self,
@@ -434,6 +627,7 @@ class MemoryDurableStore:
     ) -> SessionRecord:
         validate_id(session_id, what="session_id")
         check_kind(kind)
+        check_aware(expires_at, what="expires_at")
         copy = json.loads(encode_data(data, what=f"record {kind!r}"))
         with self._lock:
             current = await self.get_record(session_id, kind)
@@ -445,12 +639,13 @@ class MemoryDurableStore:
                     expected=expected_version,
                     actual=actual,
                 )
+            header = self._extend(session_id, expires_at)
             record = SessionRecord(
                 kind=kind,
                 data=copy,
                 version=actual + 1,
                 updated_at=self._clock.now(),
-                expires_at=expires_at,
+                expires_at=header.lifetime,
             )
             self._records.setdefault(session_id, {})[kind] = record
             return record
@@ -458,8 +653,7 @@ class MemoryDurableStore:
     async def delete_session(self, session_id: str) -> None:
         validate_id(session_id, what="session_id")
         with self._lock:
-            self._turns.pop(session_id, None)
-            self._records.pop(session_id, None)
+            self._drop(session_id)
             for refs in self._users.values():
                 refs.pop(session_id, None)
 
@@ -541,8 +735,9 @@ class MemoryDurableStore:
         with self._lock:
             sessions = self._users.pop(user_id, {})
             for session_id in sessions:
-                self._turns.pop(session_id, None)
-                self._records.pop(session_id, None)
+                header = self._headers.get(session_id)
+                if header is None or header.owner is None or header.owner.user_id == user_id:
+                    self._drop(session_id)
             memories = self._memories.pop(user_id, {})
             return len(sessions) + len(memories)
 
