@@ -1,22 +1,37 @@
-"""The composition root: settings in, stores out.
+"""The composition root: settings in, a wired service out.
 
-This is the one place that knows which backend class a setting names. Optional client
-libraries are imported only when their backend is chosen.
+This is the one place that knows which backend class a setting names and how the parts of
+long-term memory (index, recaller, knowledge base, access tracking) are put together.
+Optional client libraries are imported only when their backend is chosen.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
-from tiermem.clock import Clock, SystemClock
+from tiermem.clock import Clock, IdFactory, SystemClock
 from tiermem.errors import UnsupportedCapabilityError, ValidationError
 from tiermem.llm.embeddings import Embedder
+from tiermem.longterm.access import AccessTracker
 from tiermem.longterm.index import SearchIndex
+from tiermem.longterm.knowledge import KnowledgeBase
+from tiermem.longterm.memory import LongTermMemory
 from tiermem.settings import BackendName, TierMemSettings
-from tiermem.store.contract import DurableStore, HotStore
+from tiermem.store.contract import Capability, DurableStore, HotStore
+from tiermem.tokens import TokenCounter
 
-__all__ = ["open_durable_store", "open_embedder", "open_hot_store", "open_search_index"]
+if TYPE_CHECKING:
+    from tiermem.service import MemoryService
+
+__all__ = [
+    "build_longterm",
+    "open_durable_store",
+    "open_embedder",
+    "open_hot_store",
+    "open_search_index",
+    "open_service",
+]
 
 _EXTRAS = {"redis": "redis", "dynamodb": "dynamodb"}
 
@@ -131,4 +146,72 @@ def open_embedder(settings: TierMemSettings) -> Embedder | None:
         settings.embedding_base_url,
         settings.embedding_model,
         api_key=key.get_secret_value() if key else None,
+    )
+
+
+def build_longterm(
+    durable: DurableStore,
+    index: SearchIndex | None,
+    *,
+    longterm: LongTermMemory | None = None,
+    clock: Clock,
+    ids: IdFactory,
+    tokens: TokenCounter,
+    embedder: Embedder | None,
+) -> tuple[LongTermMemory, KnowledgeBase, AccessTracker]:
+    """Long-term memory, knowledge documents and access tracking over one durable store and
+    one search index. Without an index: a persistent store gets an in-process index warmed
+    per user from the store on first query (memories, archived turns, document chunks), the
+    in-memory store a plain one. An injected ``longterm`` brings its own index, which the
+    knowledge base then shares (one index per deployment, never two)."""
+    from tiermem.longterm.index_memory import InProcessIndex, WarmingIndex
+    from tiermem.longterm.recall import Recaller, memory_loader, turn_loader
+
+    warming: WarmingIndex | None = None
+    if longterm is not None:
+        index = longterm.index
+    if index is None:
+        if Capability.PERSISTENT in durable.capabilities:
+            index = warming = WarmingIndex([memory_loader(durable), turn_loader(durable)])
+        else:
+            index = InProcessIndex()
+    knowledge = KnowledgeBase(durable, index, clock=clock, ids=ids, embedder=embedder)
+    if warming is not None:
+        warming.add_loader(knowledge.indexed_docs)
+    access = AccessTracker(durable, clock=clock)
+    recaller = Recaller(durable, index, clock=clock, embedder=embedder, access=access)
+    recaller.register_resolver("chunk", knowledge.resolve_chunks)
+    if longterm is not None:
+        return longterm, knowledge, access
+    longterm = LongTermMemory(
+        durable,
+        index,
+        clock=clock,
+        ids=ids,
+        tokens=tokens,
+        embedder=embedder,
+        recaller=recaller,
+    )
+    return longterm, knowledge, access
+
+
+def open_service(
+    settings: TierMemSettings, *, clock: Clock | None = None, **engines: Any
+) -> MemoryService:
+    """The service the settings describe; ``engines`` override any constructor argument of
+    :class:`~tiermem.service.MemoryService`."""
+    from tiermem.service import MemoryService
+    from tiermem.tiers.config import SessionTierConfig
+
+    clock = clock or SystemClock()
+    engines.setdefault("config", SessionTierConfig(window=settings.hot_window))
+    if "index" not in engines and "longterm" not in engines:
+        engines["index"] = open_search_index(settings)
+    if "embedder" not in engines:
+        engines["embedder"] = open_embedder(settings)
+    return MemoryService(
+        open_hot_store(settings, clock=clock),
+        open_durable_store(settings, clock=clock),
+        clock=clock,
+        **engines,
     )

@@ -43,7 +43,6 @@ import asyncio
 import builtins
 import itertools
 import logging
-import random
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
@@ -54,7 +53,7 @@ from tiermem.llm.embeddings import Embedder
 from tiermem.longterm.detect import DetectedMemory
 from tiermem.longterm.hits import RecallHit
 from tiermem.longterm.index import DocKind, SearchIndex
-from tiermem.longterm.recall import memory_doc
+from tiermem.longterm.recall import memory_doc, turn_doc_id, turn_docs
 from tiermem.longterm.records import (
     CHANGE_LOG_RETENTION,
     CHANGE_LOG_TYPE,
@@ -83,7 +82,8 @@ from tiermem.longterm.records import (
     preference_slot_id,
 )
 from tiermem.longterm.types import MemoryType, MemoryTypeRegistry, is_internal_type
-from tiermem.models import JsonValue, MemoryRecord, Provenance
+from tiermem.models import JsonValue, MemoryRecord, Provenance, Turn
+from tiermem.retry import pause
 from tiermem.store.contract import DurableStore
 from tiermem.store.keys import validate_id
 from tiermem.tokens import TiktokenCounter, TokenCounter
@@ -105,11 +105,6 @@ Records = list[MemoryRecord]  # the class has a method named ``list``
 
 def _us(value: datetime) -> int:
     return (value - _EPOCH) // timedelta(microseconds=1)
-
-
-async def _backoff(attempt: int) -> None:
-    # Jitter so that writers who collided do not collide again in lock step.
-    await asyncio.sleep(random.uniform(0, 0.001 * (attempt + 1)))  # noqa: S311 -- jitter
 
 
 class MemoryRecaller(Protocol):
@@ -275,7 +270,7 @@ class LongTermMemory:
                     merged, expected_version=existing.version
                 ), what
             except ConflictError:
-                await _backoff(attempt)
+                await pause(attempt)
         raise ConflictError(
             f"memory {memory_id!r} of user {user_id!r} kept changing under {_CAS_ATTEMPTS} "
             "attempts; try again"
@@ -373,7 +368,7 @@ class LongTermMemory:
                     new, expected_version=current.version if current else 0
                 )
             except ConflictError:
-                await _backoff(attempt)
+                await pause(attempt)
                 continue
             await self._sync_index(user_id, slot_id)
             summary = (
@@ -524,7 +519,7 @@ class LongTermMemory:
                 await self.durable.put_memory(hidden, expected_version=old.version)
                 break
             except ConflictError:
-                await _backoff(attempt)  # e.g. access tracking wrote it: read again
+                await pause(attempt)  # e.g. access tracking wrote it: read again
         else:
             raise ConflictError(f"memory {memory_id!r} kept changing; try again")
         ids = prov.memory_ids if memory_id in prov.memory_ids else (*prov.memory_ids, memory_id)
@@ -814,7 +809,7 @@ class LongTermMemory:
             try:
                 await self.durable.put_memory(restored, expected_version=current.version)
             except ConflictError:
-                await _backoff(attempt)  # e.g. access counts were written: read again
+                await pause(attempt)  # e.g. access counts were written: read again
                 current = await self.durable.get_memory(slot.user_id, slot.memory_id)
                 continue
             await self._sync_index(slot.user_id, slot.memory_id)
@@ -846,8 +841,25 @@ class LongTermMemory:
                 )
                 return
             except ConflictError:
-                await _backoff(attempt)
+                await pause(attempt)
         raise ConflictError(f"memory {memory_id!r} kept changing; try again")
+
+    async def index_turns(
+        self,
+        user_id: str,
+        session_id: str,
+        turns: Sequence[Turn],
+        *,
+        expires_at: datetime | None,
+    ) -> None:
+        """Index archived turns for episodic recall; their documents expire with them."""
+        await self.index.upsert(turn_docs(user_id, session_id, turns, expires_at=expires_at))
+
+    async def unindex_turns(self, user_id: str, session_id: str, indexes: Iterable[int]) -> None:
+        """Drop archived turns (redacted, or of a cleared session) from recall."""
+        doomed = [turn_doc_id(session_id, i) for i in indexes]
+        for start in range(0, len(doomed), _PAGE):
+            await self.index.remove(user_id, doomed[start : start + _PAGE])
 
     async def purge_user(self, user_id: str) -> int:
         """GDPR: delete everything of the user in the durable store (memories, change log,

@@ -13,7 +13,15 @@
   rebuilds the hot session from the durable tier (last ``window`` turns, metadata, active
   entities, state) and carries on: the caller sees no amnesia, only a ``reload`` in stats.
 * **The hot tier is a cache that heals itself**: when concurrent writers reach it out of
-  order, or it lost the session, it is rebuilt from the durable tier.
+  order, or it lost the session, it is rebuilt from the durable tier with one atomic,
+  version-checked :meth:`~tiermem.store.contract.HotStore.restore`, so a rebuild racing
+  another writer never drops a turn that writer already acknowledged.
+* **The durable tier is the source of truth for versions**: metadata, entities and state
+  are compare-and-set in the durable tier first, then copied to the hot tier (state blobs
+  with their durable version, so a reload never restarts a compare-and-set sequence).
+* **A session lives as long as anything of it does**: every durable write carries the
+  retention, and the durable tier keeps the session's owner and records for as long as
+  the latest of them (contract: "A durable session's lifetime").
 
 Durable session records written here: ``metadata`` (SessionMetadata), ``entities``
 (kind → ActiveEntity) and ``state`` (name → {version, data, updated_at}).
@@ -35,18 +43,22 @@ from tiermem.errors import (
     BackendUnavailableError,
     ConflictError,
     NotFoundError,
+    ValidationError,
 )
 from tiermem.models import (
     ActiveEntity,
     JsonValue,
     NewTurn,
     SessionMetadata,
+    SessionRef,
     SessionSnapshot,
     StateBlob,
+    TextBlock,
     Turn,
 )
 from tiermem.policies.ttl import TtlEvent, TtlPolicy
-from tiermem.store.contract import DurableStore, HotStore
+from tiermem.retry import CAS_ATTEMPTS, pause
+from tiermem.store.contract import MAX_TURNS_PER_APPEND, DurableStore, HotStore
 from tiermem.tiers.config import HotFailurePolicy, SessionTierConfig, WritePolicy
 
 __all__ = ["SessionView", "TierMetrics", "TieredSessionStore", "derive_metadata"]
@@ -54,7 +66,9 @@ __all__ = ["SessionView", "TierMetrics", "TieredSessionStore", "derive_metadata"
 logger = logging.getLogger(__name__)
 
 META, ENTITIES, STATE = "metadata", "entities", "state"
-_CAS_ATTEMPTS = 20
+LOST_TURN_TEXT = "[turn lost from the hot tier before its write-behind flush]"
+"""Text of the placeholder archived in place of a write-behind turn the hot tier lost."""
+_PURGE_PAGE = 500
 T = TypeVar("T")
 
 Source = Literal["hot", "reload", "durable"]
@@ -81,7 +95,8 @@ class TierMetrics:
     flushes: int = 0
     flushed_turns: int = 0
     lost_turns: int = 0
-    """Write-behind turns found missing from the hot tier at flush time."""
+    """Write-behind turns found missing from the hot tier at flush time (archived as
+    placeholders so that numbering stays gap-free and later turns still flush)."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +173,8 @@ class TieredSessionStore:
         fallback = self.hot_expiry(metadata, turn_count, "write", None)
         return fallback or self.clock.now()
 
-    def _durable_expiry(self) -> datetime | None:
+    def durable_expiry(self) -> datetime | None:
+        """When what is written to the durable tier now expires (None: never)."""
         ttl = self.config.durable_ttl
         return None if ttl is None else self.clock.now() + ttl
 
@@ -178,41 +194,42 @@ class TieredSessionStore:
     # -- open / read ------------------------------------------------------------------------
 
     async def create(self, metadata: SessionMetadata) -> SessionView:
-        """Open a session: the existing one if the durable tier knows it, else a new one.
+        """Open a session: the existing one if any tier knows it, else a new one.
 
-        A new session is registered in its user's list and its metadata is written to both
-        tiers before any turn, so a later hot miss is always detectable.
+        A new session id is claimed for its user in the durable tier first (atomically: of
+        two users creating one id at once, one gets it), then its metadata is written to
+        both tiers before any turn, so a later hot miss is always detectable.
+
+        Raises:
+            ValidationError: the id belongs to another user while anything of it lives.
         """
-        existing = await self.view(metadata.session_id)
+        sid, user = metadata.session_id, metadata.user_id
+        existing = await self.view(sid)
         if existing is not None:
+            _check_owner(sid, existing.metadata.user_id, user)
             return existing
-        from tiermem.models import SessionRef
-
-        await self.durable.register_session(
-            SessionRef(
-                session_id=metadata.session_id,
-                user_id=metadata.user_id,
-                created_at=metadata.created_at,
-            )
+        holder = await self.durable.register_session(
+            SessionRef(session_id=sid, user_id=user, created_at=metadata.created_at),
+            expires_at=self.durable_expiry(),
         )
+        _check_owner(sid, holder.user_id, user)
         try:
             await self.durable.put_record(
-                metadata.session_id,
+                sid,
                 META,
                 metadata.model_dump(mode="json"),
                 expected_version=0,
-                expires_at=self._durable_expiry(),
+                expires_at=self.durable_expiry(),
             )
         except ConflictError:
-            # Another device opened the same session at the same moment: use theirs.
-            view = await self.view(metadata.session_id)
+            # Another device of this user opened the same session at the same moment.
+            view = await self.view(sid)
             if view is not None:
                 return view
             raise
         expires_at = self._write_expiry(metadata, 0)
         await self._hot(
-            lambda: self.hot.put_metadata(metadata.session_id, metadata, expires_at=expires_at),
-            "create",
+            lambda: self.hot.put_metadata(sid, metadata, expires_at=expires_at), "create"
         )
         return SessionView(metadata, (), {}, {}, 0, expires_at, "hot")
 
@@ -238,7 +255,14 @@ class TieredSessionStore:
             session_id,
             len(rebuilt.turns),
         )
-        await self._write_hot_copy(rebuilt)
+        # A snapshot without metadata is a half-built session (a write-behind append that
+        # reached an empty hot tier): replace it, conditionally on what we saw.
+        seen = snap.version if isinstance(snap, SessionSnapshot) else 0
+        if not await self._restore(rebuilt, expected_version=seen):
+            # Another writer rebuilt or wrote it first: theirs is at least as fresh.
+            fresher = await self._hot(lambda: self.hot.load(session_id), "load")
+            if isinstance(fresher, SessionSnapshot) and fresher.metadata is not None:
+                return self._from_snapshot(fresher, "reload")
         return replace(rebuilt, source="reload")
 
     async def _refresh_on_read(self, view: SessionView) -> None:
@@ -278,15 +302,8 @@ class TieredSessionStore:
         if meta_rec is None:
             return None
         metadata = SessionMetadata.model_validate(meta_rec.data)
-        entities = {
-            k: ActiveEntity.model_validate(v) for k, v in (ent_rec.data if ent_rec else {}).items()
-        }
-        state = {
-            name: StateBlob(
-                name=name, data=blob["data"], version=blob["version"], updated_at=blob["updated_at"]
-            )
-            for name, blob in (state_rec.data if state_rec else {}).items()
-        }
+        entities = _entities(ent_rec.data) if ent_rec else {}
+        state = _state(state_rec.data) if state_rec else {}
         return SessionView(
             metadata=derive_metadata(metadata, turns, next_index),
             turns=tuple(turns),
@@ -297,56 +314,62 @@ class TieredSessionStore:
             source="durable",
         )
 
-    async def _write_hot_copy(self, view: SessionView) -> None:
-        """Rebuild the hot session from a durable view. Best effort: the durable tier stays
-        the truth, and a concurrent rebuild by another writer is as good as ours."""
-        sid = view.metadata.session_id
+    async def _restore(self, view: SessionView, *, expected_version: int | None) -> bool:
+        """Rebuild the hot session from a durable view in one atomic write. False if the
+        hot session was not at ``expected_version`` (nothing written) or the hot tier is
+        unreachable."""
         expires_at = self._write_expiry(view.metadata, view.next_index)
-
-        async def rebuild() -> None:
-            await self.hot.delete(sid)
-            try:
-                if view.turns:
-                    await self.hot.append_turns(
-                        sid,
-                        view.turns,
-                        window=self.config.window,
-                        expires_at=expires_at,
-                        first_index=view.turns[0].index,
-                        metadata=view.metadata,
-                        expected_version=0,
-                    )
-                else:
-                    await self.hot.put_metadata(
-                        sid, view.metadata, expires_at=expires_at, expected_version=0
-                    )
-            except ConflictError:
-                return  # someone else wrote first; their copy is as fresh as ours
-            if view.entities:
-                await self.hot.update_entities(sid, view.entities, expires_at=expires_at)
-            for name, blob in view.state.items():
-                await self.hot.put_state(sid, name, blob.data, expires_at=expires_at)
-
-        await self._hot(rebuild, "reload")
+        try:
+            done = await self._hot(
+                lambda: self.hot.restore(
+                    view.metadata.session_id,
+                    turns=view.turns,
+                    next_index=view.next_index,
+                    metadata=view.metadata,
+                    entities=view.entities,
+                    state=view.state,
+                    window=self.config.window,
+                    expires_at=expires_at,
+                    expected_version=expected_version,
+                ),
+                "reload",
+            )
+        except ConflictError:
+            return False
+        return not isinstance(done, _Bypassed)
 
     # -- append ------------------------------------------------------------------------------
 
     async def append(
-        self, metadata: SessionMetadata, turns: Sequence[NewTurn], *, turn_count_hint: int
+        self,
+        metadata: SessionMetadata,
+        turns: Sequence[NewTurn],
+        *,
+        turn_count_hint: int,
+        idempotency_key: str | None = None,
     ) -> list[Turn]:
-        """Add turns; returns them with their indexes once the write policy is satisfied."""
-        if self.config.write_policy is WritePolicy.WRITE_THROUGH:
-            return await self._append_write_through(metadata, turns)
+        """Add turns; returns them with their indexes once the write policy is satisfied.
+
+        With ``idempotency_key`` a retry returns the turns the first attempt stored instead
+        of adding them again. Keyed appends are written through even under write-behind:
+        the durable tier is where the key and the turns are recorded together.
+        """
+        if self.config.write_policy is WritePolicy.WRITE_THROUGH or idempotency_key:
+            return await self._append_write_through(metadata, turns, idempotency_key)
         return await self._append_write_behind(metadata, turns, turn_count_hint)
 
     async def _append_write_through(
-        self, metadata: SessionMetadata, turns: Sequence[NewTurn]
+        self, metadata: SessionMetadata, turns: Sequence[NewTurn], key: str | None = None
     ) -> list[Turn]:
         sid = metadata.session_id
-        stored = await self.durable.append_turns(sid, turns, expires_at=self._durable_expiry())
+        stored = await self.durable.append_turns(
+            sid, turns, expires_at=self.durable_expiry(), idempotency_key=key
+        )
+        if not stored:
+            return stored  # a retry whose turns have expired since: nothing to show
         turn_count = stored[-1].index + 1
         expires_at = self._write_expiry(metadata, turn_count)
-        for _attempt in range(self.config.hot_conflict_retries + 1):
+        for attempt in range(self.config.hot_conflict_retries + 1):
             try:
                 result = await self._hot(
                     lambda: self.hot.append_turns(
@@ -358,23 +381,37 @@ class TieredSessionStore:
                     ),
                     "append",
                 )
-            except ConflictError:
+            except ConflictError as exc:
+                if isinstance(exc.actual, int) and exc.actual > stored[-1].index:
+                    return stored  # a retried append whose turns the hot tier already has
                 # Another writer's earlier index has not reached the hot tier yet.
-                await asyncio.sleep(0.002 * (_attempt + 1))
+                await pause(attempt)
                 continue
             if not isinstance(result, _Bypassed) and result.version == 1:
-                # The hot tier had lost the session (it was created by this write): put the
-                # rest of the window back.
+                # The hot tier had lost the session (this write created it): rebuild it.
                 await self._resync(sid)
             return stored
         await self._resync(sid)
         return stored
 
     async def _resync(self, session_id: str) -> None:
+        """Make the hot session equal to the durable one, version-checked so that a writer
+        who reached the hot tier meanwhile is never overwritten with an older view."""
         self.metrics.hot_resyncs += 1
-        view = await self.durable_view(session_id)
-        if view is not None:
-            await self._write_hot_copy(view)
+        for attempt in range(CAS_ATTEMPTS):
+            snap = await self._hot(
+                lambda: self.hot.load(session_id, include_expired=True), "resync"
+            )
+            if isinstance(snap, _Bypassed):
+                return
+            view = await self.durable_view(session_id)
+            if view is None:
+                return
+            seen = snap.version if snap is not None else 0
+            if await self._restore(view, expected_version=seen):
+                return
+            await pause(attempt)
+        logger.warning("hot copy of session %s kept changing during resync", session_id)
 
     async def _append_write_behind(
         self, metadata: SessionMetadata, turns: Sequence[NewTurn], turn_count_hint: int
@@ -389,12 +426,11 @@ class TieredSessionStore:
         )
         if isinstance(result, _Bypassed):
             # Hot tier down: the durable tier is all we have, so write through.
-            return await self.durable.append_turns(sid, turns, expires_at=self._durable_expiry())
+            return await self.durable.append_turns(sid, turns, expires_at=self.durable_expiry())
         if result.version == 1:
             # The hot session was absent, so its numbering may not continue the archive's.
             durable_next = await self.durable.next_index(sid)
             if result.turns[0].index != durable_next:
-                await self.hot.delete(sid)
                 await self._resync(sid)
                 return await self._append_write_behind(metadata, turns, durable_next)
         every = self.config.write_behind_every
@@ -418,19 +454,43 @@ class TieredSessionStore:
         if not pending:
             return 0
         if pending[0].index != durable_next:
+            # The hot tier lost turns before they were flushed (the documented loss window).
+            # Archive a placeholder in each lost slot so numbering stays gap-free and every
+            # later turn still flushes; the loss stays visible in the archive.
             lost = pending[0].index - durable_next
             self.metrics.lost_turns += lost
             logger.error("write-behind lost %d turns of session %s before flush", lost, session_id)
-            return 0
-        try:
-            written = await self.durable.append_turns(
-                session_id, pending, first_index=durable_next, expires_at=self._durable_expiry()
+            pending = [*self._placeholders(durable_next, lost), *pending]
+        written = 0
+        for start in range(0, len(pending), MAX_TURNS_PER_APPEND):
+            batch = pending[start : start + MAX_TURNS_PER_APPEND]
+            try:
+                stored = await self.durable.append_turns(
+                    session_id,
+                    batch,
+                    first_index=durable_next + start,
+                    expires_at=self.durable_expiry(),
+                )
+            except ConflictError:
+                break  # another flusher got there first
+            written += len(stored)
+        if written:
+            self.metrics.flushes += 1
+            self.metrics.flushed_turns += written
+        return written
+
+    def _placeholders(self, first: int, count: int) -> list[Turn]:
+        now = self.clock.now()
+        return [
+            Turn(
+                index=first + i,
+                role="assistant",
+                content=(TextBlock(text=LOST_TURN_TEXT),),
+                timestamp=now,
+                metadata={"lost_before_flush": True},
             )
-        except ConflictError:
-            return 0  # another flusher got there first
-        self.metrics.flushes += 1
-        self.metrics.flushed_turns += len(written)
-        return len(written)
+            for i in range(count)
+        ]
 
     # -- metadata, entities, state ------------------------------------------------------
 
@@ -441,7 +501,7 @@ class TieredSessionStore:
         change: Callable[[dict[str, JsonValue] | None], dict[str, JsonValue]],
     ) -> tuple[dict[str, JsonValue], int]:
         """Read-modify-write a durable record with compare-and-set, retrying on conflict."""
-        for attempt in range(_CAS_ATTEMPTS):
+        for attempt in range(CAS_ATTEMPTS):
             current = await self.durable.get_record(session_id, kind)
             new = change(current.data if current else None)
             try:
@@ -450,16 +510,37 @@ class TieredSessionStore:
                     kind,
                     new,
                     expected_version=current.version if current else 0,
-                    expires_at=self._durable_expiry(),
+                    expires_at=self.durable_expiry(),
                 )
             except ConflictError:
-                await asyncio.sleep(0.001 * (attempt + 1))
+                await pause(attempt)
                 continue
             return record.data, record.version
         raise ConflictError(
             f"record {kind!r} of session {session_id!r} kept changing under "
-            f"{_CAS_ATTEMPTS} attempts; try again",
+            f"{CAS_ATTEMPTS} attempts; try again",
         )
+
+    async def _mirror(
+        self,
+        session_id: str,
+        kind: str,
+        version: int,
+        copy: Callable[[SessionSnapshot, dict[str, JsonValue]], Awaitable[object]],
+        data: dict[str, JsonValue],
+    ) -> None:
+        """Copy a durable record's new value to the hot tier. Two updaters can reach the hot
+        tier out of order, so after copying, the writer checks the durable version and
+        copies again if it was overtaken: the last to finish leaves the newest value."""
+        for _ in range(CAS_ATTEMPTS):
+            snap = await self._hot(lambda: self.hot.load(session_id), kind)
+            if not isinstance(snap, SessionSnapshot) or snap.metadata is None:
+                return  # absent or unreachable: the next read reloads from durable
+            await self._hot(partial(copy, snap, data), kind)
+            latest = await self.durable.get_record(session_id, kind)
+            if latest is None or latest.version == version:
+                return
+            data, version = latest.data, latest.version
 
     async def update_metadata(
         self, session_id: str, change: Callable[[SessionMetadata], SessionMetadata]
@@ -472,29 +553,13 @@ class TieredSessionStore:
             return change(SessionMetadata.model_validate(data)).model_dump(mode="json")
 
         data, version = await self._cas_record(session_id, META, apply)
-        metadata = SessionMetadata.model_validate(data)
-        await self._sync_hot_metadata(session_id, metadata, version)
-        return metadata
 
-    async def _sync_hot_metadata(
-        self, session_id: str, metadata: SessionMetadata, version: int
-    ) -> None:
-        """Copy metadata to the hot tier. Two updaters can reach it out of order, so after
-        writing, the writer checks the durable version and re-copies if it was overtaken:
-        the last one to finish leaves the newest metadata in the hot tier."""
-        for _ in range(_CAS_ATTEMPTS):
-            snap = await self._hot(lambda: self.hot.load(session_id), "metadata")
-            if not isinstance(snap, SessionSnapshot):
-                return  # absent or unreachable: the next read reloads from durable
-            expires_at = snap.expires_at
-            await self._hot(
-                partial(self.hot.put_metadata, session_id, metadata, expires_at=expires_at),
-                "metadata",
-            )
-            latest = await self.durable.get_record(session_id, META)
-            if latest is None or latest.version == version:
-                return
-            metadata, version = SessionMetadata.model_validate(latest.data), latest.version
+        async def copy(snap: SessionSnapshot, value: dict[str, JsonValue]) -> None:
+            metadata = SessionMetadata.model_validate(value)
+            await self.hot.put_metadata(session_id, metadata, expires_at=snap.expires_at)
+
+        await self._mirror(session_id, META, version, copy, data)
+        return SessionMetadata.model_validate(data)
 
     async def update_entities(
         self,
@@ -503,11 +568,13 @@ class TieredSessionStore:
         remove: Collection[str] = (),
         *,
         turn_count_hint: int = 0,
-    ) -> None:
-        """Merge active entities into both tiers (a new value of a kind replaces the old)."""
+    ) -> dict[str, ActiveEntity]:
+        """Merge active entities (a new value of a kind replaces the old): compare-and-set
+        in the durable tier, then mirrored to the hot tier. Returns the merged entities."""
         sid = metadata.session_id
         if not upsert and not remove:
-            return
+            view = await self.view(sid, refresh_ttl=False)
+            return dict(view.entities) if view else {}
 
         def merge(data: dict[str, JsonValue] | None) -> dict[str, JsonValue]:
             merged = dict(data or {})
@@ -516,12 +583,24 @@ class TieredSessionStore:
             merged.update({k: v.model_dump(mode="json") for k, v in upsert.items()})
             return merged
 
-        await self._cas_record(sid, ENTITIES, merge)
-        expires_at = self._write_expiry(metadata, turn_count_hint)
-        await self._hot(
-            lambda: self.hot.update_entities(sid, upsert, remove, expires_at=expires_at),
-            "entities",
-        )
+        data, version = await self._cas_record(sid, ENTITIES, merge)
+        first = True
+
+        async def copy(snap: SessionSnapshot, value: dict[str, JsonValue]) -> None:
+            nonlocal first
+            expires_at = self._write_expiry(metadata, turn_count_hint, snap.expires_at)
+            if first:
+                # Our own change first, as a merge: cheap, and correct unless overtaken.
+                first = False
+                await self.hot.update_entities(sid, upsert, remove, expires_at=expires_at)
+                return
+            # Overtaken: make the hot copy equal to the durable one.
+            entities = _entities(value)
+            gone = [k for k in snap.entities if k not in entities]
+            await self.hot.update_entities(sid, entities, gone, expires_at=expires_at)
+
+        await self._mirror(sid, ENTITIES, version, copy, data)
+        return _entities(data)
 
     async def put_state(
         self,
@@ -532,51 +611,35 @@ class TieredSessionStore:
         expected_version: int | None,
         turn_count_hint: int = 0,
     ) -> StateBlob:
-        """Write a state blob: compare-and-set in the hot tier, then copied to durable.
-
-        With the hot tier unreachable (bypass), the durable copy does the compare-and-set.
-        """
+        """Write a state blob: compare-and-set on its version in the durable tier (the
+        source of truth for versions), then copied to the hot tier with that version."""
         sid = metadata.session_id
-        expires_at = self._write_expiry(metadata, turn_count_hint)
-        blob = await self._hot(
-            lambda: self.hot.put_state(
-                sid, name, data, expires_at=expires_at, expected_version=expected_version
-            ),
-            "state",
-        )
+        now = self.clock.now()
 
         def merge(current: dict[str, JsonValue] | None) -> dict[str, JsonValue]:
             blobs = dict(current or {})
             held = blobs.get(name)
             held_version = held["version"] if isinstance(held, dict) else 0
-            if isinstance(blob, StateBlob):
-                if held_version >= blob.version:
-                    return blobs  # a newer write already reached durable
-                new_version, updated = blob.version, blob.updated_at
-            else:
-                if expected_version is not None and held_version != expected_version:
-                    raise ConflictError(
-                        f"state {name!r} of session {sid!r} is at version {held_version}, "
-                        f"not {expected_version}",
-                        expected=expected_version,
-                        actual=held_version,
-                    )
-                new_version, updated = held_version + 1, self.clock.now()
+            assert isinstance(held_version, int)
+            if expected_version is not None and held_version != expected_version:
+                raise ConflictError(
+                    f"state {name!r} of session {sid!r} is at version {held_version}, "
+                    f"not {expected_version}; re-read it and retry",
+                    expected=expected_version,
+                    actual=held_version,
+                )
             blobs[name] = {
-                "version": new_version,
+                "version": held_version + 1,
                 "data": dict(data),
-                "updated_at": updated.isoformat(),
+                "updated_at": now.isoformat(),
             }
             return blobs
 
         stored, _ = await self._cas_record(sid, STATE, merge)
-        if isinstance(blob, StateBlob):
-            return blob
-        held = stored[name]
-        assert isinstance(held, dict)
-        return StateBlob(
-            name=name, data=held["data"], version=held["version"], updated_at=held["updated_at"]
-        )
+        blob = _state(stored)[name]
+        expires_at = self._write_expiry(metadata, turn_count_hint)
+        await self._hot(lambda: self.hot.copy_state(sid, blob, expires_at=expires_at), "state")
+        return blob
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -594,11 +657,65 @@ class TieredSessionStore:
         redacted = await self.durable.redact_turn(session_id, index)
         snap = await self._hot(lambda: self.hot.load(session_id), "redact")
         if isinstance(snap, SessionSnapshot) and any(t.index == index for t in snap.turns):
-            await self._hot(lambda: self.hot.delete(session_id), "redact")
             await self._resync(session_id)
         return redacted
 
-    async def clear(self, session_id: str) -> None:
-        """Delete the session from both tiers: turns, records, and the user's list entry."""
+    async def clear(self, session_id: str) -> int:
+        """Delete the session from both tiers: turns, records, and the user's list entry.
+        Returns how many turn indexes the session had used."""
+        count = await self.durable.next_index(session_id)
         await self._hot(lambda: self.hot.delete(session_id), "clear")
         await self.durable.delete_session(session_id)
+        return count
+
+    async def forget_user_sessions(self, user_id: str) -> int:
+        """Delete every session of a user from the hot tier, and from the durable tier all
+        but the last page of them (the durable purge of the user removes that one, with
+        their memories). Returns how many sessions were deleted here. The hot tier is not
+        bypassed: a purge must not leave copies behind."""
+        deleted = 0
+        while True:
+            refs = await self.durable.list_sessions(user_id, limit=_PURGE_PAGE)
+            for ref in refs:
+                await self.hot.delete(ref.session_id)
+            if len(refs) < _PURGE_PAGE:
+                return deleted
+            # More sessions than one page lists: drop these from the list to reach the rest.
+            for ref in refs:
+                await self.durable.delete_session(ref.session_id)
+            deleted += len(refs)
+
+    # -- archive reads -------------------------------------------------------------------
+
+    async def get_turn(self, session_id: str, index: int) -> Turn:
+        """One archived turn. Raises NotFoundError if there is none."""
+        return await self.durable.get_turn(session_id, index)
+
+    async def get_turns(
+        self, session_id: str, start: int = 0, end: int | None = None
+    ) -> list[Turn]:
+        """Archived turns with ``start <= index < end``."""
+        return await self.durable.get_turns(session_id, start, end)
+
+    async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
+        """A user's sessions, newest first."""
+        return await self.durable.list_sessions(user_id, limit=limit)
+
+
+def _check_owner(session_id: str, owner: str, user_id: str) -> None:
+    if owner != user_id:
+        raise ValidationError(
+            f"session {session_id!r} belongs to another user; use a new session id"
+        )
+
+
+def _entities(data: Mapping[str, JsonValue]) -> dict[str, ActiveEntity]:
+    return {kind: ActiveEntity.model_validate(value) for kind, value in data.items()}
+
+
+def _state(data: Mapping[str, JsonValue]) -> dict[str, StateBlob]:
+    blobs: dict[str, StateBlob] = {}
+    for name, held in data.items():
+        assert isinstance(held, dict)
+        blobs[name] = StateBlob.model_validate({"name": name, **held})
+    return blobs

@@ -1,0 +1,365 @@
+"""Session: one conversation's handle over the :class:`~tiermem.service.MemoryService`.
+
+A handle is cheap and holds a cached view of the session, never the truth: every read goes
+through the tiers (hot, reloaded from durable on a miss). Adding a turn prepares it (tokens,
+importance, entities: :meth:`MemoryService.prepare_turns`), writes it through the tiers,
+tracks its entities, and queues its indexing and memory detection as background work
+(:mod:`tiermem.background`) off the response path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from pydantic import Field
+
+from tiermem.errors import NotFoundError, TierMemError, ValidationError
+from tiermem.models import (
+    ActiveEntity,
+    ContentBlock,
+    JsonValue,
+    MemoryRecord,
+    Message,
+    NewTurn,
+    Provenance,
+    SessionMetadata,
+    StateBlob,
+    TextBlock,
+    Turn,
+)
+from tiermem.models.base import FrozenModel
+from tiermem.store.codec import check_idempotency_key
+from tiermem.store.contract import MAX_TURNS_PER_APPEND
+from tiermem.tiers.tiered import SessionView, derive_metadata
+
+if TYPE_CHECKING:
+    from tiermem.service import MemoryService
+
+__all__ = ["Content", "Session", "SessionStats", "TurnInput", "content_blocks"]
+
+logger = logging.getLogger(__name__)
+
+Content = str | Message | Sequence[ContentBlock | Mapping[str, Any]]
+
+
+class TurnInput(FrozenModel):
+    """One turn to add, for :meth:`Session.add_turns`. Only role and content are required."""
+
+    role: str
+    content: Any
+    timestamp: datetime | None = None
+    importance: float | None = None
+    pinned: bool = False
+    agent_name: str | None = None
+    intent: str | None = None
+    latency_ms: float | None = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class SessionStats(FrozenModel):
+    session_id: str
+    turn_count: int
+    hot_turns: int
+    hot_tokens: int
+    oldest_turn_age_s: float | None
+    expires_at: datetime | None
+    hot_hits: int
+    reloads: int
+    served_from: str
+
+
+def content_blocks(content: Content) -> tuple[Any, ...]:
+    if isinstance(content, str):
+        return (TextBlock(text=content),)
+    if isinstance(content, Message):
+        return content.content
+    if isinstance(content, Sequence) and not isinstance(content, bytes | bytearray):
+        return tuple(content)
+    raise ValidationError(
+        "content must be a string, a Message, or a sequence of content blocks; got "
+        f"{type(content).__name__}"
+    )
+
+
+class Session:
+    """A handle on one session. Cheap; holds a cached view, never the truth."""
+
+    def __init__(self, service: MemoryService, view: SessionView) -> None:
+        self._service = service
+        self._tiers = service.tiers
+        self._view = view
+        self._hot_hits = 1 if view.source == "hot" else 0
+        self._reloads = 1 if view.source == "reload" else 0
+
+    @property
+    def id(self) -> str:
+        return self._view.metadata.session_id
+
+    @property
+    def user_id(self) -> str:
+        return self._view.metadata.user_id
+
+    def _remember(self, view: SessionView) -> SessionView:
+        self._view = view
+        self._hot_hits += view.source == "hot"
+        self._reloads += view.source == "reload"
+        return view
+
+    # -- turns ------------------------------------------------------------------------------
+
+    async def add_turn(
+        self, role: str, content: Content, *, idempotency_key: str | None = None, **options: Any
+    ) -> Turn:
+        """Add one turn; returns it with its index once the write policy is satisfied.
+
+        ``options``: timestamp (aware datetime, for imports and replays), importance
+        (overrides the scorer), pinned, agent_name, intent, latency_ms, metadata.
+
+        ``idempotency_key`` makes a retry safe (after a client timeout, say): a second call
+        with the same key returns the turn the first one stored instead of adding it again,
+        for as long as the session lives.
+
+        Raises:
+            ValidationError: bad content, role or key.
+        """
+        turns = await self.add_turns(
+            [TurnInput(role=role, content=content, **options)], idempotency_key=idempotency_key
+        )
+        if not turns:
+            raise NotFoundError(
+                f"the turn added with idempotency key {idempotency_key!r} has expired"
+            )
+        return turns[0]
+
+    async def add_turns(
+        self, items: Sequence[TurnInput | NewTurn], *, idempotency_key: str | None = None
+    ) -> list[Turn]:
+        """Add several turns, in one write per tier for every 50 (``MAX_TURNS_PER_APPEND``).
+
+        Each batch of 50 is atomic; a longer list is several batches, in order. With
+        ``idempotency_key`` each batch is keyed (``key``, then ``key#1``, ``key#2``...), so
+        a retry of the whole call adds nothing that was already stored.
+        """
+        if not items:
+            raise ValidationError("add_turns needs at least one turn")
+        check_idempotency_key(idempotency_key)
+        prepared = await self._service.prepare_turns(items)
+        stored: list[Turn] = []
+        for n, start in enumerate(range(0, len(prepared), MAX_TURNS_PER_APPEND)):
+            key = idempotency_key if not n or idempotency_key is None else f"{idempotency_key}#{n}"
+            batch = await self._tiers.append(
+                self._view.metadata,
+                prepared[start : start + MAX_TURNS_PER_APPEND],
+                turn_count_hint=self._view.next_index,
+                idempotency_key=key,
+            )
+            if batch:
+                self._view = replace(
+                    self._view, next_index=max(self._view.next_index, batch[-1].index + 1)
+                )
+            stored.extend(batch)
+        if not stored:
+            return stored
+        await self._track_entities(stored)
+        background = self._service.background
+        if self._service.index_turns:
+            await background.submit(self.user_id, self.id, partial(self._index_turns, stored))
+        if self._service.auto_detect and any(t.role == "user" for t in stored):
+            await background.submit(self.user_id, self.id, partial(self._detect, stored))
+        return stored
+
+    async def _index_turns(self, turns: Sequence[Turn]) -> None:
+        """Index archived turns for episodic recall (BM25), off the response path."""
+        try:
+            await self._service.longterm.index_turns(
+                self.user_id, self.id, turns, expires_at=self._tiers.durable_expiry()
+            )
+        except TierMemError as exc:
+            self._service.index_failures += 1
+            logger.warning(
+                "indexing turns %s of session %s failed: %s", [t.index for t in turns], self.id, exc
+            )
+
+    async def _detect(self, turns: Sequence[Turn]) -> None:
+        """Auto-detection of memories, off the response path; the background queue runs a
+        session's jobs in order, so later preferences win."""
+        try:
+            await self.remember_from_turns(turns)
+        except TierMemError as exc:
+            self._service.auto_detect_failures += 1
+            logger.warning(
+                "auto-detection for session %s turns %s failed; the turns are stored, "
+                "their memories are not: %s",
+                self.id,
+                [t.index for t in turns],
+                exc,
+            )
+
+    async def remember_from_turns(self, turns: Sequence[Turn] | None = None) -> list[MemoryRecord]:
+        """Detect memories in user turns (default: every archived turn of the session) and
+        write them to long-term memory with provenance ``auto`` (``explicit`` for
+        "!remember"), this session and the turn's index. Returns the records written.
+
+        ``add_turn`` calls this in the background when ``auto_detect`` is on; call it
+        directly to re-run detection, e.g. after importing turns with it off.
+        """
+        if turns is None:
+            turns = await self.get_turns()
+        written: list[MemoryRecord] = []
+        for turn in turns:
+            if turn.role != "user":
+                continue
+            text = "\n".join(b.text for b in turn.content if isinstance(b, TextBlock))
+            drafts = self._service.detector.detect(text) if text.strip() else ()
+            if drafts:
+                provenance = Provenance(
+                    source="auto", session_id=self.id, turn_indexes=(turn.index,)
+                )
+                written += await self._service.longterm.remember_detected(
+                    self.user_id, drafts, provenance=provenance
+                )
+        return written
+
+    async def _track_entities(self, turns: Sequence[Turn]) -> None:
+        """A new value of an entity kind replaces the old one (seed 001)."""
+        now = self._service.clock.now()
+        changed: dict[str, ActiveEntity] = {}
+        for turn in turns:
+            for entity in turn.entities:
+                held = changed.get(entity.kind) or self._view.entities.get(entity.kind)
+                if held is None or held.value != entity.value:
+                    changed[entity.kind] = ActiveEntity(
+                        kind=entity.kind,
+                        value=entity.value,
+                        turn_index=turn.index,
+                        updated_at=now,
+                    )
+        if changed:
+            merged = await self._tiers.update_entities(
+                self._view.metadata, changed, turn_count_hint=self._view.next_index
+            )
+            self._view = replace(self._view, entities=merged)
+
+    async def view(self) -> SessionView:
+        """The session now: hot window, metadata, entities, state (reloads on a hot miss)."""
+        view = await self._tiers.view(self.id)
+        if view is None:
+            raise_gone(self.id)
+        return self._remember(view)
+
+    async def history(self) -> tuple[Turn, ...]:
+        """The hot window of recent turns, oldest first."""
+        return (await self.view()).turns
+
+    async def get_turn(self, index: int) -> Turn:
+        """Any archived turn by index. Raises NotFoundError if there is none."""
+        return await self._tiers.get_turn(self.id, index)
+
+    async def get_turns(self, start: int = 0, end: int | None = None) -> list[Turn]:
+        """Archived turns with ``start <= index < end``."""
+        return await self._tiers.get_turns(self.id, start, end)
+
+    async def redact_turn(self, index: int) -> Turn:
+        """Replace a turn's content in every tier; its slot (index, timestamp) stays."""
+        redacted = await self._tiers.redact(self.id, index)
+        await self._service.longterm.unindex_turns(self.user_id, self.id, [index])
+        return redacted
+
+    # -- metadata, entities, state ----------------------------------------------------
+
+    async def metadata(self) -> SessionMetadata:
+        return (await self.view()).metadata
+
+    async def update_metadata(self, **changes: Any) -> SessionMetadata:
+        """Change metadata fields (compare-and-set with retry, so two devices never lose an
+        update). ``attributes`` is merged, not replaced."""
+        protected = {"session_id", "user_id", "created_at", "turn_count"} & changes.keys()
+        if protected:
+            raise ValidationError(f"cannot change {', '.join(sorted(protected))}")
+
+        def change(current: SessionMetadata) -> SessionMetadata:
+            update = dict(changes)
+            if "attributes" in update:
+                update["attributes"] = {**current.attributes, **update["attributes"]}
+            return SessionMetadata.model_validate({**current.model_dump(), **update})
+
+        stored = await self._tiers.update_metadata(self.id, change)
+        metadata = derive_metadata(stored, self._view.turns, self._view.next_index)
+        self._view = replace(self._view, metadata=metadata)
+        return metadata
+
+    async def active_entities(self) -> dict[str, ActiveEntity]:
+        return (await self.view()).entities
+
+    async def set_entities(
+        self, values: Mapping[str, str], *, remove: Collection[str] = ()
+    ) -> dict[str, ActiveEntity]:
+        """Set active entities by kind (``{"series": "Naruto"}``) and remove others."""
+        now = self._service.clock.now()
+        upsert = {k: ActiveEntity(kind=k, value=v, updated_at=now) for k, v in values.items()}
+        merged = await self._tiers.update_entities(
+            self._view.metadata, upsert, remove, turn_count_hint=self._view.next_index
+        )
+        self._view = replace(self._view, entities=merged)
+        return merged
+
+    async def get_state(self, name: str) -> StateBlob | None:
+        return (await self.view()).state.get(name)
+
+    async def put_state(
+        self, name: str, data: Mapping[str, JsonValue], *, expected_version: int | None = None
+    ) -> StateBlob:
+        """Write a named state blob; ``expected_version`` makes it compare-and-set."""
+        return await self._tiers.put_state(
+            self._view.metadata,
+            name,
+            data,
+            expected_version=expected_version,
+            turn_count_hint=self._view.next_index,
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def close(self) -> SessionMetadata:
+        """Flush pending writes (this session's background work included) and mark the
+        session closed. Returns the metadata, with ``turn_count`` and ``last_activity``
+        derived from the archive."""
+        await self._service.background.wait_for(session_id=self.id)
+        closed = await self._tiers.close(self.id)
+        view = await self._tiers.view(self.id, refresh_ttl=False)
+        if view is None:
+            raise_gone(self.id)
+        self._view = replace(view, metadata=derive_metadata(closed, view.turns, view.next_index))
+        return self._view.metadata
+
+    async def clear(self) -> None:
+        """Delete the session from every tier, and its turns from the search index."""
+        await self._service.background.wait_for(session_id=self.id)
+        count = await self._tiers.clear(self.id)
+        await self._service.longterm.unindex_turns(self.user_id, self.id, range(count))
+
+    async def stats(self) -> SessionStats:
+        view = await self.view()
+        oldest = await self._tiers.get_turns(self.id, 0, 1) if view.next_index else []
+        now = self._service.clock.now()
+        first = oldest[0].timestamp if oldest else (view.turns[0].timestamp if view.turns else None)
+        return SessionStats(
+            session_id=self.id,
+            turn_count=view.next_index,
+            hot_turns=len(view.turns),
+            hot_tokens=sum(t.token_count for t in view.turns),
+            oldest_turn_age_s=(now - first).total_seconds() if first else None,
+            expires_at=view.expires_at,
+            hot_hits=self._hot_hits,
+            reloads=self._reloads,
+            served_from=view.source,
+        )
+
+
+def raise_gone(session_id: str) -> NoReturn:
+    raise NotFoundError(f"session {session_id!r} no longer exists (cleared or purged)")
