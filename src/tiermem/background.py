@@ -62,6 +62,11 @@ class BackgroundWork:
         return len({f for fs in self._pending.values() for f in fs})
 
     @property
+    def queued(self) -> int:
+        """Jobs waiting in the queues (at most ``max_pending``)."""
+        return sum(q.qsize() for q in self._queues)
+
+    @property
     def failures(self) -> int:
         """Jobs that raised since the start."""
         return self._failures

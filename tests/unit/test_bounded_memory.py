@@ -1,0 +1,89 @@
+"""Nothing grows without bound in the in-process stores: expired sessions that are never
+touched again are collected, amortised over later writes (issue #7, item 5)."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from datetime import timedelta
+
+from tiermem.models import SessionRef
+from tiermem.store.backends.memory import MemoryDurableStore, MemoryHotStore
+from tiermem.testing import FakeClock
+from tiermem.testing.backend import text_turn
+
+GRACE = timedelta(hours=1)
+
+
+async def test_expired_hot_sessions_are_collected_by_later_writes() -> None:
+    clock = FakeClock()
+    hot = MemoryHotStore(clock=clock, gc_grace=GRACE)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(20_000):
+            await hot.append_turns(
+                f"old-{i}",
+                [text_turn("hi")],
+                window=5,
+                expires_at=clock.now() + timedelta(minutes=30),
+            )
+        gc.collect()
+        full = tracemalloc.get_traced_memory()[0] - base
+        clock.advance(3 * 24 * 3600)  # three days later, nobody came back
+        for i in range(400):
+            await hot.append_turns(
+                f"new-{i}",
+                [text_turn("hi")],
+                window=5,
+                expires_at=clock.now() + timedelta(minutes=30),
+            )
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    held = [sid for sid in hot._sessions if sid.startswith("old-")]
+    assert held == []
+    assert len(hot._activity) == 400
+    # What the 20,000 expired sessions held is released (the 400 new ones remain).
+    assert after < full * 0.1, (full, after)
+    print(
+        f"20,000 expired sessions: {full / 1e6:.1f} MB held, {after / 1e6:.2f} MB after 400 writes"
+    )
+
+
+async def test_a_claimed_but_unreleased_session_stays_in_the_activity_index() -> None:
+    clock = FakeClock()
+    hot = MemoryHotStore(clock=clock, gc_grace=GRACE)
+    await hot.append_turns("s", [text_turn("a")], window=5, expires_at=clock.now() + GRACE)
+    clock.advance(1.5 * 3600)
+    assert await hot.claim_expired(owner="w", lease=timedelta(hours=5)) == ["s"]
+    clock.advance(3600)
+    await hot.append_turns("other", [text_turn("b")], window=5, expires_at=clock.now() + GRACE)
+    # The data is gone, but the handoff still in progress can release its claim.
+    assert await hot.release_expired("s", owner="w") is True
+
+
+async def test_dead_durable_sessions_and_expired_turns_are_collected() -> None:
+    clock = FakeClock()
+    durable = MemoryDurableStore(clock=clock)
+    for i in range(1_000):
+        sid = f"old-{i}"
+        await durable.register_session(
+            SessionRef(session_id=sid, user_id="u", created_at=clock.now()),
+            expires_at=clock.now() + timedelta(hours=24),
+        )
+        await durable.append_turns(
+            sid, [text_turn("x")], expires_at=clock.now() + timedelta(hours=24)
+        )
+        await durable.put_record(
+            sid, "metadata", {"n": i}, expires_at=clock.now() + timedelta(hours=24)
+        )
+    clock.advance(2 * 24 * 3600)
+    for i in range(20):
+        await durable.append_turns(
+            f"new-{i}", [text_turn("y")], expires_at=clock.now() + timedelta(hours=24)
+        )
+    assert not any(sid.startswith("old-") for sid in durable._turns)
+    assert not any(sid.startswith("old-") for sid in durable._records)
+    assert not any(sid.startswith("old-") for sid in durable._headers)
