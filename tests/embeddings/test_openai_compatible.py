@@ -11,18 +11,17 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
-httpx = pytest.importorskip("httpx", reason="needs httpx: pip install 'tiermem[llm]'")
-
-from tiermem.errors import (  # noqa: E402
+from tiermem.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
     ValidationError,
 )
-from tiermem.llm.embeddings import Embedder  # noqa: E402
-from tiermem.llm.embeddings_remote import OpenAICompatibleEmbedder  # noqa: E402
+from tiermem.llm.embeddings import Embedder
+from tiermem.llm.embeddings_remote import OpenAICompatibleEmbedder
 
 BASE = "http://ollama.test:11434/v1/"
 

@@ -19,6 +19,6 @@ async def test_bm25_recall_at_5_floor(index: SearchIndex) -> None:
     assert report.overall >= 0.65, report.misses
     assert report.by_category["lexical"] >= 0.9, report.misses
     assert report.by_category["japanese"] >= 0.75, report.misses
-    # Paraphrases share no word with their answers: BM25 alone cannot find them, which is
-    # what embeddings are for (a BM25 "hit" here would mean the fixture leaks words).
-    assert report.by_category["paraphrase"] == 0.0, report.per_query
+    # Paraphrases share no word with their answers: BM25 alone finds none of them today
+    # (0.0); that is what embeddings are for, so no floor is asserted here and a better
+    # lexical matcher is free to improve it.
