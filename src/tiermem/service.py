@@ -39,6 +39,7 @@ from tiermem.longterm.detect import MemoryDetector, RuleMemoryDetector
 from tiermem.longterm.index import SearchIndex
 from tiermem.longterm.memory import LongTermMemory
 from tiermem.models import NewTurn, SessionMetadata, SessionRef, UserTier, text_of
+from tiermem.models.shape import check_shape
 from tiermem.policies.importance import ImportanceScorer, RuleImportanceScorer
 from tiermem.policies.ttl import HybridTtl, TtlPolicy
 from tiermem.session import Session, SessionStats, TurnInput, content_blocks
@@ -148,7 +149,9 @@ class MemoryService:
         Raises:
             ValidationError: a bad id, an unknown tier, or a session of another user.
         """
-        session_id = validate_id(session_id or self.ids.new_id(), what="session_id")
+        if session_id is None:
+            session_id = self.ids.new_id()
+        session_id = validate_id(session_id, what="session_id")
         validate_id(user_id, what="user_id")
         try:
             tier = UserTier(user_tier)
@@ -208,14 +211,25 @@ class MemoryService:
         return ExpirySweeper(self.tiers, handoff, owner=owner or f"sweeper-{self.ids.new_id()}")
 
     async def prepare_turns(self, items: Sequence[TurnInput | NewTurn]) -> list[NewTurn]:
-        """:meth:`prepare_turn` for each item that is not prepared yet."""
-        return [i if isinstance(i, NewTurn) else self.prepare_turn(i) for i in items]
+        """:meth:`prepare_turn` for each item that is not prepared yet; prepared ones are
+        checked for their shape (:mod:`tiermem.models.shape`) too."""
+        prepared = []
+        for item in items:
+            if isinstance(item, NewTurn):
+                check_shape(item.content, what="turn content")
+                check_shape(item.metadata, what="turn metadata")
+                prepared.append(item)
+            else:
+                prepared.append(self.prepare_turn(item))
+        return prepared
 
     def prepare_turn(self, item: TurnInput) -> NewTurn:
         """Count tokens, extract entities and score importance: the pure part of adding."""
         if item.role not in ("user", "assistant"):
             raise ValidationError(f"role must be 'user' or 'assistant', got {item.role!r}")
         blocks = content_blocks(item.content)
+        check_shape(blocks, what="turn content")
+        check_shape(item.metadata, what="turn metadata")
         if not blocks:
             raise ValidationError("a turn needs at least one content block")
         entities = self.entities.extract(text_of(blocks))
