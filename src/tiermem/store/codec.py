@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
+from itertools import pairwise
 
 from tiermem.errors import ValidationError
 from tiermem.models import JsonValue, MemoryRecord, NewTurn, Turn
@@ -169,7 +170,7 @@ def check_restore(session_id: str, turns: Sequence[Turn], *, next_index: int, wi
         raise ValidationError(f"window must be at least 1, got {window}")
     if next_index < 0:
         raise ValidationError(f"next_index must be >= 0, got {next_index}")
-    for before, after in zip(turns, turns[1:], strict=False):
+    for before, after in pairwise(turns):
         if after.index != before.index + 1:
             raise ValidationError(
                 f"restore needs consecutive turns; turn {after.index} follows {before.index}"

@@ -1,0 +1,219 @@
+"""Preferences of :class:`~tiermem.longterm.memory.LongTermMemory`: one current value per
+``(user, key)``, and its history.
+
+* **Preferences are slots.** The current value for ``(user, key)`` lives at
+  ``preference_slot_id(key)`` and is replaced by compare-and-set (read version v, write
+  v + 1). Before the write, the value being replaced is copied to a history record at
+  ``preference_history_id`` (``<slot>-v<v>``, ``invalid_from`` = now). The id is
+  deterministic, so two writers racing on one version write one history record; the race
+  seed 000's read-then-write ``store_preference`` lost is a retry here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from tiermem.errors import ConflictError
+from tiermem.longterm.memory_core import _CAS_ATTEMPTS, MemoryCore, Records
+from tiermem.longterm.records import (
+    MAX_CONTENT_BYTES,
+    MAX_KEY_CHARS,
+    MAX_VALUE_BYTES,
+    check_importance,
+    check_limit,
+    check_metadata,
+    check_provenance,
+    check_tags,
+    check_text,
+    normalize_preference_key,
+    preference_history_id,
+    preference_slot_id,
+)
+from tiermem.models import JsonValue, MemoryRecord, Provenance
+from tiermem.retry import pause
+from tiermem.store.keys import validate_id
+
+__all__ = ["MemoryPreferences"]
+
+
+class MemoryPreferences(MemoryCore):
+    """Setting a preference atomically, reading it and its history."""
+
+    if TYPE_CHECKING:
+        # In :class:`~tiermem.longterm.memory.LongTermMemory`.
+        async def list(
+            self,
+            user_id: str,
+            *,
+            types: Collection[str] | None = None,
+            include_superseded: bool = False,
+            limit: int = 100,
+        ) -> Records: ...
+
+    # -- preferences ----------------------------------------------------------------------
+
+    async def upsert_preference(
+        self,
+        user_id: str,
+        key: str,
+        value: str,
+        *,
+        text: str | None = None,
+        provenance: Provenance | None = None,
+        importance: float | None = None,
+        tags: Iterable[str] = (),
+        metadata: Mapping[str, JsonValue] | None = None,
+    ) -> MemoryRecord:
+        """Set the user's preference ``key`` to ``value``, atomically; the value it replaces
+        goes to history (:meth:`preference_history`).
+
+        ``text`` is what recall and the user context show (default ``"<key>: <value>"``).
+        Setting the value it already has changes nothing and returns the current record.
+        Concurrent upserts of one key each land exactly once, in some order: the last one
+        is current, every other value is in history.
+
+        Raises:
+            ValidationError: a bad id, an empty or oversized key, value or text, bad
+                provenance, importance, tags or metadata.
+            ConflictError: the key kept changing under 32 attempts.
+        """
+        validate_id(user_id, what="user_id")
+        raw_key = check_text(key, what="preference key", limit=MAX_KEY_CHARS)
+        norm_key = normalize_preference_key(raw_key)
+        validate_id(norm_key, what="preference key")
+        value = check_text(value, what="preference value", limit=MAX_VALUE_BYTES)
+        content = check_text(
+            text if text is not None else f"{norm_key}: {value}",
+            what="preference text",
+            limit=MAX_CONTENT_BYTES,
+        )
+        prov = check_provenance(provenance, "explicit")
+        tag_tuple = check_tags(tags)
+        extra = check_metadata(metadata)
+        given = None if importance is None else check_importance(importance, 0.0)
+        kind = self.types.get("preference")
+        slot_id = preference_slot_id(norm_key)
+        embedding: tuple[tuple[float, ...], str] | None = None
+        for attempt in range(_CAS_ATTEMPTS):
+            current = await self.durable.get_memory(user_id, slot_id)
+            if (
+                current is not None
+                and current.metadata.get("preference_value") == value
+                and current.content == content
+                and (given is None or given == current.importance)
+            ):
+                return current
+            if self.embedder is not None and embedding is None:
+                (vector,) = await self.embedder.embed([content])
+                embedding = (tuple(vector), self.embedder.model_id)
+            now = self.clock.now()
+            new = MemoryRecord(
+                memory_id=slot_id,
+                user_id=user_id,
+                memory_type=kind.name,
+                content=content,
+                tags=tag_tuple,
+                metadata={**extra, "preference_key": norm_key, "preference_value": value},
+                importance=given
+                if given is not None
+                else (current.importance if current else kind.importance),
+                created_at=now,
+                accessed_at=current.accessed_at if current else None,
+                access_count=current.access_count if current else 0,
+                expires_at=None if kind.retention is None else now + kind.retention,
+                provenance=prov,
+                valid_from=now,
+                version=current.version + 1 if current else 1,
+                embedding=embedding[0] if embedding else None,
+                embedding_model=embedding[1] if embedding else None,
+            )
+            if current is not None:
+                await self._write_history(current, now)
+            try:
+                stored = await self.durable.put_memory(
+                    new, expected_version=current.version if current else 0
+                )
+            except ConflictError:
+                await pause(attempt)
+                continue
+            await self._sync_index(user_id, slot_id)
+            summary = (
+                f"preference set (v{stored.version})"
+                if current is None
+                else f"preference updated v{current.version} -> v{stored.version}; "
+                f"v{current.version} kept in history"
+            )
+            await self._log(user_id, "upsert", stored, summary)
+            return stored
+        raise ConflictError(
+            f"preference {norm_key!r} of user {user_id!r} kept changing under "
+            f"{_CAS_ATTEMPTS} attempts; try again"
+        )
+
+    async def _write_history(self, current: MemoryRecord, now: datetime) -> None:
+        """Copy the slot's value at ``current.version`` to its history record. Idempotent:
+        every writer that read this version writes the same record."""
+        history = current.model_copy(
+            update={
+                "memory_id": preference_history_id(current.memory_id, current.version),
+                "version": 1,
+                "invalid_from": now,
+                "metadata": {
+                    **current.metadata,
+                    "history_of": current.memory_id,
+                    "slot_version": current.version,
+                },
+            }
+        )
+        for _ in range(_CAS_ATTEMPTS):
+            try:
+                await self.durable.put_memory(history, expected_version=0)
+                return
+            except ConflictError:
+                there = await self.durable.get_memory(current.user_id, history.memory_id)
+            if there is None:
+                continue  # collected in between: write it again
+            if there.created_at == current.created_at and there.content == current.content:
+                return  # a concurrent writer copied the same version
+            # A stale copy from an earlier life of the slot (direct store edits): replace it.
+            history = history.model_copy(update={"version": there.version + 1})
+            try:
+                await self.durable.put_memory(history, expected_version=there.version)
+                return
+            except ConflictError:
+                history = history.model_copy(update={"version": 1})
+        raise ConflictError(f"history record {history.memory_id!r} kept changing; try again")
+
+    async def get_preference(self, user_id: str, key: str) -> MemoryRecord | None:
+        """The current record of preference ``key``, or None."""
+        validate_id(user_id, what="user_id")
+        norm_key = normalize_preference_key(
+            check_text(key, what="preference key", limit=MAX_KEY_CHARS)
+        )
+        return await self.durable.get_memory(user_id, preference_slot_id(norm_key))
+
+    async def preference_history(self, user_id: str, key: str, *, limit: int = 100) -> Records:
+        """The earlier values of preference ``key``, newest first (not the current one).
+
+        Reads history records by their ids (no query over the partition); values that
+        expired, or were forgotten with their session, are left out.
+        """
+        current = await self.get_preference(user_id, key)
+        check_limit(limit)
+        if current is None:
+            return []
+        versions = range(current.version - 1, max(0, current.version - 1 - limit), -1)
+        found = await asyncio.gather(
+            *(
+                self.durable.get_memory(user_id, preference_history_id(current.memory_id, v))
+                for v in versions
+            )
+        )
+        return [r for r in found if r is not None]
+
+    async def preferences(self, user_id: str, *, limit: int = 100) -> Records:
+        """The user's current preferences (slots and plainly remembered ones), newest first."""
+        return await self.list(user_id, types=["preference"], limit=limit)
