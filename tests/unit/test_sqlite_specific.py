@@ -1,7 +1,7 @@
 """What the SQLite backend promises beyond the shared contract (tests/conformance covers that):
-migrations (including dropping the old ``memories_fts``), persistence across instances, the
-default path, atomicity of failed writes, lock errors, and physical collection of expired
-rows."""
+migrations (dropping the old ``memories_fts``; session headers from the old tables),
+persistence across instances, the default path, atomicity of failed writes, lock errors,
+physical collection of expired rows and dead sessions, and the statements an append costs."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tiermem.errors import (
     BackendUnavailableError,
     ValidationError,
 )
-from tiermem.models import MemoryRecord, SessionRef
+from tiermem.models import ActiveEntity, MemoryRecord, SessionMetadata, SessionRef, StateBlob
 from tiermem.store.backends.sqlite import (
     MIGRATIONS,
     SQLiteDurableStore,
@@ -154,6 +154,87 @@ async def test_a_file_at_migration_1_loses_memories_fts_and_keeps_its_memories(
     with raw(db_path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         assert "memories_fts" not in table_names(conn)
+
+
+def at_migration(conn: sqlite3.Connection, version: int) -> None:
+    """Make ``conn``'s new file look as a release at migration ``version`` left it."""
+    conn.execute("BEGIN")
+    for migration in MIGRATIONS[:version]:
+        for statement in migration:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {int(version)}")
+    conn.execute("COMMIT")
+
+
+def us(value: datetime) -> int:
+    return (value - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+async def test_a_file_at_migration_2_gets_session_headers_with_owners_and_lifetimes(
+    db_path: Path, clock: FakeClock
+) -> None:
+    now = clock.now()
+    day = now + 24 * HOUR
+    turn = text_turn("a").with_index(0).model_dump_json()
+    refs = {
+        (sid, user): SessionRef(session_id=sid, user_id=user, created_at=now - age * HOUR)
+        for sid, user, age in [("s-live", "u-1", 2), ("s-live", "u-2", 1),
+                               ("s-registered", "u-3", 0), ("s-collected", "u-1", 0)]
+    }
+    with raw(db_path) as conn:
+        at_migration(conn, 2)
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO user_sessions (user_id, session_id, created_at_us, payload) "
+            "VALUES (?, ?, ?, ?)",
+            [(u, s, us(r.created_at), r.model_dump_json()) for (s, u), r in refs.items()],
+        )
+        # s-live: 3 turns kept for a day, a record for 2 hours. s-collected: its turns were
+        # all collected already. s-forever: one turn kept forever.
+        conn.executemany(
+            "INSERT INTO archive_heads (session_id, next_index) VALUES (?, ?)",
+            [("s-live", 3), ("s-collected", 5), ("s-forever", 1)],
+        )
+        conn.executemany(
+            "INSERT INTO turns (session_id, idx, payload, expires_at_us) VALUES (?, ?, ?, ?)",
+            [("s-live", i, turn, us(day)) for i in range(3)] + [("s-forever", 0, turn, None)],
+        )
+        conn.executemany(
+            "INSERT INTO session_records (session_id, kind, version, payload, expires_at_us) "
+            "VALUES (?, ?, 1, '{\"kind\": \"x\", \"data\": {}, \"version\": 1, "
+            "\"updated_at\": \"2030-01-01T00:00:00Z\"}', ?)",
+            [("s-live", "summary", us(now + 2 * HOUR)), ("s-forever", "summary", us(now)),
+             # Expired by the wall clock at migration time: it must not come back to life.
+             ("s-forever", "stale", us(datetime(2001, 1, 1, tzinfo=UTC)))],
+        )
+        conn.execute("COMMIT")
+    store = SQLiteDurableStore(db_path, clock=clock)
+    try:
+        # The earliest registration owns the session; the later one is refused.
+        assert await store.get_session("s-live") == refs["s-live", "u-1"]
+        assert await store.register_session(refs["s-live", "u-2"]) == refs["s-live", "u-1"]
+        assert await store.next_index("s-live") == 3
+        assert await store.get_session("s-registered") == refs["s-registered", "u-3"]
+        assert await store.get_session("s-collected") is None  # nothing of it was left
+        assert await store.get_record("s-forever", "stale") is None
+        assert [r.session_id for r in await store.list_sessions("u-2")] == ["s-live"]
+        clock.set(day - timedelta(microseconds=1))
+        # The record outlives its own old expiry: it lives as long as the session now.
+        assert await store.get_record("s-live", "summary") is not None
+        assert await store.get_session("s-live") == refs["s-live", "u-1"]
+        clock.set(day)
+        assert await store.get_record("s-live", "summary") is None
+        assert await store.get_session("s-live") is None
+        clock.advance(400 * 24 * HOUR)
+        assert await store.get_session("s-registered") == refs["s-registered", "u-3"]
+        assert await store.get_record("s-forever", "summary") is not None
+        assert (await store.append_turns("s-forever", [text_turn("b")]))[0].index == 1
+    finally:
+        await store.aclose()
+    with raw(db_path) as conn:
+        assert "archive_heads" not in table_names(conn)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(session_records)")}
+        assert columns == {"session_id", "kind", "version", "payload"}
 
 
 async def test_a_new_file_has_no_memories_fts(durable: SQLiteDurableStore, db_path: Path) -> None:
@@ -376,6 +457,182 @@ async def test_expired_archive_turns_are_collected_without_reusing_indexes(
     assert count_rows(db_path, "turns", "s-1") == 0
     assert await durable.next_index("s-1") == 1
     assert (await durable.append_turns("s-1", [text_turn("next")]))[0].index == 1
+
+
+async def test_a_long_dead_session_is_collected_whole_and_its_id_starts_at_0(
+    db_path: Path, clock: FakeClock
+) -> None:
+    durable = SQLiteDurableStore(db_path, clock=clock, gc_grace=timedelta(minutes=10))
+    ref = SessionRef(session_id="old", user_id="u-1", created_at=clock.now())
+    try:
+        await durable.register_session(ref, expires_at=clock.now() + HOUR)
+        await durable.append_turns("old", [text_turn("a")], expires_at=clock.now() + HOUR,
+                                   idempotency_key="k-1")
+        await durable.put_record("old", "summary", {"text": "a"}, expires_at=clock.now() + HOUR)
+        clock.advance(HOUR + timedelta(minutes=5))
+        for _ in range(64):  # dead, but within the grace: only its expired turn goes
+            await durable.append_turns("busy", [text_turn("x")])
+        assert [count_rows(db_path, table, "old") for table in SESSION_TABLES] == [1, 1, 1, 0]
+        clock.advance(timedelta(minutes=6))
+        for _ in range(64):
+            await durable.append_turns("busy", [text_turn("x")])
+        assert [count_rows(db_path, table, "old") for table in SESSION_TABLES] == [0, 0, 0, 0]
+        # The owner's list keeps it as history, as the reference does.
+        assert await durable.list_sessions("u-1") == [ref]
+        # Nothing is left to collide with: a new session under the id starts at index 0.
+        again = await durable.append_turns("old", [text_turn("new")], idempotency_key="k-1")
+        assert [(t.index, t.text) for t in again] == [(0, "new")]
+    finally:
+        await durable.aclose()
+
+
+SESSION_TABLES = ("sessions", "session_records", "idempotency_keys", "turns")
+
+
+async def test_collecting_a_dead_session_takes_bounded_steps(
+    db_path: Path, clock: FakeClock
+) -> None:
+    durable = SQLiteDurableStore(db_path, clock=clock, gc_grace=timedelta(0))
+    try:
+        for i in range(120):
+            await durable.append_turns("big", [text_turn(f"t{i}")],
+                                       expires_at=clock.now() + HOUR, idempotency_key=f"k-{i}")
+        clock.advance(HOUR)
+        for _ in range(64):  # exactly one collection pass: 100 keys at most
+            await durable.append_turns("busy", [text_turn("x")])
+        assert count_rows(db_path, "idempotency_keys", "big") == 20
+        assert count_rows(db_path, "sessions", "big") == 1  # its keys are not all gone yet
+        for _ in range(64):
+            await durable.append_turns("busy", [text_turn("x")])
+        assert [count_rows(db_path, table, "big") for table in SESSION_TABLES] == [0, 0, 0, 0]
+    finally:
+        await durable.aclose()
+
+
+async def test_a_write_to_a_dead_session_drops_what_it_left_before_collection(
+    durable: SQLiteDurableStore, clock: FakeClock
+) -> None:
+    await durable.register_session(
+        SessionRef(session_id="s-1", user_id="u-1", created_at=clock.now()),
+        expires_at=clock.now() + HOUR,
+    )
+    await durable.append_turns("s-1", [text_turn("a")], expires_at=clock.now() + HOUR,
+                               idempotency_key="k")
+    await durable.put_record("s-1", "summary", {"text": "a"}, expires_at=clock.now() + HOUR)
+    clock.advance(HOUR)
+    # Not collected yet (within the grace), and written to again by a stranger.
+    again = await durable.append_turns("s-1", [text_turn("b")], expires_at=clock.now() + HOUR,
+                                       idempotency_key="k")
+    assert [(t.index, t.text) for t in again] == [(1, "b")]  # a new append, not a retry
+    assert await durable.get_session("s-1") is None
+    assert await durable.get_record("s-1", "summary") is None  # the new lifetime is not its
+    assert [t.text for t in await durable.get_turns("s-1")] == ["b"]
+
+
+async def test_an_idempotency_key_is_written_with_the_turns_or_not_at_all(
+    durable: SQLiteDurableStore, db_path: Path
+) -> None:
+    await durable.append_turns("s-1", [text_turn("a")])
+    install_failure(db_path, "turns", "INSERT", "NEW.idx = 2")
+    with pytest.raises(BackendError, match="injected failure"):
+        await durable.append_turns("s-1", [text_turn("b"), text_turn("c")], idempotency_key="k")
+    with raw(db_path) as conn:
+        conn.execute("DROP TRIGGER injected_failure")
+    install_failure(db_path, "idempotency_keys", "INSERT", "1")
+    with pytest.raises(BackendError, match="injected failure"):
+        await durable.append_turns("s-1", [text_turn("b"), text_turn("c")], idempotency_key="k")
+    with raw(db_path) as conn:
+        conn.execute("DROP TRIGGER injected_failure")
+    assert await durable.next_index("s-1") == 1
+    # Neither failure left the key behind: the retry appends.
+    retry = await durable.append_turns("s-1", [text_turn("b"), text_turn("c")],
+                                       idempotency_key="k")
+    assert [t.index for t in retry] == [1, 2]
+
+
+async def traced(store: SQLiteDurableStore) -> list[str]:
+    """Record every statement the store's own connection runs from now on."""
+    statements: list[str] = []
+
+    def install(conn: sqlite3.Connection) -> None:
+        conn.set_trace_callback(lambda sql: statements.append(" ".join(sql.split()[:3])))
+
+    await store._db.read(install)  # on the store's worker thread, which owns the connection
+    statements.clear()
+    return statements
+
+
+async def test_an_append_costs_one_header_read_and_one_header_upsert(
+    durable: SQLiteDurableStore,
+) -> None:
+    await durable.append_turns("warm-up", [text_turn("x")])  # opens the file; the GC's turn
+    statements = await traced(durable)
+    await durable.append_turns("s-1", [text_turn("a"), text_turn("b")],
+                               expires_at=datetime(2031, 1, 1, tzinfo=UTC))
+    assert statements == ["BEGIN IMMEDIATE", "SELECT s.next_index, s.expires_at_us,",
+                          "INSERT INTO turns", "INSERT INTO turns", "INSERT INTO sessions",
+                          "COMMIT"]
+    statements.clear()
+    await durable.append_turns("s-1", [text_turn("c")], idempotency_key="k")
+    assert statements == ["BEGIN IMMEDIATE", "SELECT s.next_index, s.expires_at_us,",
+                          "INSERT INTO turns", "INSERT INTO sessions",
+                          "INSERT INTO idempotency_keys", "COMMIT"]
+    statements.clear()
+    await durable.append_turns("s-1", [text_turn("c")], idempotency_key="k")  # a retry
+    assert statements == ["BEGIN IMMEDIATE", "SELECT s.next_index, s.expires_at_us,",
+                          "SELECT payload FROM", "COMMIT"]
+
+
+# -- hot: entities, restore ---------------------------------------------------------------
+
+
+async def test_entities_on_an_absent_session_leave_no_activity_entry(
+    hot: SQLiteHotStore, clock: FakeClock, db_path: Path
+) -> None:
+    entity = ActiveEntity(kind="series", value="Berserk", updated_at=clock.now())
+    assert await hot.update_entities("s-1", {"series": entity},
+                                     expires_at=clock.now() + HOUR) is None
+    assert [count_rows(db_path, t, "s-1") for t in ("hot_sessions", "activity")] == [0, 0]
+    clock.advance(2 * HOUR)
+    assert await hot.claim_expired(owner="w", lease=timedelta(minutes=1)) == []
+
+
+def metadata(clock: FakeClock, session_id: str) -> SessionMetadata:
+    return SessionMetadata(session_id=session_id, user_id="u-1", created_at=clock.now(),
+                           last_activity=clock.now())
+
+
+async def test_a_failed_restore_leaves_the_session_as_it_was(
+    hot: SQLiteHotStore, clock: FakeClock, db_path: Path
+) -> None:
+    before = await hot.append_turns("s-1", [text_turn("a")], window=5,
+                                    expires_at=clock.now() + HOUR)
+    install_failure(db_path, "hot_state", "INSERT", "1")
+    blob = StateBlob(name="dialogue", data={"phase": "x"}, version=4, updated_at=clock.now())
+    with pytest.raises(BackendError, match="injected failure"):
+        # The old rows are deleted and the new session row written before the state fails.
+        await hot.restore("s-1", turns=[], next_index=7, metadata=metadata(clock, "s-1"),
+                          entities={}, state={"dialogue": blob}, window=5,
+                          expires_at=clock.now() + 2 * HOUR)
+    snap = await hot.load("s-1")
+    assert snap is not None
+    assert (snap.turns, snap.version, snap.next_index) == (before.turns, 1, 1)
+    assert snap.metadata is None
+
+
+async def test_restore_is_a_write_for_the_activity_index(
+    hot: SQLiteHotStore, clock: FakeClock
+) -> None:
+    await hot.append_turns("s-1", [text_turn("a")], window=5, expires_at=clock.now() + HOUR)
+    clock.advance(HOUR)
+    assert await hot.claim_expired(owner="w-1", lease=timedelta(minutes=1)) == ["s-1"]
+    await hot.restore("s-1", turns=[], next_index=1, metadata=metadata(clock, "s-1"),
+                      entities={}, state={}, window=5, expires_at=clock.now() + HOUR)
+    # The write cleared the lease, and the entry carries the new expiry.
+    assert await hot.release_expired("s-1", owner="w-1") is False
+    assert await hot.claim_expired(owner="w-2", lease=timedelta(minutes=1)) == []
+    clock.advance(HOUR)
+    assert await hot.claim_expired(owner="w-2", lease=timedelta(minutes=1)) == ["s-1"]
 
 
 # -- default location ---------------------------------------------------------------------

@@ -23,14 +23,23 @@ the datetime; the JSON ``payload`` is the pydantic model and is what reads retur
     └── activity       (session_id) → expires_at_us, lease_owner, lease_until_us
                        index: expires_at_us                      handoff claims
     durable tier
-    ├── archive_heads  (session_id) → next_index                 never reused
+    ├── sessions       (session_id) → next_index (never reused), expires_at_us (the
+    │                  lifetime; NULL forever), user_id, created_at_us, ref (the owner's
+    │                  SessionRef JSON; NULL unregistered); index: expires_at_us
     ├── turns          (session_id, idx) → Turn JSON, expires_at_us
-    ├── session_records (session_id, kind) → version, SessionRecord JSON, expires_at_us
-    ├── user_sessions  (user_id, session_id) → created_at_us, SessionRef JSON
+    ├── session_records (session_id, kind) → version, SessionRecord JSON   (live while
+    │                  the session lives)
+    ├── idempotency_keys (session_id, idempotency_key) → first_index, turn_count
+    ├── user_sessions  (user_id, session_id) → created_at_us, SessionRef JSON  (each
+    │                  user's list; the owner is the header's)
     │                  index: (user_id, created_at_us, session_id); (session_id)
     └── memories       (user_id, memory_id) → memory_type, created_at_us, expires_at_us,
                        version, MemoryRecord JSON; index: (user_id, memory_type,
                        created_at_us); (user_id, created_at_us)
+
+Migration 3 folded ``archive_heads`` into ``sessions`` (owner: the earliest registration;
+lifetime: the latest expiry of the session's turns and records) and dropped
+``session_records.expires_at_us``: records live as long as their session.
 
 Full-text search is not the store's: recall's
 :class:`~tiermem.longterm.index_sqlite.SQLiteIndex` keeps its own tables in the same file

@@ -1,10 +1,29 @@
 """The durable tier in SQLite: :class:`SQLiteDurableStore`.
 
-The turn archive is ``turns`` plus ``archive_heads`` (each session's next index, kept apart
-so that collecting expired turns never frees a slot for reuse); session records are
-``session_records``; a user's sessions are ``user_sessions``; long-term memories are
-``memories``. Searching memories is recall's job
-(:class:`~tiermem.longterm.index_sqlite.SQLiteIndex`), not this store's.
+A session's header is its ``sessions`` row: the archive's next index (kept apart from the
+turns, so that collecting expired turns never frees a slot for reuse), its owner and its
+lifetime. The turn archive is ``turns``; session records are ``session_records``; the keys
+of idempotent appends are ``idempotency_keys``; long-term memories are ``memories``.
+Searching memories is recall's job (:class:`~tiermem.longterm.index_sqlite.SQLiteIndex`).
+
+A session whose lifetime has passed reads as absent (its turns expired with it). The next
+write to its id starts it afresh: it drops the old records, keys and owner in the same
+transaction, and keeps the next index, so a dead session's turns awaiting collection never
+share an index with new ones. Collection (:meth:`SQLiteDurableStore._collect_garbage`)
+removes it for good once ``gc_grace`` has passed too.
+
+Statements per operation, all in one transaction (one executor call):
+
+* ``append_turns``: 1 read of the header joined with the idempotency key, 1 insert of the
+  turns (executemany), 1 upsert of the header (next index and lifetime), plus 1 insert of
+  the key when one is given. A repeated key: the read and 1 read of the stored turns.
+* ``put_record``: 1 read of the header joined with the record, 1 upsert of the record,
+  1 upsert of the header.
+* ``register_session``: 1 read of the header; then nothing (held by another user), or
+  1 write of the header and 1 insert into the owner's list.
+* ``get_session``, ``get_record``, ``list_sessions``, ``next_index``: 1 read each.
+* Starting a dead session afresh adds 3 statements; every 64th write adds a bounded
+  collection pass.
 """
 
 from __future__ import annotations
@@ -13,6 +32,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tiermem.clock import Clock, SystemClock
@@ -21,10 +41,12 @@ from tiermem.models import JsonValue, MemoryRecord, NewTurn, SessionRecord, Sess
 from tiermem.store.backends.sqlite._connection import (
     DEFAULT_BUSY_TIMEOUT,
     SQLiteDatabase,
+    from_epoch_us,
     to_epoch_us,
 )
 from tiermem.store.codec import (
     check_append,
+    check_idempotency_key,
     check_index,
     check_kind,
     check_memory_ids,
@@ -36,7 +58,7 @@ from tiermem.store.codec import (
     encode_memory,
     encode_turn,
 )
-from tiermem.store.contract import Capability
+from tiermem.store.contract import DEFAULT_GC_GRACE, Capability
 from tiermem.store.keys import validate_id
 
 __all__ = ["SQLiteDurableStore"]
@@ -44,11 +66,24 @@ __all__ = ["SQLiteDurableStore"]
 _MAX_INDEX = 2**63 - 1
 """SQLite integers are 64-bit; larger indexes cannot exist, so queries clamp to this."""
 _GC_EVERY_WRITES = 64
+"""Collect on the first write and then on every 64th."""
 _GC_BATCH = 100
+"""Rows of each kind one collection pass deletes at most, so no write stalls on cleanup."""
+_GC_SESSIONS = 10
+"""Dead sessions one collection pass visits at most (each costs up to 4 statements)."""
+_MICROSECOND = timedelta(microseconds=1)
 _IDS_PER_SELECT = 500
 """Ids bound in one ``IN (...)``: under SQLite's historical 999-parameter limit."""
 # Logical expiry in SQL, as codec.is_live: "(expires_at_us IS NULL OR expires_at_us > ?)"
 # with now in epoch microseconds; spelled out in each statement so statements stay literals.
+
+_SESSION_CHILDREN = (
+    # (table, key column): a session's rows in each, deleted a batch at a time by the
+    # collector. The IN over the primary key's second column works for WITHOUT ROWID too.
+    ("turns", "idx"),
+    ("session_records", "kind"),
+    ("idempotency_keys", "idempotency_key"),
+)
 
 
 def _is_live(expires_at_us: int | None, now_us: int) -> bool:
@@ -59,12 +94,63 @@ def _optional_us(value: datetime | None) -> int | None:
     return None if value is None else to_epoch_us(value, what="expires_at")
 
 
+def _optional_datetime(value_us: int | None) -> datetime | None:
+    return None if value_us is None else from_epoch_us(value_us)
+
+
+@dataclass(frozen=True)
+class _Header:
+    """A session's ``sessions`` row, live or dead."""
+
+    next_index: int
+    expires_at_us: int | None
+    ref: str | None
+    """The registration (SessionRef JSON), None while unregistered."""
+
+    def live(self, now_us: int) -> bool:
+        return _is_live(self.expires_at_us, now_us)
+
+
+def _lifetime_after(header: _Header | None, now_us: int, expires_at_us: int | None) -> int | None:
+    """The session's lifetime after a write giving ``expires_at_us``: the later of the two,
+    None (forever) beating any time. A dead session's old lifetime no longer counts."""
+    if header is None or not header.live(now_us):
+        return expires_at_us
+    if header.expires_at_us is None or expires_at_us is None:
+        return None
+    return max(header.expires_at_us, expires_at_us)
+
+
+def _read_header(conn: sqlite3.Connection, session_id: str) -> _Header | None:
+    row = conn.execute(
+        "SELECT next_index, expires_at_us, ref FROM sessions WHERE session_id = ?",
+        (session_id,),
+    ).fetchone()
+    return None if row is None else _Header(*row)
+
+
+def _start_afresh(conn: sqlite3.Connection, session_id: str) -> None:
+    """Drop what a dead session left (records, keys, owner) before its id is used again.
+
+    Its turns expired with it and wait for the collector; the header stays, keeping the
+    next index, and the caller's upsert gives it a new lifetime.
+    """
+    conn.execute("DELETE FROM session_records WHERE session_id = ?", (session_id,))
+    conn.execute("DELETE FROM idempotency_keys WHERE session_id = ?", (session_id,))
+    conn.execute(
+        "UPDATE sessions SET user_id = NULL, created_at_us = NULL, ref = NULL "
+        "WHERE session_id = ?",
+        (session_id,),
+    )
+
+
 class SQLiteDurableStore:
     """Durable tier in a SQLite file. See :class:`tiermem.store.contract.DurableStore`.
 
     ``path`` must be a file (see :func:`default_database_path`); it may be the same file
-    as a :class:`SQLiteHotStore`'s. Expired turns and records are deleted by later
-    writes, a few at a time; expired memories are kept, since ``query_memories`` can still
+    as a :class:`SQLiteHotStore`'s. Expired turns are deleted by later writes, a few at a
+    time, and so are sessions (header, records, keys, turns) whose lifetime passed more
+    than ``gc_grace`` ago; expired memories are kept, since ``query_memories`` can still
     return them.
 
     Raises (every method):
@@ -80,17 +166,25 @@ class SQLiteDurableStore:
         path: str | os.PathLike[str],
         *,
         clock: Clock | None = None,
+        gc_grace: timedelta = DEFAULT_GC_GRACE,
         busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT,
     ) -> None:
         self._db = SQLiteDatabase(path, role="durable", busy_timeout=busy_timeout)
         self._clock = clock or SystemClock()
+        self._gc_grace_us = gc_grace // _MICROSECOND
         self._writes = 0  # touched only on the database's worker thread
 
     def _now_us(self) -> int:
         return to_epoch_us(self._clock.now(), what="clock.now()")
 
     def _collect_garbage(self, conn: sqlite3.Connection, now_us: int) -> None:
-        """Delete some logically expired turns and records, now and then (during a write)."""
+        """Now and then (during a write), delete some expired turns and some sessions dead
+        for longer than gc_grace, a bounded amount each time.
+
+        A dead session goes child rows first, a batch of each per pass; its header (and
+        with it the next index and the owner) goes in the pass that finds no rows left, so
+        a new session under its id never meets an old turn at the same index.
+        """
         self._writes += 1
         if (self._writes - 1) % _GC_EVERY_WRITES:
             return
@@ -99,11 +193,33 @@ class SQLiteDurableStore:
             "WHERE expires_at_us <= ? LIMIT ?)",
             (now_us, _GC_BATCH),
         )
-        conn.execute(
-            "DELETE FROM session_records WHERE rowid IN (SELECT rowid FROM session_records "
-            "WHERE expires_at_us <= ? LIMIT ?)",
-            (now_us, _GC_BATCH),
-        )
+        dead_before_us = now_us - self._gc_grace_us
+        dead = conn.execute(
+            "SELECT session_id FROM sessions WHERE expires_at_us <= ? "
+            "ORDER BY expires_at_us LIMIT ?",
+            (dead_before_us, _GC_SESSIONS),
+        ).fetchall()
+        budget = dict.fromkeys(_SESSION_CHILDREN, _GC_BATCH)
+        for (session_id,) in dead:
+            emptied = True
+            for child in _SESSION_CHILDREN:
+                table, key = child
+                if budget[child] == 0:
+                    emptied = False
+                    continue
+                # Only the constant names above are spliced into the statement.
+                deleted = conn.execute(
+                    f"DELETE FROM {table} WHERE session_id = ? AND {key} IN "  # noqa: S608
+                    f"(SELECT {key} FROM {table} WHERE session_id = ? LIMIT ?)",
+                    (session_id, session_id, budget[child]),
+                ).rowcount
+                emptied = emptied and deleted < budget[child]
+                budget[child] -= deleted
+            if emptied:
+                conn.execute(
+                    "DELETE FROM sessions WHERE session_id = ? AND expires_at_us <= ?",
+                    (session_id, dead_before_us),
+                )
 
     # -- turn archive -------------------------------------------------------------------
 
@@ -114,12 +230,29 @@ class SQLiteDurableStore:
         *,
         first_index: int | None = None,
         expires_at: datetime | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Turn]:
         check_append(session_id, turns, first_index=first_index)
+        check_idempotency_key(idempotency_key)
         expires_at_us = _optional_us(expires_at)
 
         def op(conn: sqlite3.Connection) -> list[Turn]:
-            start = _next_index(conn, session_id)
+            now_us = self._now_us()
+            # The key rides along on the header read: no extra statement when it is new.
+            row = conn.execute(
+                "SELECT s.next_index, s.expires_at_us, k.first_index, k.turn_count "
+                "FROM sessions AS s LEFT JOIN idempotency_keys AS k "
+                "ON k.session_id = s.session_id AND k.idempotency_key = ? "
+                "WHERE s.session_id = ?",
+                (idempotency_key, session_id),
+            ).fetchone()
+            header = None if row is None else _Header(row[0], row[1], None)
+            live = header is not None and header.live(now_us)
+            if live and row[2] is not None:  # a retry: the first append's turns, as stored now
+                return _stored_turns(conn, session_id, row[2], row[2] + row[3], now_us)
+            if header is not None and not live:
+                _start_afresh(conn, session_id)
+            start = header.next_index if header else 0
             if first_index is not None and first_index != start:
                 raise ConflictError(
                     f"session {session_id!r}: next archived turn index is {start}, "
@@ -137,11 +270,18 @@ class SQLiteDurableStore:
                 ],
             )
             conn.execute(
-                "INSERT INTO archive_heads (session_id, next_index) VALUES (?, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET next_index = excluded.next_index",
-                (session_id, start + len(indexed)),
+                "INSERT INTO sessions (session_id, next_index, expires_at_us) VALUES (?, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE SET next_index = excluded.next_index, "
+                "expires_at_us = excluded.expires_at_us",
+                (session_id, start + len(indexed), _lifetime_after(header, now_us, expires_at_us)),
             )
-            self._collect_garbage(conn, self._now_us())
+            if idempotency_key is not None:
+                conn.execute(
+                    "INSERT INTO idempotency_keys "
+                    "(session_id, idempotency_key, first_index, turn_count) VALUES (?, ?, ?, ?)",
+                    (session_id, idempotency_key, start, len(indexed)),
+                )
+            self._collect_garbage(conn, now_us)
             return indexed
 
         return await self._db.write(op)
@@ -215,19 +355,62 @@ class SQLiteDurableStore:
 
     # -- sessions -----------------------------------------------------------------------
 
-    async def register_session(self, ref: SessionRef) -> None:
+    async def register_session(
+        self, ref: SessionRef, *, expires_at: datetime | None = None
+    ) -> SessionRef:
         validate_id(ref.session_id, what="session_id")
         validate_id(ref.user_id, what="user_id")
-        row = (ref.user_id, ref.session_id, to_epoch_us(ref.created_at), ref.model_dump_json())
+        created_at_us = to_epoch_us(ref.created_at, what="created_at")
+        expires_at_us = _optional_us(expires_at)
+        session_id = ref.session_id
 
-        def op(conn: sqlite3.Connection) -> None:
+        def op(conn: sqlite3.Connection) -> SessionRef:
+            now_us = self._now_us()
+            header = _read_header(conn, session_id)
+            live = header is not None and header.live(now_us)
+            if live and header is not None and header.ref is not None:
+                holder = SessionRef.model_validate_json(header.ref)
+                if holder.user_id != ref.user_id:
+                    return holder  # claimed by someone else: nothing written
+                conn.execute(
+                    "UPDATE sessions SET expires_at_us = ? WHERE session_id = ?",
+                    (_lifetime_after(header, now_us, expires_at_us), session_id),
+                )
+                _list_for_user(conn, holder)
+                self._collect_garbage(conn, now_us)
+                return holder
+            if header is not None and not live:
+                _start_afresh(conn, session_id)
+            # Free (never registered, dead, or written to before its registration): claim it.
             conn.execute(
-                "INSERT INTO user_sessions (user_id, session_id, created_at_us, payload) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (user_id, session_id) DO NOTHING",
-                row,
+                "INSERT INTO sessions (session_id, next_index, expires_at_us, user_id, "
+                "created_at_us, ref) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE SET expires_at_us = excluded.expires_at_us, "
+                "user_id = excluded.user_id, created_at_us = excluded.created_at_us, "
+                "ref = excluded.ref",
+                (session_id, header.next_index if header else 0,
+                 _lifetime_after(header, now_us, expires_at_us), ref.user_id, created_at_us,
+                 ref.model_dump_json()),
             )
+            _list_for_user(conn, ref)
+            self._collect_garbage(conn, now_us)
+            return ref
 
-        await self._db.write(op)
+        return await self._db.write(op)
+
+    async def get_session(self, session_id: str) -> SessionRef | None:
+        validate_id(session_id, what="session_id")
+
+        def op(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT ref FROM sessions WHERE session_id = ? AND ref IS NOT NULL "
+                "AND (expires_at_us IS NULL OR expires_at_us > ?)",
+                (session_id, self._now_us()),
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        payload = await self._db.read(op)
+        return None if payload is None else SessionRef.model_validate_json(payload)
 
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
         validate_id(user_id, what="user_id")
@@ -248,16 +431,23 @@ class SQLiteDurableStore:
         validate_id(session_id, what="session_id")
         check_kind(kind)
 
-        def op(conn: sqlite3.Connection) -> str | None:
+        def op(conn: sqlite3.Connection) -> tuple[str, int | None] | None:
             row = conn.execute(
-                "SELECT payload FROM session_records WHERE session_id = ? AND kind = ? "
-                "AND (expires_at_us IS NULL OR expires_at_us > ?)",
+                "SELECT r.payload, s.expires_at_us FROM session_records AS r "
+                "JOIN sessions AS s ON s.session_id = r.session_id "
+                "WHERE r.session_id = ? AND r.kind = ? "
+                "AND (s.expires_at_us IS NULL OR s.expires_at_us > ?)",
                 (session_id, kind, self._now_us()),
             ).fetchone()
-            return None if row is None else str(row[0])
+            return None if row is None else (str(row[0]), row[1])
 
-        payload = await self._db.read(op)
-        return None if payload is None else SessionRecord.model_validate_json(payload)
+        found = await self._db.read(op)
+        if found is None:
+            return None
+        payload, lifetime_us = found
+        record = SessionRecord.model_validate_json(payload)
+        # The record lives as long as its session, which later writes may have extended.
+        return record.model_copy(update={"expires_at": _optional_datetime(lifetime_us)})
 
     async def put_record(
         self,
@@ -277,11 +467,14 @@ class SQLiteDurableStore:
             now = self._clock.now()
             now_us = to_epoch_us(now, what="clock.now()")
             row = conn.execute(
-                "SELECT version, expires_at_us FROM session_records "
-                "WHERE session_id = ? AND kind = ?",
-                (session_id, kind),
+                "SELECT s.next_index, s.expires_at_us, r.version FROM sessions AS s "
+                "LEFT JOIN session_records AS r ON r.session_id = s.session_id AND r.kind = ? "
+                "WHERE s.session_id = ?",
+                (kind, session_id),
             ).fetchone()
-            actual = int(row[0]) if row and _is_live(row[1], now_us) else 0
+            header = None if row is None else _Header(row[0], row[1], None)
+            live = header is not None and header.live(now_us)
+            actual = int(row[2]) if live and row[2] is not None else 0
             if expected_version is not None and expected_version != actual:
                 raise ConflictError(
                     f"record {kind!r} of session {session_id!r} is at version {actual}, "
@@ -289,15 +482,26 @@ class SQLiteDurableStore:
                     expected=expected_version,
                     actual=actual,
                 )
+            if header is not None and not live:
+                _start_afresh(conn, session_id)
+            lifetime_us = _lifetime_after(header, now_us, expires_at_us)
             record = SessionRecord(
-                kind=kind, data=copy, version=actual + 1, updated_at=now, expires_at=expires_at
+                kind=kind,
+                data=copy,
+                version=actual + 1,
+                updated_at=now,
+                expires_at=_optional_datetime(lifetime_us),
             )
             conn.execute(
-                "INSERT INTO session_records (session_id, kind, version, payload, expires_at_us) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, kind) DO UPDATE SET "
-                "version = excluded.version, payload = excluded.payload, "
-                "expires_at_us = excluded.expires_at_us",
-                (session_id, kind, record.version, record.model_dump_json(), expires_at_us),
+                "INSERT INTO session_records (session_id, kind, version, payload) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (session_id, kind) DO UPDATE SET "
+                "version = excluded.version, payload = excluded.payload",
+                (session_id, kind, record.version, record.model_dump_json()),
+            )
+            conn.execute(
+                "INSERT INTO sessions (session_id, next_index, expires_at_us) VALUES (?, 0, ?) "
+                "ON CONFLICT (session_id) DO UPDATE SET expires_at_us = excluded.expires_at_us",
+                (session_id, lifetime_us),
             )
             self._collect_garbage(conn, now_us)
             return record
@@ -459,17 +663,28 @@ class SQLiteDurableStore:
         validate_id(user_id, what="user_id")
 
         def op(conn: sqlite3.Connection) -> int:
-            sessions = [
-                session_id
-                for (session_id,) in conn.execute(
-                    "SELECT session_id FROM user_sessions WHERE user_id = ?", (user_id,)
-                ).fetchall()
-            ]
-            for session_id in sessions:
-                _delete_session(conn, session_id)
-            conn.execute("DELETE FROM user_sessions WHERE user_id = ?", (user_id,))
+            # The sessions in the user's list that no one else has claimed since (dead or
+            # alive): a purge leaves nothing of the user behind, and nothing of anyone else
+            # is touched.
+            doomed = (
+                "SELECT u.session_id FROM user_sessions AS u "
+                "LEFT JOIN sessions AS s ON s.session_id = u.session_id "
+                "WHERE u.user_id = ? AND (s.user_id IS NULL OR s.user_id = u.user_id)"
+            )
+            for table, _ in _SESSION_CHILDREN:
+                conn.execute(
+                    f"DELETE FROM {table} WHERE session_id IN ({doomed})",  # noqa: S608 -- constants
+                    (user_id,),
+                )
+            conn.execute(
+                "DELETE FROM sessions WHERE session_id IN "
+                "(SELECT session_id FROM user_sessions WHERE user_id = ?) "
+                "AND (user_id IS NULL OR user_id = ?)",
+                (user_id, user_id),
+            )
+            listed = conn.execute("DELETE FROM user_sessions WHERE user_id = ?", (user_id,))
             memories = conn.execute("DELETE FROM memories WHERE user_id = ?", (user_id,))
-            return len(sessions) + memories.rowcount
+            return listed.rowcount + memories.rowcount
 
         return await self._db.write(op)
 
@@ -479,7 +694,7 @@ class SQLiteDurableStore:
 
 def _next_index(conn: sqlite3.Connection, session_id: str) -> int:
     row = conn.execute(
-        "SELECT next_index FROM archive_heads WHERE session_id = ?", (session_id,)
+        "SELECT next_index FROM sessions WHERE session_id = ?", (session_id,)
     ).fetchone()
     return int(row[0]) if row else 0
 
@@ -495,8 +710,30 @@ def _visible_turn(conn: sqlite3.Connection, session_id: str, index: int, now_us:
     return None if row is None else str(row[0])
 
 
+def _stored_turns(
+    conn: sqlite3.Connection, session_id: str, start: int, end: int, now_us: int
+) -> list[Turn]:
+    """The live turns with ``start <= index < end``, in order."""
+    rows = conn.execute(
+        "SELECT payload FROM turns WHERE session_id = ? AND idx >= ? AND idx < ? "
+        "AND (expires_at_us IS NULL OR expires_at_us > ?) ORDER BY idx",
+        (session_id, start, end, now_us),
+    )
+    return [decode_turn(payload) for (payload,) in rows]
+
+
+def _list_for_user(conn: sqlite3.Connection, ref: SessionRef) -> None:
+    """Put the session in its owner's list, unless it is there already."""
+    conn.execute(
+        "INSERT INTO user_sessions (user_id, session_id, created_at_us, payload) "
+        "VALUES (?, ?, ?, ?) ON CONFLICT (user_id, session_id) DO NOTHING",
+        (ref.user_id, ref.session_id, to_epoch_us(ref.created_at), ref.model_dump_json()),
+    )
+
+
 def _delete_session(conn: sqlite3.Connection, session_id: str) -> None:
-    """A session's turns, archive head and records (not its place in users' lists)."""
-    conn.execute("DELETE FROM turns WHERE session_id = ?", (session_id,))
-    conn.execute("DELETE FROM archive_heads WHERE session_id = ?", (session_id,))
-    conn.execute("DELETE FROM session_records WHERE session_id = ?", (session_id,))
+    """A session's turns, records, keys and header (not its place in users' lists)."""
+    for table, _ in _SESSION_CHILDREN:
+        # Only the constant table names above are spliced into the statement.
+        conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))  # noqa: S608
+    conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))

@@ -5,6 +5,16 @@ rows in ``hot_turns``, ``hot_entities`` and ``hot_state``; its handoff bookkeepi
 ``activity`` row. Every write is one ``BEGIN IMMEDIATE`` transaction that reads the
 session's row, checks versions, and writes; a session whose expiry has passed reads as
 absent, and the next write deletes its old rows before starting it afresh.
+
+Statements per operation, all in one transaction (one executor call): ``append_turns``
+reads the session row, then updates it, upserts the activity entry, inserts the turns
+(executemany) and trims the window; ``load`` is 4 reads; ``restore`` reads the session
+row, deletes the session's rows (4 statements) and writes them anew (session row, turns,
+entities, state, activity); ``copy_state`` and ``put_state`` read the session row and the
+blob, then write the session row, the activity entry and the blob; ``update_entities`` on
+an absent session reads one row and writes nothing. A write that starts a session deletes
+an expired predecessor's rows first (4 statements); every 64th write adds a bounded
+collection pass.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from tiermem.models import (
     SessionMetadata,
     SessionSnapshot,
     StateBlob,
+    Turn,
 )
 from tiermem.store.backends.sqlite._connection import (
     DEFAULT_BUSY_TIMEOUT,
@@ -32,7 +43,14 @@ from tiermem.store.backends.sqlite._connection import (
     from_epoch_us,
     to_epoch_us,
 )
-from tiermem.store.codec import check_append, check_kind, decode_turn, encode_data, encode_turn
+from tiermem.store.codec import (
+    check_append,
+    check_kind,
+    check_restore,
+    decode_turn,
+    encode_data,
+    encode_turn,
+)
 from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
 from tiermem.store.keys import validate_id
 
@@ -133,6 +151,23 @@ def _set_activity(conn: sqlite3.Connection, session_id: str, expires_at_us: int)
         "lease_owner = NULL, lease_until_us = NULL",
         (session_id, expires_at_us),
     )
+
+
+def _check_entities(entities: Mapping[str, ActiveEntity], *, what: str) -> None:
+    for entity in entities.values():
+        if not isinstance(entity, ActiveEntity):
+            raise ValidationError(f"{what} takes ActiveEntity values, got {type(entity).__name__}")
+
+
+def _encode_blob(name: str, blob: StateBlob) -> str:
+    """A state blob's JSON, after the same checks as :meth:`SQLiteHotStore.put_state`."""
+    check_kind(name, what="state name")
+    if not isinstance(blob, StateBlob):
+        raise ValidationError(f"state {name!r} must be a StateBlob, got {type(blob).__name__}")
+    if blob.name != name:
+        raise ValidationError(f"state blob {blob.name!r} was given under the name {name!r}")
+    encode_data(blob.data, what=f"state {name!r}")  # the size limit put_state applies
+    return blob.model_dump_json()
 
 
 class SQLiteHotStore:
@@ -291,21 +326,19 @@ class SQLiteHotStore:
         remove: Collection[str] = (),
         *,
         expires_at: datetime,
-    ) -> int:
+    ) -> int | None:
         validate_id(session_id, what="session_id")
         for kind in [*upsert, *remove]:
             check_kind(kind, what="entity kind")
-        for entity in upsert.values():
-            if not isinstance(entity, ActiveEntity):
-                raise ValidationError(
-                    f"update_entities takes ActiveEntity values, got {type(entity).__name__}"
-                )
+        _check_entities(upsert, what="update_entities")
         expires_at_us = to_epoch_us(expires_at, what="expires_at")
         rows = [(session_id, kind, entity.model_dump_json()) for kind, entity in upsert.items()]
 
-        def op(conn: sqlite3.Connection) -> int:
+        def op(conn: sqlite3.Connection) -> int | None:
             now_us = self._now_us()
             head = _live_head(conn, session_id, now_us)
+            if head is None:
+                return None  # entities never start a session (see the contract)
             version = _write(conn, session_id, head, expires_at_us=expires_at_us)
             conn.executemany(
                 "DELETE FROM hot_entities WHERE session_id = ? AND kind = ?",
@@ -316,6 +349,66 @@ class SQLiteHotStore:
                 "ON CONFLICT (session_id, kind) DO UPDATE SET payload = excluded.payload",
                 rows,
             )
+            self._collect_garbage(conn, now_us)
+            return version
+
+        return await self._db.write(op)
+
+    async def restore(
+        self,
+        session_id: str,
+        *,
+        turns: Sequence[Turn],
+        next_index: int,
+        metadata: SessionMetadata,
+        entities: Mapping[str, ActiveEntity],
+        state: Mapping[str, StateBlob],
+        window: int,
+        expires_at: datetime,
+        expected_version: int | None = None,
+    ) -> int:
+        check_restore(session_id, turns, next_index=next_index, window=window)
+        if not isinstance(metadata, SessionMetadata):
+            raise ValidationError(f"restore takes SessionMetadata, got {type(metadata).__name__}")
+        for kind in entities:
+            check_kind(kind, what="entity kind")
+        _check_entities(entities, what="restore")
+        state_rows = [
+            (session_id, name, blob.version, _encode_blob(name, blob))
+            for name, blob in state.items()
+        ]
+        expires_at_us = to_epoch_us(expires_at, what="expires_at")
+        # Every turn is size-checked, as the reference does, though only the window is kept.
+        payloads = [(turn.index, encode_turn(turn)) for turn in turns]
+        turn_rows = [(session_id, index, payload) for index, payload in payloads[-window:]]
+        entity_rows = [
+            (session_id, kind, entity.model_dump_json()) for kind, entity in entities.items()
+        ]
+        metadata_json = metadata.model_dump_json()
+
+        def op(conn: sqlite3.Connection) -> int:
+            now_us = self._now_us()
+            head = _live_head(conn, session_id, now_us)
+            _check_version(head, expected_version, session_id)
+            version = (head.version if head else 0) + 1
+            _delete_session_rows(conn, session_id)
+            conn.execute(
+                "INSERT INTO hot_sessions (session_id, version, next_index, expires_at_us, "
+                "metadata) VALUES (?, ?, ?, ?, ?)",
+                (session_id, version, next_index, expires_at_us, metadata_json),
+            )
+            conn.executemany(
+                "INSERT INTO hot_turns (session_id, idx, payload) VALUES (?, ?, ?)", turn_rows
+            )
+            conn.executemany(
+                "INSERT INTO hot_entities (session_id, kind, payload) VALUES (?, ?, ?)",
+                entity_rows,
+            )
+            conn.executemany(
+                "INSERT INTO hot_state (session_id, name, version, payload) VALUES (?, ?, ?, ?)",
+                state_rows,
+            )
+            _set_activity(conn, session_id, expires_at_us)
             self._collect_garbage(conn, now_us)
             return version
 
@@ -379,6 +472,34 @@ class SQLiteHotStore:
             )
             self._collect_garbage(conn, now_us)
             return blob
+
+        return await self._db.write(op)
+
+    async def copy_state(self, session_id: str, blob: StateBlob, *, expires_at: datetime) -> bool:
+        validate_id(session_id, what="session_id")
+        payload = _encode_blob(blob.name, blob)
+        expires_at_us = to_epoch_us(expires_at, what="expires_at")
+
+        def op(conn: sqlite3.Connection) -> bool:
+            now_us = self._now_us()
+            head = _live_head(conn, session_id, now_us)
+            if head is None:
+                return False  # a copy never starts a session
+            row = conn.execute(
+                "SELECT version FROM hot_state WHERE session_id = ? AND name = ?",
+                (session_id, blob.name),
+            ).fetchone()
+            if row is not None and int(row[0]) >= blob.version:
+                return False  # the hot copy is as new or newer: keep it
+            _write(conn, session_id, head, expires_at_us=expires_at_us)
+            conn.execute(
+                "INSERT INTO hot_state (session_id, name, version, payload) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (session_id, name) DO UPDATE SET version = excluded.version, "
+                "payload = excluded.payload",
+                (session_id, blob.name, blob.version, payload),
+            )
+            self._collect_garbage(conn, now_us)
+            return True
 
         return await self._db.write(op)
 

@@ -128,9 +128,86 @@ _V2_DROP_MEMORIES_FTS = (
     "DROP TABLE memories_fts",
 )
 
+_V3_SESSION_HEADERS = (
+    # One header per durable session (issue #7): the archive's next index (which used to be
+    # archive_heads), the owner and the lifetime, so that an append raises the lifetime and
+    # moves the index in one upsert. NULL expires_at_us is forever; NULL user_id and ref
+    # (the owner's SessionRef JSON) mean not registered. user_sessions stays each user's
+    # list (their history), but it no longer decides who owns an id.
+    """CREATE TABLE sessions (
+        session_id    TEXT PRIMARY KEY,
+        next_index    INTEGER NOT NULL,
+        expires_at_us INTEGER,
+        user_id       TEXT,
+        created_at_us INTEGER,
+        ref           TEXT
+    ) WITHOUT ROWID""",
+    # Partial: sessions that live forever are never collected.
+    "CREATE INDEX sessions_by_expiry ON sessions (expires_at_us) "
+    "WHERE expires_at_us IS NOT NULL",
+    """CREATE TABLE idempotency_keys (
+        session_id      TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        first_index     INTEGER NOT NULL,
+        turn_count      INTEGER NOT NULL,
+        PRIMARY KEY (session_id, idempotency_key)
+    ) WITHOUT ROWID""",
+    # Every session any table knows. The owner is its earliest registration; the lifetime
+    # is the latest expiry of its turns and records (forever if any had none, or if it was
+    # only registered: registrations never expired). A session whose turns were all
+    # collected already, and which has no records, was dead: it gets lifetime 0.
+    """INSERT INTO sessions (session_id, next_index, expires_at_us, user_id, created_at_us, ref)
+    WITH ids (session_id) AS (
+        SELECT session_id FROM archive_heads
+        UNION SELECT session_id FROM user_sessions
+        UNION SELECT session_id FROM session_records
+    ),
+    expiries (session_id, latest, forever) AS (
+        SELECT session_id, max(expires_at_us), max(expires_at_us IS NULL)
+        FROM (SELECT session_id, expires_at_us FROM turns
+              UNION ALL SELECT session_id, expires_at_us FROM session_records)
+        GROUP BY session_id
+    ),
+    owners AS (
+        SELECT session_id, user_id, created_at_us, payload, row_number() OVER (
+            PARTITION BY session_id ORDER BY created_at_us, user_id
+        ) AS position
+        FROM user_sessions
+    )
+    SELECT ids.session_id, coalesce(heads.next_index, 0),
+        CASE WHEN expiries.forever THEN NULL
+             WHEN expiries.latest IS NOT NULL THEN expiries.latest
+             WHEN coalesce(heads.next_index, 0) > 0 THEN 0
+             ELSE NULL END,
+        owners.user_id, owners.created_at_us, owners.payload
+    FROM ids
+    LEFT JOIN archive_heads AS heads ON heads.session_id = ids.session_id
+    LEFT JOIN expiries ON expiries.session_id = ids.session_id
+    LEFT JOIN owners ON owners.session_id = ids.session_id AND owners.position = 1""",
+    # Records now live as long as their session, so one that had expired on its own would
+    # come back to life; drop those (by the wall clock: a migration has no injected one).
+    "DELETE FROM session_records "
+    "WHERE expires_at_us <= CAST(strftime('%s', 'now') AS INTEGER) * 1000000",
+    # Rebuilt without expires_at_us (and its index), which no longer means anything;
+    # a rebuild rather than DROP COLUMN, which needs SQLite 3.35.
+    """CREATE TABLE session_records_v3 (
+        session_id TEXT NOT NULL,
+        kind       TEXT NOT NULL,
+        version    INTEGER NOT NULL,
+        payload    TEXT NOT NULL,
+        PRIMARY KEY (session_id, kind)
+    )""",
+    "INSERT INTO session_records_v3 (session_id, kind, version, payload) "
+    "SELECT session_id, kind, version, payload FROM session_records",
+    "DROP TABLE session_records",
+    "ALTER TABLE session_records_v3 RENAME TO session_records",
+    "DROP TABLE archive_heads",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _V1_HOT + _V1_DURABLE,
     _V2_DROP_MEMORIES_FTS,
+    _V3_SESSION_HEADERS,
 )
 """Migration n is ``MIGRATIONS[n - 1]``: statements run in order, in one transaction."""
 
