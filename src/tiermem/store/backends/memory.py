@@ -128,13 +128,10 @@ class MemoryHotStore:
             if session is None:
                 self._queued.discard(sid)
             elif now >= session.expires_at + self._gc_grace:
+                # The activity entry stays: the session still awaits its handoff (which reads
+                # the durable tier); the sweeper's release removes it.
                 del self._sessions[sid]
                 self._queued.discard(sid)
-                entry = self._activity.get(sid)
-                # Past the grace nobody claimed it for handoff: drop it from the activity
-                # index too, which must not outgrow the sessions.
-                if entry is not None and entry.lease_owner is None:
-                    del self._activity[sid]
             else:
                 heapq.heappush(heap, (session.expires_at, sid))
 
