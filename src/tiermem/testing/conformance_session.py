@@ -47,10 +47,12 @@ async def test_session_record_and_owner_outlive_the_retention_while_turns_arrive
         backend.clock.advance(MINUTES_20)
         await durable.append_turns(sid, [text_turn(f"t{i}")], expires_at=backend.later(DAY))
     record = await durable.get_record(sid, "metadata")
-    assert record is not None and record.data == {"user": user}
+    assert record is not None
+    assert record.data == {"user": user}
     assert record.version == 1
     owner = await durable.get_session(sid)
-    assert owner is not None and owner.user_id == user
+    assert owner is not None
+    assert owner.user_id == user
     # Turns still expire one by one: the first ones were written more than a day ago.
     turns = await durable.get_turns(sid)
     assert turns[0].index > 0
@@ -63,7 +65,8 @@ async def test_a_record_write_keeps_the_session_alive(backend: BackendUnderTest)
     await durable.put_record(sid, "summary", {"text": "x"}, expires_at=backend.later(10 * HOUR))
     backend.clock.advance(5 * HOUR)
     owner = await durable.get_session(sid)
-    assert owner is not None and owner.user_id == user
+    assert owner is not None
+    assert owner.user_id == user
 
 
 async def test_records_report_the_session_lifetime(backend: BackendUnderTest) -> None:
@@ -313,7 +316,8 @@ async def test_restore_is_conditional_on_the_version(backend: BackendUnderTest) 
     with pytest.raises(ConflictError):
         await hot.restore(sid, expected_version=1, **args)  # type: ignore[arg-type]
     snap = await hot.load(sid)
-    assert snap is not None and [t.text for t in snap.turns] == ["a", "b"]
+    assert snap is not None
+    assert [t.text for t in snap.turns] == ["a", "b"]
     assert await hot.restore(sid, expected_version=2, **args) == 3  # type: ignore[arg-type]
     backend.clock.advance(HOUR)
     # Expired counts as absent.
@@ -334,7 +338,9 @@ async def test_restore_of_a_session_without_turns(backend: BackendUnderTest) -> 
     )
     assert version == 1
     snap = await hot.load(sid)
-    assert snap is not None and snap.turns == () and snap.next_index == 12
+    assert snap is not None
+    assert snap.turns == ()
+    assert snap.next_index == 12
     r = await hot.append_turns(
         sid, [text_turn("x")], window=5, expires_at=backend.later(HOUR), first_index=12
     )

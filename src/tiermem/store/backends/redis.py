@@ -18,10 +18,15 @@ its hash tag; keys are built only by :class:`RedisKeys`)::
     │   ├── state     hash   name → "version|updated_us|data json"
     │   │             (hot keys: native TTL = expires_at − now + gc_grace, set on every write)
     │   ├── archive   list   "expires_us|Turn json"; list position = turn index
-    │   ├── records   hash   kind → "version|expires_us|updated_us|data json"
-    │   └── dmeta     hash   h horizon (latest expiry of the session's durable data, or
-    │                        "inf") · u=<user_id> for each user the session is registered to
-    │             (durable keys: native TTL = horizon − now + gc_grace; none while "inf")
+    │   ├── records   hash   kind → "version|lifetime_us|updated_us|data json" (lifetime_us:
+    │   │                    the session's lifetime when the record was written, "" forever)
+    │   ├── dmeta     hash   the session header: h lifetime (latest expires_at of any durable
+    │   │                    write, "inf" = forever) · o owner user_id · c created_at µs of
+    │   │                    the owner's registration · u=<user_id> for each user whose list
+    │   │                    may name the session (read by delete_session)
+    │   └── idem      hash   idempotency key → "first index|count" of the append that used it
+    │             (durable keys: native TTL = lifetime − now + gc_grace, re-set on every
+    │              durable write; none while "inf")
     ├── {u=<uid>}:                      one user = one hash tag = one cluster slot
     │   ├── sessions       zset  session_id, score created_at µs
     │   ├── session_refs   hash  session_id → SessionRef json
@@ -42,15 +47,20 @@ clock governs expiry. No request path uses KEYS or SCAN.
 Round trips per call (once a script is in the server's cache; a NOSCRIPT costs one
 SCRIPT LOAD and a resend):
 
-* 1: hot ``append_turns``, ``put_metadata``, ``update_entities``, ``put_state``, ``touch``
-  (the session script and the activity mark in one pipeline; +1 to undo the mark when the
-  session refuses the write), ``load`` (also with ``include_expired``), ``get_state``,
-  ``delete``, ``release_expired``; durable ``append_turns``, ``next_index``, ``get_turn``,
-  ``get_turns``, ``tail_turns``, ``register_session``, ``list_sessions``, ``get_record``,
-  ``put_record``, ``put_memory`` (+1 when a memory changes type), ``get_memory``,
-  ``query_memories``.
-* 2: durable ``redact_turn``, ``delete_session``, ``delete_memory``, ``purge_user`` (+2
-  per retry when the user gains a session or a memory type meanwhile).
+* 1: hot ``append_turns``, ``put_metadata``, ``update_entities``, ``put_state``,
+  ``restore``, ``copy_state``, ``touch`` (the session script and the activity mark in one
+  pipeline; +1 to undo the mark when the session refuses the write: a conflict, or
+  ``update_entities``/``copy_state``/``touch`` of an absent session, or ``copy_state`` of
+  a version the session holds), ``load`` (also with ``include_expired``), ``get_state``,
+  ``delete``, ``release_expired``; durable ``append_turns`` (one EVALSHA: turns, index
+  allocation, idempotency key, lifetime and TTLs; a repeated key is answered by the same
+  script), ``next_index``, ``get_turn``, ``get_turns``, ``tail_turns``, ``get_session``,
+  ``list_sessions``, ``get_record``, ``put_record``, ``put_memory`` (+1 when a memory
+  changes type), ``get_memory``, ``query_memories``; durable ``register_session`` refused
+  because another user holds the id.
+* 2: durable ``register_session`` (the claim in the session's slot, then the user's list
+  in the user's slot), ``redact_turn``, ``delete_session``, ``delete_memory``,
+  ``purge_user`` (+2 per retry when the user gains a session or a memory type meanwhile).
 * 3 per round: hot ``claim_expired`` (due entries of every shard; the candidates' real
   expiries; the leases), at most 8 rounds.
 
@@ -58,6 +68,26 @@ Expiry. A hot session past ``expires_at`` reads as absent; with ``include_expire
 still returned until ``expires_at + gc_grace``, which is also when its native TTL fires.
 The first write that goes ahead on it deletes it inside the write's script and starts
 afresh; a refused write leaves it for handoff.
+
+Durable lifetime. The session header (``dmeta``) holds the lifetime, raised (never
+lowered) by the same script as each ``register_session``, ``append_turns`` and
+``put_record``; that script also re-sets the native TTL of all four durable keys of the
+session to lifetime − now + gc_grace, so every key, whenever it was created and whatever
+its own write asked for, lives as long as the session. Turns keep their own logical
+expiry inside the archive. Reads of the owner, records and idempotency keys check the
+lifetime; a write to a session whose lifetime has passed first drops what is left of it
+(archive, records, keys, owner), so nothing of a dead session reappears and its numbering
+starts again at 0 (until then ``next_index`` reads where it was).
+
+Ownership. The owner lives in the session's slot, the user's list in the user's, and no
+script may span both. ``register_session`` claims the id in the session's slot (one
+script: refuse if another user holds it while it lives, else own it and extend the
+lifetime), and only then adds it to the user's list. A crash in between leaves an owned
+session missing from its owner's list (``get_session`` still names the owner, and other
+users are still refused); both steps are idempotent for the owner, so the owner's next
+``register_session`` of the id repairs it. The list
+is the user's history: an entry stays after the session dies (``purge_user`` then
+deletes the session only if no other user has registered the id since).
 
 Activity index. A session's keys and its activity shard hash to different slots, and in a
 cluster neither a Lua script nor MULTI may span slots. A write therefore sends two commands

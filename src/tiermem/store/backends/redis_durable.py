@@ -1,9 +1,11 @@
 """The durable tier on Redis: :class:`RedisDurableStore`.
 
-A session's archive, records and durable meta share the session's hash tag; a user's
-session list and long-term memories share the user's hash tag. Every conditional write is
-one Lua script (allocation of turn indexes, compare-and-set on versions). The key layout
-is drawn in :mod:`tiermem.store.backends.redis`.
+A session's archive, records, header (owner, lifetime) and idempotency keys share the
+session's hash tag; a user's session list and long-term memories share the user's hash
+tag. Every conditional write is one Lua script (allocation of turn indexes, idempotency
+keys, compare-and-set on versions, the session's lifetime and native TTLs), and no script
+touches a key outside the tag of the keys it declares. The key layout, the lifetime rules
+and the round trips of each call are in :mod:`tiermem.store.backends.redis`.
 
 Durability is the server's: this store declares ``PERSISTENT``, which holds only when the
 Redis server persists its data (AOF with ``appendfsync everysec`` or ``always``, or RDB
@@ -49,6 +51,7 @@ from tiermem.store.backends.redis_scripts import (
 from tiermem.store.codec import (
     check_append,
     check_aware,
+    check_idempotency_key,
     check_index,
     check_kind,
     check_limit,
@@ -75,38 +78,90 @@ _ATTEMPTS = 5
 _HORIZON_PRELUDE = """
 -- Native TTL of a group of keys that share one logical lifetime: they live until the
 -- latest expiry of anything in them (field 'h' of the group's meta hash, 'inf' once
--- anything is kept forever) plus the grace period.
+-- anything is kept forever) plus the grace period. A script calls extend_horizon after
+-- creating its keys: PEXPIRE does nothing to a key that does not exist yet.
+local function later_horizon(meta, expires)
+  -- The horizon once data kept until expires ('' = forever) is added.
+  local h = redis.call('HGET', meta, 'h')
+  if h == 'inf' or expires == '' then return 'inf' end
+  if h and tonumber(h) > tonumber(expires) then return h end
+  return expires
+end
 local function extend_horizon(meta, keys, now, grace, expires)
   local h = redis.call('HGET', meta, 'h')
   if h == 'inf' then return end
-  if expires == '' then
-    redis.call('HSET', meta, 'h', 'inf')
+  h = later_horizon(meta, expires)
+  redis.call('HSET', meta, 'h', h)
+  if h == 'inf' then
     for _, key in ipairs(keys) do redis.call('PERSIST', key) end
     return
   end
-  if h and tonumber(h) > tonumber(expires) then expires = h end
-  redis.call('HSET', meta, 'h', expires)
-  local ttl = math.ceil((tonumber(expires) - now) / 1000) + grace
+  local ttl = math.ceil((tonumber(h) - now) / 1000) + grace
   if ttl < 1 then ttl = 1 end
   for _, key in ipairs(keys) do redis.call('PEXPIRE', key, string.format('%d', ttl)) end
 end
 """
 
+_SESSION_PRELUDE = (
+    _HORIZON_PRELUDE
+    + """
+-- KEYS: 1 archive, 2 records, 3 dmeta, 4 idem (one durable session, one hash tag).
+-- The session's lifetime is its horizon: it lives while 'h' is 'inf' or after now.
+local function session_live(now)
+  local h = redis.call('HGET', KEYS[3], 'h')
+  return h == 'inf' or (h ~= false and tonumber(h) > now)
+end
+local function session_begin(live)
+  -- The write goes ahead on a session whose lifetime has passed (or that never was):
+  -- what is left of its last life is dropped first, so nothing of it reappears (records,
+  -- idempotency keys, owner; its turns had all expired). The 'u=' notes of users whose
+  -- lists name the session stay, for delete_session.
+  if not live then
+    redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
+    redis.call('HDEL', KEYS[3], 'h', 'o', 'c')
+  end
+end
+local function session_extend(now, grace, expires)
+  extend_horizon(KEYS[3], KEYS, now, grace, expires)
+end
+"""
+)
+
 # Durable session scripts. KEYS: 1 archive (list of 'expires_us|turn json', list position =
-# turn index), 2 records (kind -> 'version|expires_us|updated_us|data json'), 3 dmeta.
+# turn index), 2 records (kind -> 'version|lifetime_us|updated_us|data json'), 3 dmeta
+# (h lifetime, o owner, c created_us, u=<user> notes), 4 idem (key -> 'first|count').
 
 ARCHIVE_APPEND = LuaScript(
     "archive_append",
-    _HORIZON_PRELUDE
+    _SESSION_PRELUDE
     + """
--- ARGV: 1 now, 2 grace_ms, 3 expires_us|'', 4 first_index|'', 5.. turn templates
-local start = redis.call('LLEN', KEYS[1])
-if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= start then return {'index', start} end
-for i = 5, #ARGV do
-  redis.call('RPUSH', KEYS[1],
-             ARGV[3] .. '|' .. ARGV[i] .. ',"index":' .. string.format('%d', start + i - 5) .. '}')
+-- ARGV: 1 now, 2 grace_ms, 3 expires_us|'', 4 first_index|'', 5 idempotency key|'',
+--       6.. turn templates
+local now = tonumber(ARGV[1])
+local live = session_live(now)
+if live and ARGV[5] ~= '' then
+  local seen = redis.call('HGET', KEYS[4], ARGV[5])
+  if seen then
+    -- A retry: write nothing, answer with what the first append stored, as it is now.
+    local first, count = string.match(seen, '^(%d+)|(%d+)$')
+    local out = {'repeat'}
+    local stored = redis.call('LRANGE', KEYS[1], first, tonumber(first) + tonumber(count) - 1)
+    for _, raw in ipairs(stored) do out[#out + 1] = raw end
+    return out
+  end
 end
-extend_horizon(KEYS[3], KEYS, tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3])
+local start = 0
+if live then start = redis.call('LLEN', KEYS[1]) end
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= start then return {'index', start} end
+session_begin(live)
+for i = 6, #ARGV do
+  redis.call('RPUSH', KEYS[1],
+             ARGV[3] .. '|' .. ARGV[i] .. ',"index":' .. string.format('%d', start + i - 6) .. '}')
+end
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[4], ARGV[5], string.format('%d|%d', start, #ARGV - 5))
+end
+session_extend(now, tonumber(ARGV[2]), ARGV[3])
 return {'ok', start}
 """,
 )
@@ -147,22 +202,72 @@ return 1
 
 RECORD_PUT = LuaScript(
     "record_put",
-    _HORIZON_PRELUDE
+    _SESSION_PRELUDE
     + """
 -- ARGV: 1 now, 2 grace_ms, 3 kind, 4 expected_version|'', 5 expires_us|'', 6 updated_us,
---       7 data json. An expired record counts as absent.
+--       7 data json. A record lives as long as its session: in a dead one it is absent.
 local now = tonumber(ARGV[1])
-local raw = redis.call('HGET', KEYS[2], ARGV[3])
+local live = session_live(now)
+local raw = live and redis.call('HGET', KEYS[2], ARGV[3])
 local actual = 0
-if raw then
-  local v, e = string.match(raw, '^(%d+)|(%d*)|')
-  if e == '' or tonumber(e) > now then actual = tonumber(v) end
-end
+if raw then actual = tonumber(string.match(raw, '^(%d+)|')) end
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= actual then return {'conflict', actual} end
-redis.call('HSET', KEYS[2], ARGV[3], string.format('%d', actual + 1) .. '|' .. ARGV[5] .. '|'
+session_begin(live)
+local lifetime = later_horizon(KEYS[3], ARGV[5])
+if lifetime == 'inf' then lifetime = '' end
+redis.call('HSET', KEYS[2], ARGV[3], string.format('%d', actual + 1) .. '|' .. lifetime .. '|'
            .. ARGV[6] .. '|' .. ARGV[7])
-extend_horizon(KEYS[3], KEYS, now, tonumber(ARGV[2]), ARGV[5])
-return {'ok', actual + 1}
+session_extend(now, tonumber(ARGV[2]), ARGV[5])
+return {'ok', actual + 1, lifetime}
+""",
+)
+
+RECORD_GET = LuaScript(
+    "record_get",
+    """
+-- KEYS: 1 records, 2 dmeta. ARGV: 1 now, 2 kind. Read-only: the record while the session
+-- lives.
+local h = redis.call('HGET', KEYS[2], 'h')
+if h ~= 'inf' and (not h or tonumber(h) <= tonumber(ARGV[1])) then return false end
+return redis.call('HGET', KEYS[1], ARGV[2])
+""",
+)
+
+SESSION_CLAIM = LuaScript(
+    "session_claim",
+    _SESSION_PRELUDE
+    + """
+-- ARGV: 1 now, 2 grace_ms, 3 expires_us|'', 4 user_id, 5 created_us. The session's side
+-- of register_session: claim the id unless another user holds it while it lives, and
+-- note the user (delete_session reads the notes to find the lists that name the session).
+local now = tonumber(ARGV[1])
+local live = session_live(now)
+local owner = live and redis.call('HGET', KEYS[3], 'o')
+if owner and owner ~= ARGV[4] then
+  return {'held', owner, redis.call('HGET', KEYS[3], 'c')}
+end
+session_begin(live)
+if not owner then redis.call('HSET', KEYS[3], 'o', ARGV[4], 'c', ARGV[5]) end
+redis.call('HSET', KEYS[3], 'u=' .. ARGV[4], '1')
+session_extend(now, tonumber(ARGV[2]), ARGV[3])
+return {'ok', ARGV[4], redis.call('HGET', KEYS[3], 'c')}
+""",
+)
+
+SESSION_PURGE = LuaScript(
+    "session_purge",
+    """
+-- KEYS: 1 archive, 2 records, 3 dmeta, 4 idem. ARGV: 1 now, 2 user_id. A purge of the user
+-- deletes the session unless another user holds it now (the id was registered again after
+-- the user's session died); the note of the user goes either way.
+local h = redis.call('HGET', KEYS[3], 'h')
+local live = h == 'inf' or (h ~= false and tonumber(h) > tonumber(ARGV[1]))
+local owner = redis.call('HGET', KEYS[3], 'o')
+redis.call('HDEL', KEYS[3], 'u=' .. ARGV[2])
+if live and owner and owner ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
+redis.call('HDEL', KEYS[3], 'h', 'o', 'c')
+return 1
 """,
 )
 
@@ -356,20 +461,28 @@ class RedisDurableStore(RedisStoreBase):
         *,
         first_index: int | None = None,
         expires_at: datetime | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Turn]:
+        """One EVALSHA: index allocation, the idempotency key, the session's lifetime and
+        the native TTLs in one script; a repeated key is answered by the same script."""
         check_append(session_id, turns, first_index=first_index)
+        key = check_idempotency_key(idempotency_key)
         templates = [turn_template(turn) for turn in turns]
+        now_us = self._now_us()
         reply = await self._io.call(
             ARCHIVE_APPEND,
             self._keys.durable_session(session_id),
             [
-                self._now_us(),
+                now_us,
                 self._grace_ms,
                 optional_us(expires_at),
                 optional_int(first_index),
+                key or "",
                 *templates,
             ],
         )
+        if reply[0] == b"repeat":
+            return [turn for raw in reply[1:] if (turn := _live_turn(raw, now_us)) is not None]
         if reply[0] == b"index":
             actual = int(reply[1])
             raise ConflictError(
@@ -445,19 +558,51 @@ class RedisDurableStore(RedisStoreBase):
     # -- sessions -------------------------------------------------------------------------
 
     @redis_boundary
-    async def register_session(self, ref: SessionRef) -> None:
+    async def register_session(
+        self, ref: SessionRef, *, expires_at: datetime | None = None
+    ) -> SessionRef:
+        """Two round trips: the claim in the session's slot, then the user's list.
+
+        The user's list lives in the user's slot, which no script of the session may
+        touch, and only a successful claim may add to it. A crash between the two leaves
+        the session owned but missing from its owner's list; registering it again (by the
+        owner) repairs that, since both steps are idempotent for the holder.
+        """
         validate_id(ref.session_id, what="session_id")
         validate_id(ref.user_id, what="user_id")
-        # Two slots, one round trip: the user's list, and the session's note of its users
-        # (read by delete_session). Both commands are idempotent.
-        await self._io.batch(
+        check_aware(expires_at, what="expires_at")
+        reply = await self._io.call(
+            SESSION_CLAIM,
+            self._keys.durable_session(ref.session_id),
             [
-                SESSION_REGISTER.command(
-                    self._keys.user_sessions(ref.user_id),
-                    [ref.session_id, to_us(ref.created_at), ref.model_dump_json()],
-                ),
-                Command(("HSET", self._keys.durable_meta(ref.session_id), f"u={ref.user_id}", 1)),
-            ]
+                self._now_us(),
+                self._grace_ms,
+                optional_us(expires_at),
+                ref.user_id,
+                to_us(ref.created_at, what="created_at"),
+            ],
+        )
+        holder = SessionRef(
+            session_id=ref.session_id, user_id=reply[1].decode(), created_at=from_us(reply[2])
+        )
+        if reply[0] == b"ok":
+            await self._io.call(
+                SESSION_REGISTER,
+                self._keys.user_sessions(holder.user_id),
+                [holder.session_id, to_us(holder.created_at), holder.model_dump_json()],
+            )
+        return holder
+
+    @redis_boundary
+    async def get_session(self, session_id: str) -> SessionRef | None:
+        validate_id(session_id, what="session_id")
+        lifetime, owner, created_us = await self._io.execute(
+            "HMGET", self._keys.durable_meta(session_id), "h", "o", "c"
+        )
+        if owner is None or created_us is None or not _lives(lifetime, self._now_us()):
+            return None
+        return SessionRef(
+            session_id=session_id, user_id=owner.decode(), created_at=from_us(created_us)
         )
 
     @redis_boundary
@@ -471,12 +616,15 @@ class RedisDurableStore(RedisStoreBase):
     async def get_record(self, session_id: str, kind: str) -> SessionRecord | None:
         validate_id(session_id, what="session_id")
         check_kind(kind)
-        raw = await self._io.execute("HGET", self._keys.records(session_id), kind)
+        raw = await self._io.call(
+            RECORD_GET,
+            [self._keys.records(session_id), self._keys.durable_meta(session_id)],
+            [self._now_us(), kind],
+        )
         if raw is None:
             return None
+        # The frame's expiry is the session's lifetime when the record was written.
         version, expires_us, updated_us, data = split_frame(raw, 3)
-        if expires_us and int(expires_us) <= self._now_us():
-            return None
         return SessionRecord(
             kind=kind,
             data=json.loads(data),
@@ -497,6 +645,7 @@ class RedisDurableStore(RedisStoreBase):
     ) -> SessionRecord:
         validate_id(session_id, what="session_id")
         check_kind(kind)
+        check_aware(expires_at, what="expires_at")
         payload = encode_data(data, what=f"record {kind!r}")
         now = self._clock.now()
         reply = await self._io.call(
@@ -525,7 +674,7 @@ class RedisDurableStore(RedisStoreBase):
             data=json.loads(payload),
             version=int(reply[1]),
             updated_at=now,
-            expires_at=expires_at,
+            expires_at=from_us(reply[2]) if reply[2] else None,
         )
 
     @redis_boundary
@@ -685,14 +834,13 @@ class RedisDurableStore(RedisStoreBase):
                 return bool(reply[0] == b"ok")
         raise ConflictError(f"memory {memory_id!r} kept changing type while being deleted; retry")
 
-    def _purge_session(self, session_id: str, user_id: str) -> list[Command]:
-        """Delete a session's turns and records for a purge of ``user_id``.
+    def _purge_session(self, session_id: str, user_id: str, now_us: int) -> Command:
+        """Delete a session for a purge of ``user_id``, unless another user holds it now.
 
         The session's notes of its *other* users stay, so that a later ``delete_session``
-        still takes it out of their lists; the retention horizon goes with the data.
+        still takes it out of their lists.
         """
-        archive, records, dmeta = self._keys.durable_session(session_id)
-        return [Command(("DEL", archive, records)), Command(("HDEL", dmeta, "h", f"u={user_id}"))]
+        return SESSION_PURGE.command(self._keys.durable_session(session_id), [now_us, user_id])
 
     @redis_boundary
     async def purge_user(self, user_id: str) -> int:
@@ -715,7 +863,7 @@ class RedisDurableStore(RedisStoreBase):
             memory_types = sorted(t.decode() for t in types)
             results = await self._io.batch(
                 [
-                    *(cmd for sid in session_ids for cmd in self._purge_session(sid, user_id)),
+                    *(self._purge_session(sid, user_id, self._now_us()) for sid in session_ids),
                     USER_PURGE.command(
                         [*user_keys, *(self._type_index(user_id, t) for t in memory_types)],
                         [len(session_ids), *memory_types],
@@ -736,6 +884,11 @@ def _live_turn(raw: bytes, now_us: int) -> Turn | None:
     if expires_us and int(expires_us) <= now_us:
         return None
     return decode_turn(payload)
+
+
+def _lives(lifetime: bytes | None, now_us: int) -> bool:
+    """Whether a session whose horizon field is ``lifetime`` lives at ``now_us``."""
+    return lifetime == b"inf" or (lifetime is not None and int(lifetime) > now_us)
 
 
 def _live_memory(raw: bytes, now_us: int) -> MemoryRecord | None:

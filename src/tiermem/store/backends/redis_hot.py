@@ -1,8 +1,10 @@
 """The hot tier on Redis: :class:`RedisHotStore`.
 
 One session is four keys under one hash tag (meta, turns, entities, state); every operation
-on it is one Lua script, so it is atomic and one round trip. The activity index is sharded
-and lives in other slots: see "Activity index" in :mod:`tiermem.store.backends.redis`.
+on it is one Lua script, so it is atomic and one round trip: a ``restore`` replaces all four
+keys in one script, and ``copy_state`` compares and writes in one. The activity index is
+sharded and lives in other slots: see "Activity index" in
+:mod:`tiermem.store.backends.redis`, which also lists the round trips of each call.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tiermem.models import (
     SessionMetadata,
     SessionSnapshot,
     StateBlob,
+    Turn,
 )
 from tiermem.store.backends.redis_scripts import (
     BACKEND_NAME,
@@ -46,8 +49,10 @@ from tiermem.store.codec import (
     check_append,
     check_kind,
     check_limit,
+    check_restore,
     decode_turn,
     encode_data,
+    encode_turn,
 )
 from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
 from tiermem.store.keys import validate_id
@@ -144,10 +149,10 @@ HOT_UPDATE_ENTITIES = LuaScript(
     "hot_update_entities",
     _HOT_PRELUDE
     + """
--- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 n removed, then removed kinds, then kind/json pairs
-local live = hot_live(tonumber(ARGV[1]))
-local version = hot_version(live)
-hot_begin(live)
+-- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 n removed, then removed kinds, then kind/json pairs.
+-- Entities never start a session: an absent or expired one is left as it is.
+if not hot_live(tonumber(ARGV[1])) then return {'absent'} end
+local version = hot_version(true)
 local removed = tonumber(ARGV[4])
 for i = 5, 4 + removed do redis.call('HDEL', KEYS[3], ARGV[i]) end
 for i = 5 + removed, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
@@ -173,6 +178,49 @@ redis.call('HSET', KEYS[4], ARGV[4],
            string.format('%d', actual + 1) .. '|' .. ARGV[6] .. '|' .. ARGV[7])
 hot_commit(version + 1, ARGV[2], ARGV[3])
 return {'ok', actual + 1}
+""",
+)
+
+HOT_RESTORE = LuaScript(
+    "hot_restore",
+    _HOT_PRELUDE
+    + """
+-- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 expected_version|'', 5 next_index, 6 metadata json,
+--       7 n turns, 8 n entities, then turn jsons (already indexed, the last `window`),
+--       then entity kind/json pairs, then state name/'version|updated_us|json' pairs.
+-- Replaces the whole session; state blobs keep the versions the caller framed.
+local live = hot_live(tonumber(ARGV[1]))
+local version = hot_version(live)
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= version then return {'conflict', version} end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+local turns, entities = tonumber(ARGV[7]), tonumber(ARGV[8])
+local first_entity = 9 + turns
+local first_state = first_entity + 2 * entities
+for i = 9, first_entity - 1 do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+for i = first_entity, first_state - 1, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
+for i = first_state, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'n', ARGV[5], 'm', ARGV[6])
+hot_commit(version + 1, ARGV[2], ARGV[3])
+return {'ok', version + 1}
+""",
+)
+
+HOT_COPY_STATE = LuaScript(
+    "hot_copy_state",
+    _HOT_PRELUDE
+    + """
+-- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 name, 5 blob version, 6 framed blob
+-- ('version|updated_us|json'). Writes unless the live session holds the blob at that
+-- version or a newer one; an absent or expired session is left as it is.
+if not hot_live(tonumber(ARGV[1])) then return {'absent'} end
+local raw = redis.call('HGET', KEYS[4], ARGV[4])
+if raw and tonumber(string.match(raw, '^(%d+)|')) >= tonumber(ARGV[5]) then
+  return {'held'}
+end
+local version = hot_version(true)
+redis.call('HSET', KEYS[4], ARGV[4], ARGV[6])
+hot_commit(version + 1, ARGV[2], ARGV[3])
+return {'ok', version + 1}
 """,
 )
 
@@ -536,7 +584,7 @@ class RedisHotStore(RedisStoreBase):
         remove: Collection[str] = (),
         *,
         expires_at: datetime,
-    ) -> int:
+    ) -> int | None:
         validate_id(session_id, what="session_id")
         for kind in [*upsert, *remove]:
             check_kind(kind, what="entity kind")
@@ -548,7 +596,72 @@ class RedisHotStore(RedisStoreBase):
             [now_us, expires_us, self._ttl_ms(now_us, expires_us), len(remove), *remove, *pairs],
             expires_us,
         )
+        return None if reply[0] == b"absent" else int(reply[1])
+
+    @redis_boundary
+    async def restore(
+        self,
+        session_id: str,
+        *,
+        turns: Sequence[Turn],
+        next_index: int,
+        metadata: SessionMetadata,
+        entities: Mapping[str, ActiveEntity],
+        state: Mapping[str, StateBlob],
+        window: int,
+        expires_at: datetime,
+        expected_version: int | None = None,
+    ) -> int:
+        check_restore(session_id, turns, next_index=next_index, window=window)
+        for kind in entities:
+            check_kind(kind, what="entity kind")
+        framed_state = [
+            part for name, blob in state.items() for part in (name, _frame_state(name, blob))
+        ]
+        # Only the window is sent; every turn is still size-checked, as on the other backends.
+        encoded = [encode_turn(turn) for turn in turns][-window:]
+        now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
+        reply = await self._write_session(
+            session_id,
+            HOT_RESTORE,
+            [
+                now_us,
+                expires_us,
+                self._ttl_ms(now_us, expires_us),
+                optional_int(expected_version),
+                next_index,
+                metadata.model_dump_json(),
+                len(encoded),
+                len(entities),
+                *encoded,
+                *(part for kind, e in entities.items() for part in (kind, e.model_dump_json())),
+                *framed_state,
+            ],
+            expires_us,
+        )
+        if reply[0] == b"conflict":
+            raise self._version_conflict(session_id, expected_version, int(reply[1]))
         return int(reply[1])
+
+    @redis_boundary
+    async def copy_state(self, session_id: str, blob: StateBlob, *, expires_at: datetime) -> bool:
+        validate_id(session_id, what="session_id")
+        framed = _frame_state(blob.name, blob)
+        now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
+        reply = await self._write_session(
+            session_id,
+            HOT_COPY_STATE,
+            [
+                now_us,
+                expires_us,
+                self._ttl_ms(now_us, expires_us),
+                blob.name,
+                blob.version,
+                framed,
+            ],
+            expires_us,
+        )
+        return bool(reply[0] == b"ok")
 
     @redis_boundary
     async def get_state(self, session_id: str, name: str) -> StateBlob | None:
@@ -678,6 +791,17 @@ class RedisHotStore(RedisStoreBase):
             ACTIVITY_RELEASE, self._keys.activity_of(session_id), [session_id, owner]
         )
         return bool(released == 1)
+
+
+def _frame_state(name: str, blob: StateBlob) -> str:
+    """A blob another tier versioned, framed as stored: 'version|updated_us|json'.
+
+    Raises:
+        ValidationError: a bad name, a blob over the size limit, or a naive ``updated_at``.
+    """
+    check_kind(name, what="state name")
+    payload = encode_data(blob.data, what=f"state {name!r}")
+    return f"{blob.version}|{to_us(blob.updated_at, what='updated_at')}|{payload}"
 
 
 def _decode_state(name: str, raw: bytes) -> StateBlob:

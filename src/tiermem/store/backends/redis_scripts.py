@@ -124,8 +124,10 @@ class RedisKeys:
 
     # durable tier: one session
     def durable_session(self, session_id: str) -> list[str]:
-        """archive, records, dmeta: the keys every durable session script declares, in order."""
-        return [self._session(session_id, part) for part in ("archive", "records", "dmeta")]
+        """archive, records, dmeta, idem: the keys every durable session script declares,
+        in order."""
+        parts = ("archive", "records", "dmeta", "idem")
+        return [self._session(session_id, part) for part in parts]
 
     def archive(self, session_id: str) -> str:
         return self._session(session_id, "archive")
@@ -135,6 +137,9 @@ class RedisKeys:
 
     def durable_meta(self, session_id: str) -> str:
         return self._session(session_id, "dmeta")
+
+    def idempotency_keys(self, session_id: str) -> str:
+        return self._session(session_id, "idem")
 
     # durable tier: one user
     def user_sessions(self, user_id: str) -> list[str]:
