@@ -458,9 +458,9 @@ class TieredSessionStore:
             # Archive a placeholder in each lost slot so numbering stays gap-free and every
             # later turn still flushes; the loss stays visible in the archive.
             lost = pending[0].index - durable_next
-            self.metrics.lost_turns += lost
-            logger.error("write-behind lost %d turns of session %s before flush", lost, session_id)
             pending = [*self._placeholders(durable_next, lost), *pending]
+        else:
+            lost = 0
         written = 0
         for start in range(0, len(pending), MAX_TURNS_PER_APPEND):
             batch = pending[start : start + MAX_TURNS_PER_APPEND]
@@ -473,6 +473,12 @@ class TieredSessionStore:
                 )
             except ConflictError:
                 break  # another flusher got there first
+            if start == 0 and lost:
+                # Counted once the placeholders are stored, so racing flushers count once.
+                self.metrics.lost_turns += lost
+                logger.error(
+                    "write-behind lost %d turns of session %s before flush", lost, session_id
+                )
             written += len(stored)
         if written:
             self.metrics.flushes += 1
