@@ -2,7 +2,8 @@
 
 Indexes: ``in_process`` (the reference), ``sqlite`` (in a temporary file beside a durable
 store) and ``redis`` (a real server from ``TIERMEM_TEST_REDIS_URL``, a fresh key prefix per
-test). A missing Redis fails the test when ``TIERMEM_REQUIRE_BACKENDS=1``.
+test), each on the test's fake ``clock``. A missing Redis fails the test when
+``TIERMEM_REQUIRE_BACKENDS=1``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import sqlite3
 import unicodedata
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -27,35 +29,67 @@ INDEXES = ["in_process", "sqlite", "redis"]
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-async def open_index(name: str, tmp_path: Path) -> SearchIndex:
+async def open_index(name: str, tmp_path: Path, clock: FakeClock | None = None) -> SearchIndex:
     if name == "in_process":
         from tiermem.longterm.index_memory import InProcessIndex
 
-        return InProcessIndex()
+        return InProcessIndex(clock=clock)
     if name == "sqlite":
         from tiermem.longterm.index_sqlite import SQLiteIndex
 
-        return SQLiteIndex(tmp_path / "tiermem.db")
+        return SQLiteIndex(tmp_path / "tiermem.db", clock=clock)
     if name == "redis":
         from tests.backends.redis import fresh_prefix
         from tiermem.longterm.index_redis import RedisIndex
 
-        return RedisIndex.from_url(server_url("redis"), prefix=fresh_prefix())
+        return RedisIndex.from_url(server_url("redis"), prefix=fresh_prefix(), clock=clock)
     raise ValueError(f"unknown index {name!r}")
 
 
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
+
+
 @pytest.fixture(params=INDEXES)
-async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SearchIndex]:
-    opened = await open_index(request.param, tmp_path)
+async def index(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[SearchIndex]:
+    opened = await open_index(request.param, tmp_path, clock)
     try:
         yield opened
     finally:
         await opened.aclose()
 
 
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(T0)
+async def held_doc_ids(index: SearchIndex, user_id: str) -> set[str]:
+    """The user's documents the index physically holds, expired ones not yet collected
+    included (each index's own storage: what collection must shrink)."""
+    if index.name == "in_process":
+        from tiermem.longterm.index_memory import InProcessIndex
+
+        assert isinstance(index, InProcessIndex)
+        user = index._users.get(user_id)
+        return set() if user is None else set(user.docs)
+    if index.name == "sqlite":
+        from tiermem.longterm.index_sqlite import SQLiteIndex
+
+        assert isinstance(index, SQLiteIndex)
+        with sqlite3.connect(index.path) as conn:
+            rows = conn.execute(
+                "SELECT doc_id FROM recall_docs WHERE user_id = ?", (user_id,)
+            ).fetchall()
+        return {row[0] for row in rows}
+    if index.name == "redis":
+        from tiermem.longterm.index_redis import RedisIndex
+
+        assert isinstance(index, RedisIndex)
+        client = index._io.client
+        docs, terms, _, expiries = index.keys.index(user_id)
+        held = set(await client.hkeys(docs)) | set(await client.hkeys(terms))
+        held |= set(await client.zrange(expiries, 0, -1))
+        return {raw.decode() for raw in held}
+    raise TypeError(f"no storage probe for {type(index).__name__}")
 
 
 def doc(
@@ -67,6 +101,7 @@ def doc(
     embedding: Sequence[float] | None = None,
     tags: Sequence[str] = (),
     at: datetime = T0,
+    expires_at: datetime | None = None,
 ) -> IndexedDoc:
     return IndexedDoc(
         user_id=user_id,
@@ -76,6 +111,7 @@ def doc(
         created_at=at,
         embedding=None if embedding is None else tuple(embedding),
         tags=tuple(tags),
+        expires_at=expires_at,
     )
 
 

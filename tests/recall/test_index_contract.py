@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
-from tests.recall.conftest import doc
+from tests.recall.conftest import T0, days, doc, held_doc_ids
+from tiermem.clock import FakeClock
 from tiermem.errors import UnsupportedCapabilityError, ValidationError
 from tiermem.longterm.index import SearchIndex
-from tiermem.longterm.index_memory import InProcessIndex
+from tiermem.longterm.index_memory import COLLECT_PER_WRITE, MIN_COLLECT_PER_WRITE, InProcessIndex
+from tiermem.longterm.recall import turn_docs
 from tiermem.longterm.text import bm25_idf, bm25_term
+from tiermem.testing.backend import text_turn
 
 ALL = ("memory", "turn", "chunk")
 
@@ -189,3 +194,112 @@ async def test_vector_search_when_supported(index: SearchIndex) -> None:
     assert ids(await index.vector_search("u1", (0.0, 1.0, 0.0), kinds=ALL, limit=5)) == ["x", "z"]
     await index.remove("u1", ["x"])
     assert ids(await index.vector_search("u1", (1.0, 0.0, 0.0), kinds=ALL, limit=5)) == ["z"]
+
+
+# -- expiry: archived turns live as long as the turns -----------------------------------------
+
+
+async def test_expired_documents_are_hidden_then_collected(
+    index: SearchIndex, clock: FakeClock
+) -> None:
+    turns = [
+        text_turn("Is Berserk volume 42 out?", at=T0).with_index(0),
+        text_turn("Berserk box set price", at=T0).with_index(1),
+    ]
+    await index.upsert(turn_docs("u1", "s1", turns[:1], expires_at=T0 + days(1)))
+    await index.upsert(turn_docs("u1", "s1", turns[1:], expires_at=T0 + days(2)))
+    await index.upsert([doc("m", "berserk fan", embedding=(1.0, 0.0))])
+    assert set(ids(await index.search("u1", "berserk", kinds=ALL, limit=5))) == {
+        "s1#0",
+        "s1#1",
+        "m",
+    }
+
+    clock.advance(days(1))  # exactly the first turn's expiry: it is gone
+    assert set(ids(await index.search("u1", "berserk", kinds=ALL, limit=5))) == {"s1#1", "m"}
+    assert ids(await index.search("u1", "volume", kinds=ALL, limit=5)) == []
+    if index.supports_vectors:
+        hits = await index.vector_search("u1", (1.0, 0.0), kinds=ALL, limit=5)
+        assert ids(hits) == ["m"]
+    assert await held_doc_ids(index, "u1") == {"s1#0", "s1#1", "m"}  # hidden, still held
+
+    assert await index.collect_expired() == 1
+    assert await held_doc_ids(index, "u1") == {"s1#1", "m"}
+    assert await index.collect_expired() == 0
+    # The statistics lost it too: scores equal an index that never saw the expired turn.
+    fresh = InProcessIndex(clock=clock)
+    await fresh.upsert([*turn_docs("u1", "s1", turns[1:]), doc("m", "berserk fan")])
+    want = await fresh.search("u1", "berserk", kinds=ALL, limit=5)
+    got = await index.search("u1", "berserk", kinds=ALL, limit=5)
+    assert ids(got) == ids(want)
+    assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-9)
+
+    clock.advance(days(1))
+    assert ids(await index.search("u1", "berserk", kinds=ALL, limit=5)) == ["m"]
+    assert await index.collect_expired() == 1
+    assert await held_doc_ids(index, "u1") == {"m"}
+
+
+async def test_expired_documents_of_idle_users_go_with_other_users_writes(
+    index: SearchIndex, clock: FakeClock
+) -> None:
+    # An idle user never writes or recalls again: its expired turns still go, collected
+    # by the writes of other users (bounded work per write, amortised).
+    turns = [text_turn(f"turn about berserk {i}").with_index(i) for i in range(60)]
+    await index.upsert(turn_docs("idle", "s-idle", turns, expires_at=T0 + days(1)))
+    clock.advance(days(1) + timedelta(seconds=1))
+    for i in range(32):
+        await index.upsert([doc(f"m{i}", f"note {i}", user_id="busy")])
+    assert await held_doc_ids(index, "idle") == set()
+    assert await held_doc_ids(index, "busy") == {f"m{i}" for i in range(32)}
+
+
+async def test_a_write_collects_a_bounded_number_of_expired_documents(
+    index: SearchIndex, clock: FakeClock
+) -> None:
+    many = 3 * MIN_COLLECT_PER_WRITE
+    turns = [text_turn(f"berserk {i}").with_index(i) for i in range(many)]
+    await index.upsert(turn_docs("u1", "s1", turns, expires_at=T0 + days(1)))
+    clock.advance(days(2))
+    await index.upsert([doc("m", "vagabond")])
+    held = await held_doc_ids(index, "u1")
+    budget = max(MIN_COLLECT_PER_WRITE, COLLECT_PER_WRITE * 1)
+    assert len(held) == many + 1 - budget
+    assert await index.search("u1", "berserk", kinds=ALL, limit=5) == []
+
+
+async def test_collect_expired_is_bounded_and_says_when_nothing_is_left(
+    index: SearchIndex, clock: FakeClock
+) -> None:
+    for user in ("a", "b", "c"):
+        turns = [text_turn(f"berserk {i}").with_index(i) for i in range(5)]
+        await index.upsert(turn_docs(user, "s-" + user, turns, expires_at=T0 + days(1)))
+    await index.upsert([doc("keep", "berserk", user_id="a", expires_at=T0 + days(9))])
+    clock.advance(days(1))
+    removed = [await index.collect_expired(4) for _ in range(5)]
+    assert removed == [4, 4, 4, 3, 0]
+    assert await held_doc_ids(index, "a") == {"keep"}
+    assert await held_doc_ids(index, "b") == await held_doc_ids(index, "c") == set()
+    with pytest.raises(ValidationError):
+        await index.collect_expired(0)
+
+
+async def test_upserting_an_expired_document_removes_it(
+    index: SearchIndex, clock: FakeClock
+) -> None:
+    await index.upsert([doc("t", "berserk", kind="turn", expires_at=T0 + days(1))])
+    await index.upsert([doc("t", "berserk", kind="turn", expires_at=T0 - days(1))])
+    assert await index.search("u1", "berserk", kinds=ALL, limit=5) == []
+    assert await held_doc_ids(index, "u1") == set()
+
+
+async def test_rewriting_a_document_moves_its_expiry(index: SearchIndex, clock: FakeClock) -> None:
+    await index.upsert([doc("t", "berserk", kind="turn", expires_at=T0 + days(1))])
+    await index.upsert([doc("t", "berserk", kind="turn", expires_at=T0 + days(3))])
+    clock.advance(days(2))
+    assert await index.collect_expired() == 0
+    assert ids(await index.search("u1", "berserk", kinds=ALL, limit=5)) == ["t"]
+    await index.upsert([doc("t", "berserk", kind="turn")])  # no expiry any more
+    clock.advance(days(30))
+    assert await index.collect_expired() == 0
+    assert ids(await index.search("u1", "berserk", kinds=ALL, limit=5)) == ["t"]

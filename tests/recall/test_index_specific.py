@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
+from collections import Counter
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import server_url
-from tests.recall.conftest import T0, doc, memory
+from tests.recall.conftest import T0, days, doc, held_doc_ids, memory
 from tiermem.errors import BackendError, ValidationError
 from tiermem.longterm.index import IndexedDoc
-from tiermem.longterm.index_memory import WarmingIndex
+from tiermem.longterm.index_memory import InProcessIndex, WarmingIndex
 from tiermem.longterm.index_sqlite import INDEX_COMPONENT, INDEX_MIGRATIONS, SQLiteIndex
-from tiermem.longterm.recall import memory_doc, memory_loader, turn_docs, turn_loader
+from tiermem.longterm.recall import (
+    WARM_SESSIONS,
+    WARM_TURNS_PER_SESSION,
+    memory_doc,
+    memory_loader,
+    turn_docs,
+    turn_loader,
+)
+from tiermem.longterm.records import CHANGE_LOG_TYPE
+from tiermem.longterm.types import MemoryType, MemoryTypeRegistry
 from tiermem.models import SessionRef
 from tiermem.store.backends.memory import MemoryDurableStore
 from tiermem.store.backends.sqlite import SQLiteDurableStore
@@ -78,6 +91,64 @@ async def test_sqlite_index_refuses_a_newer_schema(tmp_path: Path) -> None:
         await newer.aclose()
 
 
+async def test_sqlite_index_migrates_a_file_written_before_expiry(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:  # a file as the first index migration left it
+        conn.execute(
+            "CREATE TABLE schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        for statement in INDEX_MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_versions VALUES (?, 1)", (INDEX_COMPONENT,))
+        conn.execute(
+            "INSERT INTO recall_docs (id, user_id, doc_id, kind, length, created_at_us) "
+            "VALUES (1, 'u1', 'old', 'memory', 1, 0)"
+        )
+        conn.execute(
+            "INSERT INTO recall_fts (rowid, tokens, owner) VALUES (1, 'berserk', ?)",
+            (_owner("u1"),),
+        )
+        conn.execute("INSERT INTO recall_users VALUES ('u1', 1, 1)")
+    clock = FakeClock(T0)
+    index = SQLiteIndex(path, clock=clock)
+    try:
+        await index.upsert([doc("t", "berserk", kind="turn", expires_at=T0 + days(1))])
+        hits = await index.search("u1", "berserk", kinds=ALL, limit=5)
+        assert sorted(h.doc_id for h in hits) == ["old", "t"]
+        clock.advance(days(1))
+        assert await index.collect_expired() == 1
+        assert [h.doc_id for h in await index.search("u1", "berserk", kinds=ALL, limit=5)] == [
+            "old"
+        ]
+    finally:
+        await index.aclose()
+    with sqlite3.connect(path) as conn:
+        versions = dict(conn.execute("SELECT component, version FROM schema_versions"))
+    assert versions[INDEX_COMPONENT] == len(INDEX_MIGRATIONS) == 2
+
+
+def _owner(user_id: str) -> str:
+    from tiermem.longterm.index_sqlite import _owner_token
+
+    return _owner_token(user_id)
+
+
+async def test_sqlite_collection_reads_the_expiry_index_not_the_table(tmp_path: Path) -> None:
+    index = SQLiteIndex(tmp_path / "x.db")
+    await index.upsert([doc("a", "x")])
+    await index.aclose()
+    with sqlite3.connect(tmp_path / "x.db") as conn:
+        plan = " ".join(
+            str(row[-1])
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT user_id, doc_id FROM recall_docs "
+                "WHERE expires_at_us <= ? ORDER BY expires_at_us LIMIT ?",
+                (0, 10),
+            )
+        )
+    assert "recall_docs_by_expiry" in plan
+
+
 async def test_sqlite_index_rejects_a_memory_database() -> None:
     with pytest.raises(ValidationError):
         SQLiteIndex(":memory:")
@@ -133,6 +204,74 @@ async def test_redis_index_scripts_reload_after_a_script_flush() -> None:
         await index.upsert([doc("b", "berserk")])
     finally:
         await index.aclose()
+
+
+@pytest.mark.redis
+async def test_redis_index_leaves_no_key_once_everything_expired_is_collected() -> None:
+    from tests.backends.redis import fresh_prefix
+    from tiermem.longterm.index_redis import RedisIndex
+
+    prefix = fresh_prefix()
+    clock = FakeClock(T0)
+    index = RedisIndex.from_url(server_url("redis"), prefix=prefix, clock=clock)
+    try:
+        turns = [text_turn(f"berserk {i}").with_index(i) for i in range(10)]
+        for user in ("u1", "we{ir}d:id"):
+            await index.upsert(turn_docs(user, "s1", turns, expires_at=T0 + days(1)))
+        client = index._io.client
+        keys = {k.decode() for k in await client.keys(f"{prefix}:*")}
+        assert any(k.startswith(f"{prefix}:ixdue:") for k in keys)  # users marked due
+        clock.advance(days(1))
+        assert await index.collect_expired() == 20
+        assert await client.keys(f"{prefix}:*") == []
+        # A purge takes the user's mark with it.
+        await index.upsert(turn_docs("u1", "s2", turns, expires_at=T0 + days(5)))
+        await index.purge_user("u1")
+        assert await client.keys(f"{prefix}:*") == []
+    finally:
+        await index.aclose()
+
+
+@pytest.mark.redis
+async def test_redis_concurrent_collectors_remove_each_document_once() -> None:
+    from tests.backends.redis import fresh_prefix
+    from tiermem.longterm.index_redis import RedisIndex
+
+    prefix = fresh_prefix()
+    clock = FakeClock(T0)
+    first = RedisIndex.from_url(server_url("redis"), prefix=prefix, clock=clock)
+    second = RedisIndex.from_url(server_url("redis"), prefix=prefix, clock=clock)
+    try:
+        turns = [text_turn(f"berserk {i}").with_index(i) for i in range(7)]
+        users = [f"u{i}" for i in range(40)]
+        for user in users:
+            await first.upsert(turn_docs(user, "s1", turns, expires_at=T0 + days(1)))
+        clock.advance(days(1))
+        counts = await asyncio.gather(*(c.collect_expired(50) for c in (first, second) * 4))
+        # A collector that finds the due users taken by another stops early: sweep the rest.
+        while removed := await second.collect_expired(50):
+            counts.append(removed)
+        assert sum(counts) == 40 * 7  # each document counted by exactly one collector
+        for user in users:
+            assert await held_doc_ids(first, user) == set()
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+# -- InProcessIndex -----------------------------------------------------------------------
+
+
+async def test_in_process_expiry_heap_stays_proportional_to_documents() -> None:
+    clock = FakeClock(T0)
+    index = InProcessIndex(clock=clock)
+    for i in range(5000):  # one document rewritten with a later expiry each time
+        await index.upsert([doc("t", "berserk", kind="turn", expires_at=T0 + days(1 + i))])
+    assert index.document_count("u1") == 1
+    assert len(index._expiries) <= 2 * 1 + 1024 + 1
+    clock.advance(days(5001))
+    assert await index.collect_expired() == 1
+    assert not index.has_user("u1")
 
 
 # -- WarmingIndex -----------------------------------------------------------------------------
@@ -222,3 +361,131 @@ async def test_warming_index_load_failure_is_raised_and_retried() -> None:
     with pytest.raises(BackendError):
         await index.search("u1", "berserk", kinds=ALL, limit=5)
     assert [h.doc_id for h in await index.search("u1", "berserk", kinds=ALL, limit=5)] == ["a"]
+
+
+class CountingStore:
+    """A durable store that counts the calls made to it and the records they returned."""
+
+    def __init__(self, inner: MemoryDurableStore) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+        self.returned: Counter[str] = Counter()
+        self.kwargs: dict[str, list[dict[str, Any]]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            self.kwargs.setdefault(name, []).append(kwargs)
+            result = await attr(*args, **kwargs)
+            if isinstance(result, list):
+                self.returned[name] += len(result)
+            return result
+
+        return counted
+
+
+async def _store_with_history(clock: FakeClock) -> MemoryDurableStore:
+    """u1: a year of change log (1,000 entries), 40 memories, 30 sessions of 250 turns."""
+    store = MemoryDurableStore(clock=clock)
+    for i in range(1000):
+        await store.put_memory(
+            memory(
+                f"c{i}",
+                f"change {i} berserk",
+                memory_type=CHANGE_LOG_TYPE,
+                created_at=T0 - timedelta(hours=i * 8),
+                expires_at=T0 + days(365),
+            )
+        )
+    for i in range(40):
+        await store.put_memory(
+            memory(f"m{i}", f"berserk note {i}", created_at=T0 - timedelta(minutes=i))
+        )
+    for s in range(30):
+        sid = f"s{s:02d}"
+        created = T0 - timedelta(hours=30 - s)
+        await store.register_session(SessionRef(session_id=sid, user_id="u1", created_at=created))
+        for start in range(0, 250, 50):
+            batch = [text_turn(f"berserk turn {s} {i}") for i in range(start, start + 50)]
+            await store.append_turns(sid, batch, expires_at=T0 + days(1))
+    return store
+
+
+async def test_warming_reads_live_memories_and_recent_turns_only() -> None:
+    clock = FakeClock(T0)
+    store = CountingStore(await _store_with_history(clock))
+    index = WarmingIndex(
+        [
+            memory_loader(store, clock=clock),  # type: ignore[arg-type]
+            turn_loader(store, retention=days(1), clock=clock),  # type: ignore[arg-type]
+        ],
+        clock=clock,
+    )
+    hits = await index.search("u1", "berserk", kinds=ALL, limit=100)
+    assert hits
+    assert all(not h.doc_id.startswith("c") for h in hits)
+    # Memories: only registered types were asked for (never the change log), in pages.
+    asked = store.kwargs["query_memories"]
+    assert all(kw["memory_types"] and CHANGE_LOG_TYPE not in kw["memory_types"] for kw in asked)
+    assert not any(kw.get("include_expired") for kw in asked)
+    assert store.returned["query_memories"] == 40
+    # Turns: the newest sessions, the tail of each, never a whole archive.
+    assert store.kwargs["list_sessions"] == [{"limit": WARM_SESSIONS}]
+    assert store.calls["tail_turns"] == WARM_SESSIONS
+    assert store.calls["get_turns"] == 0
+    assert store.returned["tail_turns"] == WARM_SESSIONS * WARM_TURNS_PER_SESSION
+    total_read = sum(store.returned.values())
+    assert total_read <= 40 + WARM_SESSIONS + WARM_SESSIONS * WARM_TURNS_PER_SESSION
+
+
+async def test_memory_loader_pages_and_stops_at_its_cap(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock(T0)
+    inner = MemoryDurableStore(clock=clock)
+    for i in range(700):  # 300 of them share one instant: a page must widen to get past it
+        at = T0 - timedelta(minutes=i) if i < 400 else T0 - days(1)
+        await inner.put_memory(memory(f"m{i:03d}", f"note {i}", created_at=at))
+    # Neither expired nor superseded memories are indexed (the oldest of all here).
+    older = T0 - days(3)
+    await inner.put_memory(memory("gone", "note", created_at=older, expires_at=T0 - days(1)))
+    await inner.put_memory(memory("old", "note", created_at=older, invalid_from=T0 - days(1)))
+    store = CountingStore(inner)
+
+    load_all = memory_loader(store, clock=clock, page=100)  # type: ignore[arg-type]
+    everything = await load_all("u1")
+    assert sorted(d.doc_id for d in everything) == sorted(f"m{i:03d}" for i in range(700))
+    assert all(kw["limit"] <= 400 for kw in store.kwargs["query_memories"])
+
+    store.kwargs.clear()
+    load_capped = memory_loader(store, clock=clock, page=100, max_memories=250)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="tiermem.longterm.recall"):
+        capped = await load_capped("u1")
+    assert sorted(d.doc_id for d in capped) == sorted(f"m{i:03d}" for i in range(250))
+    assert len(store.kwargs["query_memories"]) == 3
+    assert "newest 250 memories" in caplog.text
+
+
+async def test_memory_loader_reads_the_types_registered_at_warm_up() -> None:
+    clock = FakeClock(T0)
+    store = MemoryDurableStore(clock=clock)
+    await store.put_memory(memory("m1", "berserk", memory_type="wishlist"))
+    registry = MemoryTypeRegistry()
+    load = memory_loader(store, types=registry, clock=clock)
+    assert await load("u1") == []
+    registry.register(MemoryType("wishlist", None, 0.5))
+    assert [d.doc_id for d in await load("u1")] == ["m1"]
+
+
+async def test_warmed_turns_expire_with_their_retention() -> None:
+    clock = FakeClock(T0)
+    store = MemoryDurableStore(clock=clock)
+    await store.register_session(SessionRef(session_id="s1", user_id="u1", created_at=T0))
+    await store.append_turns("s1", [text_turn("berserk volume 42")], expires_at=T0 + days(1))
+    index = WarmingIndex([turn_loader(store, retention=days(1), clock=clock)], clock=clock)
+    assert [h.doc_id for h in await index.search("u1", "berserk", kinds=ALL, limit=5)] == ["s1#0"]
+    clock.advance(days(1))
+    assert await index.search("u1", "berserk", kinds=ALL, limit=5) == []
+    assert await index.collect_expired() == 1

@@ -11,6 +11,20 @@ Implementations (see ``docs/recall.md`` for why each exists):
   and CJK bigrams) in the embedded SQLite file, vectors in a side table.
 * :class:`~tiermem.longterm.index_redis.RedisIndex` — BM25 postings kept in Redis (the hot
   tier of production deployments) under the user's hash tag, scored server-side in Lua.
+
+**Expiry.** A document may carry ``expires_at`` (archived turns get their turn's retention,
+see :func:`~tiermem.longterm.recall.turn_docs`). Every index reads the time from its
+injected :class:`~tiermem.clock.Clock` and follows the same rules:
+
+* a document whose ``expires_at`` ≤ now is never returned by ``search`` or
+  ``vector_search``; until it is collected it may still count in BM25's corpus statistics
+  (document count, document frequency, average length), the same way in every index, so
+  scores agree across indexes;
+* upserting a document whose ``expires_at`` has already passed removes it (if it was
+  indexed) instead of indexing it;
+* expired documents are physically removed by :meth:`SearchIndex.collect_expired` (bounded
+  work per call, across all users) and, amortised, by ``upsert`` (see each index for how
+  much one write collects), so nothing of a user who never comes back stays forever.
 """
 
 from __future__ import annotations
@@ -22,9 +36,12 @@ from pydantic import Field
 
 from tiermem.models import FrozenModel, UtcDatetime
 
-__all__ = ["DocKind", "IndexedDoc", "SearchHit", "SearchIndex"]
+__all__ = ["DEFAULT_COLLECT_LIMIT", "DocKind", "IndexedDoc", "SearchHit", "SearchIndex"]
 
 DocKind = Literal["memory", "turn", "chunk"]
+
+DEFAULT_COLLECT_LIMIT = 1000
+"""Documents one :meth:`SearchIndex.collect_expired` call removes at most, by default."""
 
 
 class IndexedDoc(FrozenModel):
@@ -41,6 +58,9 @@ class IndexedDoc(FrozenModel):
     created_at: UtcDatetime
     embedding: tuple[float, ...] | None = None
     tags: tuple[str, ...] = Field(default_factory=tuple)
+    expires_at: UtcDatetime | None = None
+    """When the document stops being searchable and may be collected; None: never (it
+    stays until removed)."""
 
 
 class SearchHit(FrozenModel):
@@ -57,7 +77,11 @@ class SearchIndex(Protocol):
     supports_vectors: bool
 
     async def upsert(self, docs: Sequence[IndexedDoc]) -> None:
-        """Add or replace documents (by user and doc_id)."""
+        """Add or replace documents (by user and doc_id).
+
+        A document whose ``expires_at`` has passed is removed instead. The write also
+        collects a bounded number of expired documents (module docstring).
+        """
         ...
 
     async def remove(self, user_id: str, doc_ids: Collection[str]) -> None:
@@ -77,6 +101,19 @@ class SearchIndex(Protocol):
 
         Raises:
             UnsupportedCapabilityError: when ``supports_vectors`` is False.
+        """
+        ...
+
+    async def collect_expired(self, limit: int = DEFAULT_COLLECT_LIMIT) -> int:
+        """Physically remove up to ``limit`` documents whose ``expires_at`` has passed, of
+        any user, earliest expiry first; return how many were removed.
+
+        Fewer than ``limit`` means none was left that this call could take (a concurrent
+        collector may be holding some, and more expire as time passes), so a sweeper calls
+        it until it returns less, and again on its next pass.
+
+        Raises:
+            ValidationError: ``limit`` < 1.
         """
         ...
 

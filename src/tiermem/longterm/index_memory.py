@@ -6,6 +6,10 @@ embedding vectors. BM25 reads only the posting lists of the query's terms; vecto
 brute-force cosine over the user's vectors (one matrix product with numpy, pure Python
 without). Everything is in memory: nothing survives the process.
 
+Documents with an expiry also sit in one min-heap of all users' expiries, so collecting the
+expired ones costs O(log n) each, without scanning anybody's documents (see
+:class:`InProcessIndex`).
+
 The other indexes are tested against this one: for the same documents and query they must
 return the same hits with the same scores.
 """
@@ -13,23 +17,59 @@ return the same hits with the same scores.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from tiermem.clock import Clock, SystemClock
 from tiermem.errors import ValidationError
-from tiermem.longterm.index import DocKind, IndexedDoc, SearchHit, SearchIndex
+from tiermem.longterm.index import (
+    DEFAULT_COLLECT_LIMIT,
+    DocKind,
+    IndexedDoc,
+    SearchHit,
+    SearchIndex,
+)
 from tiermem.longterm.text import bm25_idf, bm25_term, doc_terms, query_terms
 from tiermem.longterm.vectors import cosine_top, matrix_of, unit_vector
 from tiermem.store.keys import validate_id
 
-__all__ = ["DocLoader", "InProcessIndex", "WarmingIndex", "check_search_args"]
+__all__ = [
+    "COLLECT_PER_WRITE",
+    "DocLoader",
+    "InProcessIndex",
+    "WarmingIndex",
+    "check_collect_limit",
+    "check_search_args",
+    "collect_budget",
+]
 
 logger = logging.getLogger(__name__)
 
 _KINDS: frozenset[str] = frozenset({"memory", "turn", "chunk"})
+
+COLLECT_PER_WRITE = 2
+"""Expired documents an ``upsert`` collects per document it writes (at least
+:data:`MIN_COLLECT_PER_WRITE`): more than one, so writes outpace expiry and expired
+documents never pile up while anyone writes."""
+MIN_COLLECT_PER_WRITE = 32
+
+
+def collect_budget(written: int) -> int:
+    """How many expired documents an upsert of ``written`` documents collects at most (the
+    same rule in every index)."""
+    return max(MIN_COLLECT_PER_WRITE, COLLECT_PER_WRITE * written)
+
+
+def check_collect_limit(limit: int) -> None:
+    """Raises:
+    ValidationError: ``limit`` is not an integer >= 1."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValidationError(f"collect_expired limit must be an integer >= 1, got {limit!r}")
 
 
 def check_search_args(user_id: str, kinds: Collection[str], limit: int) -> None:
@@ -61,6 +101,20 @@ class _Doc:
     length: int
     terms: tuple[str, ...]
     vector: tuple[float, ...] | None
+    expires_at: datetime | None
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+@dataclass(slots=True)
+class _Matrix:
+    """The user's vectors of some kinds and one dimension, for a numpy product."""
+
+    keys: list[str]
+    rows: Any
+    valid_until: datetime | None
+    """The earliest expiry among its documents: the matrix is rebuilt from then on."""
 
 
 @dataclass(slots=True)
@@ -68,14 +122,16 @@ class _UserIndex:
     docs: dict[str, _Doc] = field(default_factory=dict)
     postings: dict[str, dict[str, int]] = field(default_factory=dict)
     total_length: int = 0
-    matrix_cache: dict[tuple[int, frozenset[str]], tuple[list[str], Any]] = field(
-        default_factory=dict
-    )
+    expiring: int = 0
+    """How many of ``docs`` have an expiry (for the heap's compaction)."""
+    matrix_cache: dict[tuple[int, frozenset[str]], _Matrix] = field(default_factory=dict)
 
     def remove(self, doc_id: str) -> None:
         doc = self.docs.pop(doc_id, None)
         if doc is None:
             return
+        if doc.expires_at is not None:
+            self.expiring -= 1
         self.total_length -= doc.length
         for term in doc.terms:
             posting = self.postings.get(term)
@@ -91,8 +147,14 @@ class _UserIndex:
         counts = doc_terms(doc.text, doc.tags)
         vector = unit_vector(doc.embedding) if doc.embedding else None
         self.docs[doc.doc_id] = _Doc(
-            kind=doc.kind, length=sum(counts.values()), terms=tuple(counts), vector=vector
+            kind=doc.kind,
+            length=sum(counts.values()),
+            terms=tuple(counts),
+            vector=vector,
+            expires_at=doc.expires_at,
         )
+        if doc.expires_at is not None:
+            self.expiring += 1
         self.total_length += sum(counts.values())
         for term, tf in counts.items():
             self.postings.setdefault(term, {})[doc.doc_id] = tf
@@ -109,6 +171,14 @@ class InProcessIndex:
     multiplies the user's vectors of the asked kinds by the query (cached as a matrix
     between writes when numpy is installed).
 
+    Expiry (``clock``, default the wall clock): expired documents are hidden from queries
+    at once, and collected, earliest expiry first, from a heap of every user's expiries:
+    each ``upsert`` collects up to :func:`collect_budget` of them, and
+    :meth:`collect_expired` more. The heap keeps an entry per write of an expiring document
+    (entries of replaced or removed documents are skipped when they come up); it is rebuilt
+    when it holds more than twice as many entries as live expiring documents, so its size
+    stays proportional to the documents held.
+
     Raises (every method): :class:`~tiermem.errors.ValidationError` for bad ids, kinds or
     limits. Nothing else: there is no I/O.
     """
@@ -116,31 +186,52 @@ class InProcessIndex:
     name = "in_process"
     supports_vectors = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock or SystemClock()
         self._users: dict[str, _UserIndex] = {}
+        self._expiries: list[tuple[datetime, str, str]] = []
+        """(expires_at, user_id, doc_id) of every expiring document written: a min-heap."""
+        self._expiring = 0
+        """Live documents with an expiry, over all users."""
 
     def has_user(self, user_id: str) -> bool:
-        """Whether any document of the user is indexed."""
+        """Whether any document of the user is held (expired or not)."""
         return user_id in self._users
 
     def document_count(self, user_id: str) -> int:
+        """Documents of the user held in memory, expired ones not yet collected included."""
         user = self._users.get(user_id)
         return 0 if user is None else len(user.docs)
 
     async def upsert(self, docs: Sequence[IndexedDoc]) -> None:
         check_docs(docs)
+        now = self._clock.now()
         for doc in docs:
-            self._users.setdefault(doc.user_id, _UserIndex()).add(doc)
+            user = self._users.get(doc.user_id)
+            if doc.expires_at is not None and doc.expires_at <= now:
+                if user is not None:
+                    self._remove(doc.user_id, user, [doc.doc_id])
+                continue
+            if user is None:
+                user = self._users[doc.user_id] = _UserIndex()
+            before = user.expiring
+            user.add(doc)
+            self._expiring += user.expiring - before
+            if doc.expires_at is not None:
+                heapq.heappush(self._expiries, (doc.expires_at, doc.user_id, doc.doc_id))
+        self._collect(now, collect_budget(len(docs)))
+        if len(self._expiries) > 2 * self._expiring + 1024:
+            self._compact()
 
     async def remove(self, user_id: str, doc_ids: Collection[str]) -> None:
         validate_id(user_id, what="user_id")
         user = self._users.get(user_id)
-        if user is None:
-            return
-        for doc_id in doc_ids:
-            user.remove(doc_id)
-        if not user.docs:
-            del self._users[user_id]
+        if user is not None:
+            self._remove(user_id, user, doc_ids)
+
+    async def collect_expired(self, limit: int = DEFAULT_COLLECT_LIMIT) -> int:
+        check_collect_limit(limit)
+        return self._collect(self._clock.now(), limit)
 
     async def search(
         self, user_id: str, query: str, *, kinds: Collection[DocKind], limit: int
@@ -150,6 +241,7 @@ class InProcessIndex:
         terms = query_terms(query)
         if user is None or not terms or not kinds:
             return []
+        now = self._clock.now()
         count = len(user.docs)
         average = user.total_length / count
         scores: dict[str, float] = {}
@@ -166,7 +258,7 @@ class InProcessIndex:
             (
                 (doc_id, score)
                 for doc_id, score in scores.items()
-                if user.docs[doc_id].kind in wanted
+                if user.docs[doc_id].kind in wanted and not user.docs[doc_id].expired(now)
             ),
             key=lambda pair: (-pair[1], pair[0]),
         )
@@ -182,23 +274,29 @@ class InProcessIndex:
         user = self._users.get(user_id)
         if user is None or not kinds or not vector:
             return []
+        now = self._clock.now()
         cache_key = (len(vector), frozenset(kinds))
         cached = user.matrix_cache.get(cache_key)
-        if cached is None:
+        if cached is None or (cached.valid_until is not None and cached.valid_until <= now):
             # Documents embedded with another model (another dimension) are left out.
             chosen = [
-                (doc_id, doc.vector)
+                (doc_id, doc)
                 for doc_id, doc in user.docs.items()
                 if doc.vector is not None
                 and len(doc.vector) == len(vector)
                 and doc.kind in cache_key[1]
+                and not doc.expired(now)
             ]
-            cached = ([doc_id for doc_id, _ in chosen], matrix_of([v for _, v in chosen]))
+            expiries = [doc.expires_at for _, doc in chosen if doc.expires_at is not None]
+            cached = _Matrix(
+                keys=[doc_id for doc_id, _ in chosen],
+                rows=matrix_of([doc.vector for _, doc in chosen if doc.vector is not None]),
+                valid_until=min(expiries, default=None),
+            )
             user.matrix_cache[cache_key] = cached
-        keys, rows = cached
-        if not keys:
+        if not cached.keys:
             return []
-        top = cosine_top(vector, keys, rows, limit)
+        top = cosine_top(vector, cached.keys, cached.rows, limit)
         return [
             SearchHit(doc_id=doc_id, kind=user.docs[doc_id].kind, score=score)
             for doc_id, score in top
@@ -206,16 +304,57 @@ class InProcessIndex:
 
     async def purge_user(self, user_id: str) -> None:
         validate_id(user_id, what="user_id")
-        self._users.pop(user_id, None)
+        user = self._users.pop(user_id, None)
+        if user is not None:
+            # Its heap entries are skipped when they come up, or dropped by a compaction.
+            self._expiring -= user.expiring
 
     async def aclose(self) -> None:
         self._users.clear()
+        self._expiries.clear()
+        self._expiring = 0
+
+    def _remove(self, user_id: str, user: _UserIndex, doc_ids: Collection[str]) -> None:
+        before = user.expiring
+        for doc_id in doc_ids:
+            user.remove(doc_id)
+        self._expiring -= before - user.expiring
+        if not user.docs:
+            del self._users[user_id]
+
+    def _collect(self, now: datetime, limit: int) -> int:
+        """Remove up to ``limit`` expired documents, earliest expiry first."""
+        removed = 0
+        heap = self._expiries
+        while heap and removed < limit and heap[0][0] <= now:
+            expires_at, user_id, doc_id = heapq.heappop(heap)
+            user = self._users.get(user_id)
+            doc = None if user is None else user.docs.get(doc_id)
+            # An entry of a document replaced (with another expiry) or removed since.
+            if user is None or doc is None or doc.expires_at != expires_at:
+                continue
+            self._remove(user_id, user, [doc_id])
+            removed += 1
+        if removed:
+            logger.debug("collected %d expired index documents", removed)
+        return removed
+
+    def _compact(self) -> None:
+        """Rebuild the heap from the live expiring documents, dropping stale entries."""
+        self._expiries = [
+            (doc.expires_at, user_id, doc_id)
+            for user_id, user in self._users.items()
+            for doc_id, doc in user.docs.items()
+            if doc.expires_at is not None
+        ]
+        heapq.heapify(self._expiries)
 
 
 DocLoader = Callable[[str], Awaitable[Sequence[IndexedDoc]]]
-"""Loads every document of one kind of one user from durable storage, for
-:class:`WarmingIndex` (see :func:`tiermem.longterm.recall.memory_loader` and
-:func:`~tiermem.longterm.recall.turn_loader`)."""
+"""Loads the live documents of one kind of one user from durable storage, for
+:class:`WarmingIndex`: a bounded read, never the user's whole history (see
+:func:`tiermem.longterm.recall.memory_loader` and
+:func:`~tiermem.longterm.recall.turn_loader` for their caps)."""
 
 _Write = tuple[str, Sequence[IndexedDoc] | Collection[str]]
 
@@ -225,9 +364,12 @@ class WarmingIndex:
 
     For deployments whose durable store has no search of its own and no Redis (DynamoDB
     alone). The first ``search`` or ``vector_search`` for a user runs the ``loaders`` —
-    one read of the user's memory partition with
-    :func:`~tiermem.longterm.recall.memory_loader` — and keeps the documents; later
-    queries read only memory, never the store. Concurrent first queries of a user load once.
+    bounded reads of the user's live memories and recent sessions' live turns with
+    :func:`~tiermem.longterm.recall.memory_loader` and
+    :func:`~tiermem.longterm.recall.turn_loader`, each with a documented cap — and keeps
+    the documents; later queries read only memory, never the store. Concurrent first
+    queries of a user load once. Expired documents are hidden and collected as in
+    :class:`InProcessIndex` (``clock``).
 
     Writes of a warm user go to the in-process index at once; writes arriving while the user
     is being loaded are applied after the load, in order, so the load cannot overwrite
@@ -244,10 +386,16 @@ class WarmingIndex:
     name = "warming_in_process"
     supports_vectors = True
 
-    def __init__(self, loaders: Sequence[DocLoader], *, max_users: int = 1000) -> None:
+    def __init__(
+        self,
+        loaders: Sequence[DocLoader],
+        *,
+        max_users: int = 1000,
+        clock: Clock | None = None,
+    ) -> None:
         if max_users < 1:
             raise ValidationError(f"max_users must be at least 1, got {max_users}")
-        self._inner = InProcessIndex()
+        self._inner = InProcessIndex(clock=clock)
         self._loaders = tuple(loaders)
         self._max_users = max_users
         self._warm: OrderedDict[str, None] = OrderedDict()
@@ -329,6 +477,9 @@ class WarmingIndex:
         check_search_args(user_id, kinds, limit)
         await self.warm(user_id)
         return await self._inner.vector_search(user_id, vector, kinds=kinds, limit=limit)
+
+    async def collect_expired(self, limit: int = DEFAULT_COLLECT_LIMIT) -> int:
+        return await self._inner.collect_expired(limit)
 
     async def purge_user(self, user_id: str) -> None:
         validate_id(user_id, what="user_id")

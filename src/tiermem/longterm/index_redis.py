@@ -17,8 +17,11 @@ escaping and cannot leave the hash tag)::
     ├── ix:docs         hash  doc_id → "<kind>|<length>"
     ├── ix:terms        hash  doc_id → the doc's distinct terms, space-separated (to unindex)
     ├── ix:stats        hash  n → documents · len → total length       (BM25 statistics)
+    ├── ix:exp          zset  doc_id → expires_at µs      (only documents that expire)
     └── ix:<k>:t=<term> hash  doc_id → length · 2^20 + tf             (one posting list per
                               term and kind; <k> = m(emory), t(urn), c(hunk))
+    tm:ixdue:{ixdue=<n>} zset  user_id → a time at or before the user's earliest document
+                              expiry (n = crc32(user_id) mod the activity shard count)
 
 A posting carries its document's length, so scoring reads nothing but the posting lists
 (a replaced document rewrites all its postings anyway), and kinds have separate lists, so
@@ -30,211 +33,116 @@ keys' slot, which is what Redis Cluster requires. (Declaring the posting keys in
 cost a read before every replacing write: only the server knows a replaced document's old
 terms.)
 
-Round trips: ``upsert`` 1 (one script per user and per 200 documents, pipelined),
-``remove`` 1, ``search`` 1, ``purge_user`` 2 (+1 per 500 documents beyond the first 500).
+Round trips: ``upsert`` 1 (one script per user and per 200 documents, and the users' due
+marks, pipelined; one upsert in :data:`COLLECT_EVERY_WRITES` adds a ``collect_expired``),
+``remove`` 1, ``search`` 1, ``purge_user`` 2 (+1 per 500 documents beyond the first 500),
+``collect_expired`` 1 when nothing is due, else 4 per round.
 ``search`` reads the posting lists of the query's terms (at most
 :data:`~tiermem.longterm.text.MAX_QUERY_TERMS`) in the asked kinds and keeps the best
 ``limit`` in a heap: its work (and the time it holds Redis's one thread) grows with the
 user's postings of those terms, never with the keyspace; see ``docs/recall.md`` for
 numbers. Scores equal the in-process index's (same formula, same order of operations).
 
-Index keys carry no native TTL: a memory's postings stay until it is removed from the
-index; recall removes postings whose record has gone (deleted or expired) when it meets
-them.
+Expiry. Index keys carry no native TTL (a posting list holds documents with different
+expiries). A document's expiry is in ``ix:exp``; ``search`` leaves out documents whose
+expiry has passed (read-only: one ``ZCOUNT``, and one ``ZSCORE`` per matched document only
+while the user has expired documents not yet collected). Collection, bounded, earliest
+expiry first:
+
+* each ``upsert`` script also drops up to
+  :func:`~tiermem.longterm.index_memory.collect_budget` of the user's own expired
+  documents, in the same round trip;
+* a user with expiring documents is marked in one of the ``ixdue`` shards with a score at
+  or before its earliest expiry (set in the write's pipeline, only ever lowered there), so
+  :meth:`RedisIndex.collect_expired` finds due users, across all users, without scanning
+  keys: it pops due users from the shards (atomically per shard, so concurrent collectors
+  never take the same user), runs each user's collect script, and marks each user again
+  with its next expiry. Popping before collecting makes a concurrent write's mark survive.
+  A process that dies between the pop and the new mark leaves that user unmarked until its
+  next write with an expiring document.
+* every :data:`COLLECT_EVERY_WRITES` upserts, ``upsert`` runs one ``collect_expired``, so
+  users who never write or recall again are collected without a sweeper (a failure there
+  is logged and counted in ``collect_failures``: the write itself succeeded).
+
+Memories carry no expiry in the index: recall removes postings whose record has gone
+(deleted or expired) when it meets them.
 """
 
 from __future__ import annotations
 
+import logging
+import zlib
 from collections.abc import Collection, Sequence
 from typing import Any, Self
 
-from tiermem.errors import ConflictError, UnsupportedCapabilityError
-from tiermem.longterm.index import DocKind, IndexedDoc, SearchHit, SearchIndex
-from tiermem.longterm.index_memory import check_docs, check_search_args
+from tiermem.clock import Clock, SystemClock
+from tiermem.errors import BackendError, ConflictError, UnsupportedCapabilityError
+from tiermem.longterm.index import (
+    DEFAULT_COLLECT_LIMIT,
+    DocKind,
+    IndexedDoc,
+    SearchHit,
+    SearchIndex,
+)
+from tiermem.longterm.index_memory import (
+    check_collect_limit,
+    check_docs,
+    check_search_args,
+    collect_budget,
+)
+from tiermem.longterm.index_redis_scripts import (
+    INDEX_COLLECT,
+    INDEX_DUE_MARK,
+    INDEX_DUE_POP,
+    INDEX_DUE_READ,
+    INDEX_REMOVE,
+    INDEX_SEARCH,
+    INDEX_UPSERT,
+)
 from tiermem.longterm.text import BM25_B, BM25_K1, doc_terms, query_terms
 from tiermem.store.backends.redis_scripts import (
     Arg,
     Command,
-    LuaScript,
     RedisClient,
     RedisIO,
     RedisKeys,
     client_from_url,
+    optional_us,
     redis_boundary,
+    to_us,
 )
 from tiermem.store.keys import validate_id
 
-__all__ = ["RedisIndex", "RedisIndexKeys"]
+__all__ = ["COLLECT_EVERY_WRITES", "RedisIndex", "RedisIndexKeys"]
+
+logger = logging.getLogger(__name__)
 
 _DOCS_PER_SCRIPT = 200
 _REMOVE_BATCH = 500
 _PURGE_ATTEMPTS = 5
+COLLECT_EVERY_WRITES = 32
+"""One ``upsert`` in this many (per process) also runs a ``collect_expired``."""
 
 
 class RedisIndexKeys(RedisKeys):
     """The index's keys, beside the store's under the same prefix and user hash tag."""
 
     def index(self, user_id: str) -> list[str]:
-        """docs, terms, stats: the keys every index script declares, in order."""
-        return [self._user(user_id, f"ix:{part}") for part in ("docs", "terms", "stats")]
+        """docs, terms, stats, exp: the keys every index script declares, in order."""
+        return [self._user(user_id, f"ix:{part}") for part in ("docs", "terms", "stats", "exp")]
+
+    def due_shard(self, user_id: str) -> int:
+        """Which ``ixdue`` shard marks the user (stable across processes)."""
+        return zlib.crc32(user_id.encode()) % self.activity_shards
+
+    def due(self, shard: int) -> str:
+        """One shard of the users with expiring documents (score: when to look again)."""
+        return f"{self.prefix}:ixdue:{{ixdue={shard}}}"
 
     def posting(self, user_id: str, kind: DocKind, term: str) -> str:
         """One term's posting list of one kind (the scripts build the same name)."""
         return self._user(user_id, f"ix:{kind[0]}:t={term}")
 
-
-_PRELUDE = """
--- KEYS: 1 docs (doc_id -> 'kind|length'), 2 terms (doc_id -> 'term term ...'),
--- 3 stats (n, len). A posting key is KEYS[1] minus 'docs', plus '<k>:t=<term>', where <k>
--- is the kind's first letter; a posting value is length * 2^20 + tf.
-local base = string.sub(KEYS[1], 1, -5)
-local SHIFT = 1048576
-local function drop(id)
-  local meta = redis.call('HGET', KEYS[1], id)
-  if not meta then return 0 end
-  local kind, len = string.match(meta, '^(%a)[^|]*|(%d+)$')
-  local terms = redis.call('HGET', KEYS[2], id)
-  if terms then
-    for term in string.gmatch(terms, '%S+') do
-      redis.call('HDEL', base .. kind .. ':t=' .. term, id)
-    end
-  end
-  redis.call('HDEL', KEYS[1], id)
-  redis.call('HDEL', KEYS[2], id)
-  redis.call('HINCRBY', KEYS[3], 'n', -1)
-  redis.call('HINCRBY', KEYS[3], 'len', -tonumber(len))
-  return 1
-end
-local function tidy()
-  if tonumber(redis.call('HGET', KEYS[3], 'n') or '0') <= 0 then
-    redis.call('DEL', KEYS[3])
-  end
-end
-"""
-
-INDEX_UPSERT = LuaScript(
-    "index_upsert",
-    _PRELUDE
-    + """
--- ARGV, per document: doc_id, kind, length, number of terms, then term, tf pairs.
-local i = 1
-while i <= #ARGV do
-  local id, kind, len, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-  drop(id)
-  local prefix = base .. string.sub(kind, 1, 1) .. ':t='
-  local terms = {}
-  for j = 0, n - 1 do
-    local term = ARGV[i + 4 + 2 * j]
-    redis.call('HSET', prefix .. term, id,
-               string.format('%d', len * SHIFT + tonumber(ARGV[i + 5 + 2 * j])))
-    terms[#terms + 1] = term
-  end
-  redis.call('HSET', KEYS[1], id, kind .. '|' .. ARGV[i + 2])
-  redis.call('HSET', KEYS[2], id, table.concat(terms, ' '))
-  redis.call('HINCRBY', KEYS[3], 'n', 1)
-  redis.call('HINCRBY', KEYS[3], 'len', ARGV[i + 2])
-  i = i + 4 + 2 * n
-end
-return 'ok'
-""",
-)
-
-INDEX_REMOVE = LuaScript(
-    "index_remove",
-    _PRELUDE
-    + """
--- ARGV: doc ids. Answers how many were indexed.
-local removed = 0
-for _, id in ipairs(ARGV) do removed = removed + drop(id) end
-tidy()
-return removed
-""",
-)
-
-INDEX_SEARCH = LuaScript(
-    "index_search",
-    _PRELUDE
-    + """
--- ARGV: 1 k1, 2 b, 3 limit, 4 kinds (space-separated), 5.. distinct query terms.
--- Read-only. Answers doc_id, kind letter, score ('%.17g') triples, best first (ties by
--- doc_id). Work: one HLEN per term and kind, one HGETALL per term and asked kind, and a
--- heap of `limit` entries; no table per document.
-local n = tonumber(redis.call('HGET', KEYS[3], 'n') or '0')
-if n <= 0 then return {} end
-local avg = tonumber(redis.call('HGET', KEYS[3], 'len')) / n
-local k1, b, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local asked = {}
-for kind in string.gmatch(ARGV[4], '%S+') do asked[#asked + 1] = string.sub(kind, 1, 1) end
-local scores, kind_of, ids = {}, {}, {}
-for t = 5, #ARGV do
-  local suffix = ':t=' .. ARGV[t]
-  local df = 0
-  for _, k in ipairs({'m', 't', 'c'}) do df = df + redis.call('HLEN', base .. k .. suffix) end
-  if df > 0 then
-    local idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-    for _, k in ipairs(asked) do
-      local flat = redis.call('HGETALL', base .. k .. suffix)
-      for j = 1, #flat, 2 do
-        local id, v = flat[j], tonumber(flat[j + 1])
-        local tf = v % SHIFT
-        local len = (v - tf) / SHIFT
-        local part = idf * (tf * (k1 + 1.0)) / (tf + k1 * (1.0 - b + b * len / avg))
-        local s = scores[id]
-        if s then
-          scores[id] = s + part
-        else
-          scores[id] = part
-          kind_of[id] = k
-          ids[#ids + 1] = id
-        end
-      end
-    end
-  end
-end
--- Keep the best `limit` in a heap whose root is the worst kept (lowest score, then the
--- largest id), then sort those few.
-local function worse(x, y)
-  local sx, sy = scores[x], scores[y]
-  if sx ~= sy then return sx < sy end
-  return x > y
-end
-local heap = {}
-local function sift_down(i)
-  local size = #heap
-  while true do
-    local l, r, m = 2 * i, 2 * i + 1, i
-    if l <= size and worse(heap[l], heap[m]) then m = l end
-    if r <= size and worse(heap[r], heap[m]) then m = r end
-    if m == i then return end
-    heap[i], heap[m] = heap[m], heap[i]
-    i = m
-  end
-end
-for _, id in ipairs(ids) do
-  if #heap < limit then
-    heap[#heap + 1] = id
-    local i = #heap
-    while i > 1 do
-      local parent = math.floor(i / 2)
-      if not worse(heap[i], heap[parent]) then break end
-      heap[i], heap[parent] = heap[parent], heap[i]
-      i = parent
-    end
-  elseif worse(heap[1], id) then
-    heap[1] = id
-    sift_down(1)
-  end
-end
-table.sort(heap, function(x, y) return worse(y, x) end)
-local out = {}
-for _, id in ipairs(heap) do
-  out[#out + 1] = id
-  out[#out + 1] = kind_of[id]
-  out[#out + 1] = string.format('%.17g', scores[id])
-end
-return out
-""",
-)
 
 _KIND_OF_LETTER: dict[bytes, DocKind] = {b"m": "memory", b"t": "turn", b"c": "chunk"}
 
@@ -255,15 +163,23 @@ class RedisIndex:
     name = "redis"
     supports_vectors = False
 
-    def __init__(self, client: RedisClient, *, prefix: str = "tm") -> None:
+    def __init__(
+        self, client: RedisClient, *, prefix: str = "tm", clock: Clock | None = None
+    ) -> None:
         self._io = RedisIO(client)
         self._keys = RedisIndexKeys(prefix)
+        self._clock: Clock = clock or SystemClock()
         self._owns_client = False
+        self._writes = 0
+        self.collect_failures = 0
+        """Amortised collections (in ``upsert``) that failed; logged, and retried later."""
 
     @classmethod
-    def from_url(cls, url: str, *, prefix: str = "tm", **client_options: Any) -> Self:
+    def from_url(
+        cls, url: str, *, prefix: str = "tm", clock: Clock | None = None, **client_options: Any
+    ) -> Self:
         """An index on a new client for ``url``; it owns (and closes) the client."""
-        index = cls(client_from_url(url, **client_options), prefix=prefix)
+        index = cls(client_from_url(url, **client_options), prefix=prefix, clock=clock)
         index._owns_client = True
         return index
 
@@ -277,19 +193,120 @@ class RedisIndex:
         by_user: dict[str, list[IndexedDoc]] = {}
         for doc in docs:
             by_user.setdefault(doc.user_id, []).append(doc)
+        now = self._clock.now()
+        now_us = to_us(now)
         commands: list[Command] = []
         for user_id, user_docs in by_user.items():
             keys = self._keys.index(user_id)
             for start in range(0, len(user_docs), _DOCS_PER_SCRIPT):
-                args: list[Arg] = []
-                for doc in user_docs[start : start + _DOCS_PER_SCRIPT]:
-                    counts = doc_terms(doc.text, doc.tags)
-                    args += [doc.doc_id, doc.kind, sum(counts.values()), len(counts)]
+                chunk = user_docs[start : start + _DOCS_PER_SCRIPT]
+                args: list[Arg] = [now_us, collect_budget(len(chunk))]
+                for doc in chunk:
+                    live = doc.expires_at is None or doc.expires_at > now
+                    counts = doc_terms(doc.text, doc.tags) if live else {}
+                    args += [
+                        doc.doc_id,
+                        doc.kind,
+                        sum(counts.values()),
+                        optional_us(doc.expires_at),
+                        len(counts),
+                    ]
                     for term, tf in counts.items():
                         args += [term, tf]
                 commands.append(INDEX_UPSERT.command(keys, args))
-        if commands:
-            await self._io.batch(commands)
+            expiries = [d.expires_at for d in user_docs if d.expires_at and d.expires_at > now]
+            if expiries:
+                commands.append(self._mark_due(user_id, to_us(min(expiries))))
+        if not commands:
+            return
+        await self._io.batch(commands)
+        self._writes += 1
+        if self._writes >= COLLECT_EVERY_WRITES:
+            self._writes = 0
+            try:
+                await self.collect_expired()
+            except BackendError as exc:
+                self.collect_failures += 1
+                logger.warning("collecting expired index documents failed: %s", exc)
+
+    @redis_boundary
+    async def collect_expired(self, limit: int = DEFAULT_COLLECT_LIMIT) -> int:
+        """See :meth:`~tiermem.longterm.index.SearchIndex.collect_expired`.
+
+        In rounds of 4 round trips (read every ``ixdue`` shard, pop the due users, collect
+        their documents, mark them again with their next expiry) until ``limit`` documents
+        are removed or no user is due; 1 round trip when none is.
+        """
+        check_collect_limit(limit)
+        now_us = to_us(self._clock.now())
+        removed = 0
+        while removed < limit:
+            done = await self._collect_round(now_us, limit - removed)
+            if done is None:
+                break
+            removed += done
+        return removed
+
+    async def _collect_round(self, now_us: int, limit: int) -> int | None:
+        """One round of :meth:`collect_expired`: documents removed, or None if no user was
+        due. Each popped user has either expired documents (and a share of ``limit`` of
+        at least 1) or a stale mark, which the round removes: rounds always progress."""
+        shards = range(self._keys.activity_shards)
+        pages = await self._io.batch(
+            [INDEX_DUE_READ.command([self._keys.due(shard)], [now_us, limit]) for shard in shards]
+        )
+        due = sorted(
+            (float(score), shard, user)
+            for shard, page in zip(shards, pages, strict=True)
+            for user, score in zip(page[::2], page[1::2], strict=True)
+        )[:limit]
+        if not due:
+            return None
+        by_shard: dict[int, list[Arg]] = {}
+        for _, shard, user in due:
+            by_shard.setdefault(shard, []).append(user)
+        popped = await self._io.batch(
+            [
+                INDEX_DUE_POP.command([self._keys.due(shard)], [now_us, *users])
+                for shard, users in by_shard.items()
+            ]
+        )
+        users = [raw.decode() for page in popped for raw in page]
+        if not users:
+            return 0  # other collectors took them
+        # Shares of ``limit`` that add up to it, each at least 1 (len(users) <= limit).
+        share, extra = divmod(limit, len(users))
+        try:
+            results = await self._io.batch(
+                [
+                    INDEX_COLLECT.command(
+                        self._keys.index(user), [now_us, share + (1 if i < extra else 0)]
+                    )
+                    for i, user in enumerate(users)
+                ]
+            )
+        except BaseException:
+            # Mark them due again, so a failed round loses nobody. Best effort: when Redis
+            # is gone this fails too, and each user's next expiring write marks it again.
+            try:
+                await self._io.send([self._mark_due(user, now_us) for user in users])
+            except Exception as again:  # noqa: BLE001 -- the original error is raised below
+                logger.debug("could not mark users due again: %s", again)
+            raise
+        removed = 0
+        marks: list[Command] = []
+        for user, (count, following) in zip(users, results, strict=True):
+            removed += int(count)
+            if following:
+                marks.append(self._mark_due(user, int(float(following))))
+        if marks:
+            await self._io.batch(marks)
+        return removed
+
+    def _mark_due(self, user_id: str, when_us: int) -> Command:
+        return INDEX_DUE_MARK.command(
+            [self._keys.due(self._keys.due_shard(user_id))], [when_us, user_id]
+        )
 
     @redis_boundary
     async def remove(self, user_id: str, doc_ids: Collection[str]) -> None:
@@ -314,7 +331,14 @@ class RedisIndex:
         reply = await self._io.call(
             INDEX_SEARCH,
             self._keys.index(user_id),
-            [repr(BM25_K1), repr(BM25_B), limit, " ".join(sorted(set(kinds))), *terms],
+            [
+                to_us(self._clock.now()),
+                repr(BM25_K1),
+                repr(BM25_B),
+                limit,
+                " ".join(sorted(set(kinds))),
+                *terms,
+            ],
         )
         return [
             SearchHit(
@@ -341,7 +365,8 @@ class RedisIndex:
         for _ in range(_PURGE_ATTEMPTS):
             ids = [raw.decode() for raw in await self._io.execute("HKEYS", keys[0])]
             if not ids:
-                await self._io.execute("DEL", *keys)
+                shard = self._keys.due(self._keys.due_shard(user_id))
+                await self._io.batch([Command(("DEL", *keys)), Command(("ZREM", shard, user_id))])
                 return
             await self.remove(user_id, ids)
         raise ConflictError(

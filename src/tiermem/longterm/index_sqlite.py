@@ -6,7 +6,8 @@ Tables (its own migrations, tracked in ``schema_versions`` under the component
 
     schema_versions (component) → version                    shared bookkeeping table
     recall_docs     id INTEGER PRIMARY KEY, (user_id, doc_id) UNIQUE → kind, length,
-                    created_at_us
+                    created_at_us, expires_at_us (NULL: never); partial index on
+                    expires_at_us (migration 2)
     recall_users    (user_id) → docs, total_length            BM25 corpus statistics
     recall_fts      FTS5(tokens, owner; unicode61 remove_diacritics 0; detail=column),
                     rowid = recall_docs.id
@@ -25,6 +26,12 @@ Scores are BM25 over the user's documents, computed in Python from the matched r
 ``recall_users``, not FTS5's ``bm25()``: ``bm25()`` takes its statistics from the whole
 table, so one user's scores would depend on every other user's text. The per-user scores
 equal the in-process index's.
+
+Expired documents (``expires_at_us`` ≤ the injected clock's now) are left out of hits in
+both searches; each ``upsert`` transaction deletes up to
+:func:`~tiermem.longterm.index_memory.collect_budget` of them (any user's, earliest
+first, through the partial index: no scan), and :meth:`SQLiteIndex.collect_expired`
+deletes more.
 
 Vector search reads the user's vectors of the asked kinds and computes cosine in Python
 (numpy when installed): O(documents × dimensions) per query, about 60 ms for 10,000
@@ -47,9 +54,21 @@ import sqlite3
 from collections.abc import Collection, Sequence
 from datetime import timedelta
 
+from tiermem.clock import Clock, SystemClock
 from tiermem.errors import BackendError
-from tiermem.longterm.index import DocKind, IndexedDoc, SearchHit, SearchIndex
-from tiermem.longterm.index_memory import check_docs, check_search_args
+from tiermem.longterm.index import (
+    DEFAULT_COLLECT_LIMIT,
+    DocKind,
+    IndexedDoc,
+    SearchHit,
+    SearchIndex,
+)
+from tiermem.longterm.index_memory import (
+    check_collect_limit,
+    check_docs,
+    check_search_args,
+    collect_budget,
+)
 from tiermem.longterm.text import bm25_idf, bm25_term, doc_terms, query_terms
 from tiermem.longterm.vectors import cosine_top, pack_vector, unit_vector
 from tiermem.store.backends.sqlite._connection import (
@@ -93,14 +112,22 @@ INDEX_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX recall_vectors_by_user ON recall_vectors (user_id)",
     ),
+    (
+        "ALTER TABLE recall_docs ADD COLUMN expires_at_us INTEGER",
+        # Partial: only expiring documents (archived turns) are in it, and collection
+        # reads it from the earliest expiry on.
+        "CREATE INDEX recall_docs_by_expiry ON recall_docs (expires_at_us) "
+        "WHERE expires_at_us IS NOT NULL",
+    ),
 )
 """Migration n of the index is ``INDEX_MIGRATIONS[n - 1]``; append-only, like the store's."""
 
 _INSERT_BATCH = 500
 """Documents per write transaction: a warm-up of thousands never holds the lock for long."""
 
-_Row = tuple[IndexedDoc, str, int, bytes | None, int, int]
-"""doc, space-separated tokens, length, packed unit vector, dimensions, created_at µs."""
+_Row = tuple[IndexedDoc, str, int, bytes | None, int, int, int | None]
+"""doc, space-separated tokens, length, packed unit vector, dimensions, created_at µs,
+expires_at µs."""
 
 
 def apply_index_migrations(conn: sqlite3.Connection, *, path: str) -> list[int]:
@@ -184,9 +211,14 @@ class SQLiteIndex:
     supports_vectors = True
 
     def __init__(
-        self, path: str | os.PathLike[str], *, busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT,
+        clock: Clock | None = None,
     ) -> None:
         self._db = _IndexDatabase(path, role="index", busy_timeout=busy_timeout)
+        self._clock: Clock = clock or SystemClock()
 
     @property
     def path(self) -> str:
@@ -208,16 +240,23 @@ class SQLiteIndex:
                     None if vector is None else pack_vector(vector),
                     0 if vector is None else len(vector),
                     to_epoch_us(doc.created_at, what="created_at"),
+                    None
+                    if doc.expires_at is None
+                    else to_epoch_us(doc.expires_at, what="expires_at"),
                 )
             )
+        now_us = to_epoch_us(self._clock.now(), what="now")
 
         def op(conn: sqlite3.Connection, chunk: list[_Row]) -> None:
-            for doc, tokens, length, blob, dims, created_us in chunk:
+            for doc, tokens, length, blob, dims, created_us, expires_us in chunk:
                 _delete_doc(conn, doc.user_id, doc.doc_id)
+                if expires_us is not None and expires_us <= now_us:
+                    continue  # expired already: removing the old version is all there is
                 cursor = conn.execute(
-                    "INSERT INTO recall_docs (user_id, doc_id, kind, length, created_at_us) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (doc.user_id, doc.doc_id, doc.kind, length, created_us),
+                    "INSERT INTO recall_docs "
+                    "(user_id, doc_id, kind, length, created_at_us, expires_at_us) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (doc.user_id, doc.doc_id, doc.kind, length, created_us, expires_us),
                 )
                 rowid = cursor.lastrowid
                 conn.execute(
@@ -236,10 +275,23 @@ class SQLiteIndex:
                     "total_length = total_length + excluded.total_length",
                     (doc.user_id, length),
                 )
+            _collect(conn, now_us, collect_budget(len(chunk)))
 
         for start in range(0, len(rows), _INSERT_BATCH):
             chunk = rows[start : start + _INSERT_BATCH]
             await self._db.write(functools.partial(op, chunk=chunk))
+
+    async def collect_expired(self, limit: int = DEFAULT_COLLECT_LIMIT) -> int:
+        check_collect_limit(limit)
+        now_us = to_epoch_us(self._clock.now(), what="now")
+        removed = 0
+        while removed < limit:
+            want = min(_INSERT_BATCH, limit - removed)
+            done = await self._db.write(functools.partial(_collect, now_us=now_us, limit=want))
+            removed += done
+            if done < want:
+                break
+        return removed
 
     async def remove(self, user_id: str, doc_ids: Collection[str]) -> None:
         validate_id(user_id, what="user_id")
@@ -268,6 +320,7 @@ class SQLiteIndex:
             + " OR ".join(f'"{term}"' for term in terms)
             + ")"
         )
+        now_us = to_epoch_us(self._clock.now(), what="now")
 
         def op(conn: sqlite3.Connection) -> list[SearchHit]:
             stats = conn.execute(
@@ -279,11 +332,14 @@ class SQLiteIndex:
             # CROSS JOIN fixes the loop order: the FTS5 match outside, one rowid lookup per
             # match inside. Left to itself the planner loops over the user's documents and
             # runs the match once per document.
+            # Expired rows are read too: they count in df until collected, as in every
+            # index (see tiermem.longterm.index), and _rank leaves them out of the hits.
             rows = conn.execute(
-                "SELECT d.doc_id, d.kind, d.length, f.tokens FROM recall_fts AS f "
-                "CROSS JOIN recall_docs AS d ON d.id = f.rowid "
+                "SELECT d.doc_id, d.kind, d.length, f.tokens, "
+                "d.expires_at_us IS NOT NULL AND d.expires_at_us <= ? "
+                "FROM recall_fts AS f CROSS JOIN recall_docs AS d ON d.id = f.rowid "
                 "WHERE recall_fts MATCH ? AND d.user_id = ?",
-                (match, user_id),
+                (now_us, match, user_id),
             ).fetchall()
             return _rank(rows, terms, wanted, count, average, limit)
 
@@ -297,6 +353,7 @@ class SQLiteIndex:
         if not wanted or not vector:
             return []
         query = list(vector)
+        now_us = to_epoch_us(self._clock.now(), what="now")
 
         def op(conn: sqlite3.Connection) -> list[SearchHit]:
             # Three kinds exist: pad the list so the statement stays one literal.
@@ -304,8 +361,9 @@ class SQLiteIndex:
             rows = conn.execute(
                 "SELECT d.doc_id, d.kind, v.vector FROM recall_vectors AS v "
                 "CROSS JOIN recall_docs AS d ON d.id = v.id "
-                "WHERE v.user_id = ? AND v.dims = ? AND d.kind IN (?, ?, ?)",
-                (user_id, len(query), *padded),
+                "WHERE v.user_id = ? AND v.dims = ? AND d.kind IN (?, ?, ?) "
+                "AND (d.expires_at_us IS NULL OR d.expires_at_us > ?)",
+                (user_id, len(query), *padded, now_us),
             ).fetchall()
             kinds_of = {doc_id: kind for doc_id, kind, _ in rows}
             top = cosine_top(query, [r[0] for r in rows], [r[2] for r in rows], limit)
@@ -347,10 +405,25 @@ def _delete_doc(conn: sqlite3.Connection, user_id: str, doc_id: str) -> None:
         "WHERE user_id = ?",
         (length, user_id),
     )
+    # A user whose last document went leaves no row behind.
+    conn.execute("DELETE FROM recall_users WHERE user_id = ? AND docs <= 0", (user_id,))
+
+
+def _collect(conn: sqlite3.Connection, now_us: int, limit: int) -> int:
+    """Delete up to ``limit`` expired documents of any user, earliest expiry first; return
+    how many. Reads the partial index ``recall_docs_by_expiry`` from its start."""
+    rows = conn.execute(
+        "SELECT user_id, doc_id FROM recall_docs WHERE expires_at_us <= ? "
+        "ORDER BY expires_at_us LIMIT ?",
+        (now_us, limit),
+    ).fetchall()
+    for user_id, doc_id in rows:
+        _delete_doc(conn, user_id, doc_id)
+    return len(rows)
 
 
 def _rank(
-    rows: list[tuple[str, DocKind, int, str]],
+    rows: list[tuple[str, DocKind, int, str, int]],
     terms: list[str],
     kinds: Collection[DocKind],
     count: int,
@@ -361,7 +434,7 @@ def _rank(
     wanted = set(terms)
     frequencies: list[dict[str, int]] = []
     df = dict.fromkeys(terms, 0)
-    for _, _, _, tokens in rows:
+    for _, _, _, tokens, _ in rows:
         tf: dict[str, int] = {}
         for token in tokens.split(" "):
             if token in wanted:
@@ -372,8 +445,8 @@ def _rank(
     idf = {term: bm25_idf(count, df[term]) for term in terms if df[term]}
     allowed = set(kinds)
     scored: list[tuple[str, DocKind, float]] = []
-    for (doc_id, kind, length, _), tf in zip(rows, frequencies, strict=True):
-        if kind not in allowed:
+    for (doc_id, kind, length, _, expired), tf in zip(rows, frequencies, strict=True):
+        if kind not in allowed or expired:
             continue
         score = 0.0
         for term in terms:

@@ -34,18 +34,19 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple, get_args
 
-from tiermem.clock import Clock
+from tiermem.clock import Clock, SystemClock
 from tiermem.errors import BackendError, NotFoundError, ValidationError
 from tiermem.llm.embeddings import Embedder
 from tiermem.longterm.access import AccessTracker
 from tiermem.longterm.hits import RecallHit
 from tiermem.longterm.index import DocKind, IndexedDoc, SearchHit, SearchIndex
 from tiermem.longterm.index_memory import DocLoader
+from tiermem.longterm.records import is_hidden
 from tiermem.longterm.text import query_terms
-from tiermem.longterm.types import is_internal_type
+from tiermem.longterm.types import MemoryTypeRegistry, is_internal_type
 from tiermem.longterm.vectors import cosine
 from tiermem.models import REDACTED_TEXT, MemoryRecord, Provenance, Turn
 from tiermem.policies.recall import RecallPolicy, RecallSignals, rank_candidates
@@ -54,6 +55,10 @@ from tiermem.store.contract import MAX_MEMORY_IDS_PER_GET, DurableStore
 from tiermem.store.keys import validate_id
 
 __all__ = [
+    "WARM_MEMORY_CAP",
+    "WARM_MEMORY_PAGE",
+    "WARM_SESSIONS",
+    "WARM_TURNS_PER_SESSION",
     "RecallCounters",
     "Recaller",
     "ResolvedDoc",
@@ -115,14 +120,25 @@ def turn_docs(
     turns: Sequence[Turn],
     *,
     embeddings: Sequence[Sequence[float] | None] | None = None,
+    expires_at: datetime | None = None,
 ) -> list[IndexedDoc]:
     """Index documents of archived turns (episodic recall); redacted and empty turns are
     left out. ``embeddings``, when given, are the turns' vectors in the same order.
 
+    ``expires_at`` is the turns' retention, the ``expires_at`` their durable append was
+    given (the session tier's ``durable_ttl`` after the write; None: kept forever): the
+    index stops returning the documents then and collects them (see
+    :mod:`tiermem.longterm.index`).
+
     Index them after the durable append; remove a turn's document when it is redacted.
+
+    Raises:
+        ValidationError: ``embeddings`` does not have one entry per turn, or
+            ``expires_at`` is naive.
     """
     if embeddings is not None and len(embeddings) != len(turns):
         raise ValidationError("turn_docs needs one embedding (or None) per turn")
+    check_aware(expires_at, what="expires_at")
     docs = []
     for i, turn in enumerate(turns):
         text = turn.text
@@ -137,32 +153,126 @@ def turn_docs(
                 text=text,
                 created_at=turn.timestamp,
                 embedding=None if vector is None else tuple(vector),
+                expires_at=expires_at,
             )
         )
     return docs
 
 
-def memory_loader(durable: DurableStore, *, limit: int = 100_000) -> DocLoader:
-    """A :class:`~tiermem.longterm.index_memory.WarmingIndex` loader of the user's
-    memories: one ``query_memories`` (paginated by the store) per warm-up."""
+WARM_MEMORY_CAP = 10_000
+"""Most memories :func:`memory_loader` reads for one user (the newest)."""
+WARM_MEMORY_PAGE = 500
+"""Memories per ``query_memories`` call of :func:`memory_loader`."""
+WARM_SESSIONS = 20
+"""Sessions :func:`turn_loader` reads for one user (the newest)."""
+WARM_TURNS_PER_SESSION = 200
+"""Turns :func:`turn_loader` reads per session (the last ones)."""
+
+
+def memory_loader(
+    durable: DurableStore,
+    *,
+    types: MemoryTypeRegistry | None = None,
+    clock: Clock | None = None,
+    max_memories: int = WARM_MEMORY_CAP,
+    page: int = WARM_MEMORY_PAGE,
+) -> DocLoader:
+    """A :class:`~tiermem.longterm.index_memory.WarmingIndex` loader of the user's memories.
+
+    Reads only what recall can return: live records (``query_memories`` leaves expired ones
+    out) of the registered ``types`` — pass the registry of the
+    :class:`~tiermem.longterm.memory.LongTermMemory` (its names are read at each warm-up,
+    so types registered later are included); without one, the default types. So the change
+    log (a year of entries) and knowledge chunks (their own loader) are never read.
+    Superseded records are left out, as the write path leaves them out of the index.
+
+    Bounded: the newest ``max_memories`` (default :data:`WARM_MEMORY_CAP`), read in pages
+    of ``page`` records (several store calls, none of them large); a user with more has the
+    older ones unsearchable in this process (a warning is logged).
+
+    Raises:
+        ValidationError: ``max_memories`` or ``page`` < 1. The loader raises
+            ValidationError for a bad user id, and the store's mapped errors.
+    """
+    if max_memories < 1 or page < 1:
+        raise ValidationError("memory_loader needs max_memories >= 1 and page >= 1")
+    registry = types if types is not None else MemoryTypeRegistry()
+    now_of = (clock or SystemClock()).now
 
     async def load(user_id: str) -> list[IndexedDoc]:
-        records = await durable.query_memories(user_id, limit=limit)
-        return [memory_doc(r) for r in records if not is_internal_type(r.memory_type)]
+        names = registry.names()
+        now = now_of()
+        docs: list[IndexedDoc] = []
+        seen: set[str] = set()
+        until: datetime | None = None
+        size = min(page, max_memories)
+        while len(seen) < max_memories:
+            batch = await durable.query_memories(
+                user_id, memory_types=names, until=until, limit=size
+            )
+            for record in batch:
+                if record.memory_id in seen or len(seen) >= max_memories:
+                    continue
+                seen.add(record.memory_id)
+                if not is_hidden(record, now):
+                    docs.append(memory_doc(record))
+            if len(batch) < size:
+                return docs
+            oldest = batch[-1].created_at
+            if batch[0].created_at == oldest:
+                size *= 2  # one instant fills the page: widen it to get past the instant
+                continue
+            # ``until`` is exclusive: take the oldest instant again, deduplicated by ``seen``.
+            until = oldest + timedelta(microseconds=1)
+            size = min(page, max_memories)
+        logger.warning(
+            "warming the index read the newest %d memories of a user; older ones are not "
+            "searchable in this process",
+            max_memories,
+        )
+        return docs
 
     return load
 
 
-def turn_loader(durable: DurableStore, *, sessions: int = 20, concurrency: int = 4) -> DocLoader:
-    """A loader of the archived turns of the user's ``sessions`` newest sessions."""
+def turn_loader(
+    durable: DurableStore,
+    *,
+    sessions: int = WARM_SESSIONS,
+    turns_per_session: int = WARM_TURNS_PER_SESSION,
+    retention: timedelta | None = None,
+    clock: Clock | None = None,
+    concurrency: int = 4,
+) -> DocLoader:
+    """A loader of the live archived turns of the user's ``sessions`` newest sessions, the
+    last ``turns_per_session`` of each (``tail_turns``): at most sessions ×
+    turns_per_session turns (4,000 by default) in ``sessions + 1`` store calls.
+
+    ``retention`` is the session tier's ``durable_ttl``: each document then expires that
+    long after the load. A turn's own expiry is never later (it was appended before the
+    load), so the warm index stops returning turns the store has dropped; recall removes
+    one it meets earlier. None: the documents do not expire (the index's eviction of cold
+    users bounds them).
+
+    Raises:
+        ValidationError: ``sessions``, ``turns_per_session`` or ``concurrency`` < 1. The
+            loader raises ValidationError for a bad user id, and the store's mapped errors.
+    """
+    if sessions < 1 or turns_per_session < 1 or concurrency < 1:
+        raise ValidationError(
+            "turn_loader needs sessions >= 1, turns_per_session >= 1 and concurrency >= 1"
+        )
+    now_of = (clock or SystemClock()).now
 
     async def load(user_id: str) -> list[IndexedDoc]:
+        expires_at = None if retention is None else now_of() + retention
         refs = await durable.list_sessions(user_id, limit=sessions)
         gate = asyncio.Semaphore(concurrency)
 
         async def one(session_id: str) -> list[IndexedDoc]:
             async with gate:
-                return turn_docs(user_id, session_id, await durable.get_turns(session_id))
+                turns = await durable.tail_turns(session_id, turns_per_session)
+            return turn_docs(user_id, session_id, turns, expires_at=expires_at)
 
         loaded = await asyncio.gather(*(one(ref.session_id) for ref in refs))
         return [doc for docs in loaded for doc in docs]
