@@ -11,6 +11,7 @@ layers (redis-py, botocore, sqlite3) are mapped to these at the backend boundary
     ├── ConflictError               a compare-and-set lost: carries expected / actual
     ├── UnsupportedCapabilityError  the backend does not offer this capability
     ├── BudgetExceededError         content cannot fit the token budget
+    ├── CorruptDataError            stored data cannot be decoded (skipped in lists, raised alone)
     └── BackendError                a backend failed; ``retryable`` says if a retry may help
         ├── BackendUnavailableError the backend cannot be reached
         └── BackendTimeoutError     the backend did not answer in time
@@ -26,6 +27,7 @@ __all__ = [
     "BackendUnavailableError",
     "BudgetExceededError",
     "ConflictError",
+    "CorruptDataError",
     "NotFoundError",
     "TierMemError",
     "UnknownModelError",
@@ -73,6 +75,14 @@ class UnsupportedCapabilityError(TierMemError):
 
 class BudgetExceededError(TierMemError):
     """Required content does not fit the token budget, even after every allowed trim."""
+
+
+class CorruptDataError(TierMemError):
+    """Stored data cannot be decoded (written by a broken or much newer client).
+
+    Reads of many items (a session's turns, a hot snapshot) skip such an item and log a
+    warning; a read of that one item raises this.
+    """
 
 
 class BackendError(TierMemError):

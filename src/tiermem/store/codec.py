@@ -7,11 +7,15 @@ messages, before any I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+import logging
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from itertools import pairwise
 
-from tiermem.errors import ValidationError
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import PydanticSerializationError
+
+from tiermem.errors import CorruptDataError, ValidationError
 from tiermem.models import JsonValue, MemoryRecord, NewTurn, Turn
 from tiermem.store.contract import (
     MAX_MEMORY_BYTES,
@@ -22,6 +26,8 @@ from tiermem.store.contract import (
     check_size,
 )
 from tiermem.store.keys import validate_id
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "check_append",
@@ -36,6 +42,7 @@ __all__ = [
     "check_restore",
     "decode_memory",
     "decode_turn",
+    "decode_turns",
     "encode_data",
     "encode_memory",
     "encode_turn",
@@ -113,13 +120,46 @@ def check_kind(kind: str, *, what: str = "record kind") -> str:
 
 
 def encode_turn(turn: Turn) -> str:
-    payload = turn.model_dump_json()
+    try:
+        payload = turn.model_dump_json()
+    except PydanticSerializationError as exc:
+        raise ValidationError(
+            f"turn {turn.index} cannot be serialized ({_first_line(exc)}); check it for "
+            "lone surrogates or nesting deeper than tiermem.models.shape.MAX_JSON_DEPTH"
+        ) from exc
     check_size(payload, limit=MAX_TURN_BYTES, what=f"turn {turn.index}")
     return payload
 
 
 def decode_turn(payload: str | bytes) -> Turn:
-    return Turn.model_validate_json(payload)
+    """One stored turn.
+
+    Raises:
+        CorruptDataError: the payload is not a turn this version can read.
+    """
+    try:
+        return Turn.model_validate_json(payload)
+    except (PydanticValidationError, ValueError, RecursionError) as exc:
+        raise CorruptDataError(
+            f"a stored turn cannot be decoded ({len(payload)} bytes): {_first_line(exc)}"
+        ) from exc
+
+
+def decode_turns(payloads: Iterable[str | bytes], *, session_id: str) -> list[Turn]:
+    """Stored turns, in order, skipping (and logging) any that cannot be decoded: one bad
+    turn must not make a whole session unreadable."""
+    turns: list[Turn] = []
+    for payload in payloads:
+        try:
+            turns.append(decode_turn(payload))
+        except CorruptDataError as exc:
+            logger.warning("session %s: skipped an archived turn: %s", session_id, exc)
+    return turns
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def encode_data(data: Mapping[str, JsonValue], *, what: str) -> str:

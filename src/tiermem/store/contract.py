@@ -96,7 +96,13 @@ DEFAULT_GC_GRACE = timedelta(hours=1)
 
 def check_size(payload: bytes | str, *, limit: int, what: str) -> None:
     """Raise :class:`ValidationError` if a serialized payload is over its limit."""
-    size = len(payload.encode() if isinstance(payload, str) else payload)
+    try:
+        size = len(payload.encode() if isinstance(payload, str) else payload)
+    except UnicodeEncodeError as exc:
+        raise ValidationError(
+            f"{what} holds text that cannot be stored as UTF-8 (a lone surrogate at "
+            f"position {exc.start}); decode your input with errors='replace'"
+        ) from exc
     if size > limit:
         raise ValidationError(
             f"{what} is {size} bytes serialized; the limit is {limit}. "

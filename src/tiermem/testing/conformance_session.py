@@ -12,8 +12,18 @@ from datetime import timedelta
 
 import pytest
 
-from tiermem.errors import ConflictError, ValidationError
-from tiermem.models import ActiveEntity, SessionMetadata, SessionRef, StateBlob, Turn
+from tiermem.errors import ConflictError, CorruptDataError, ValidationError
+from tiermem.models import (
+    ActiveEntity,
+    JsonValue,
+    NewTurn,
+    SessionMetadata,
+    SessionRef,
+    StateBlob,
+    TextBlock,
+    ToolUseBlock,
+    Turn,
+)
 from tiermem.testing.backend import BackendUnderTest, fresh_id, text_turn
 
 HOUR = 3600.0
@@ -392,3 +402,70 @@ async def test_copy_state_keeps_the_given_version_and_never_goes_back(
     assert snap.state["dialogue"] == v9
     assert snap.version == 3
     assert snap.expires_at == backend.later(2 * HOUR)
+
+
+# -- unreadable data never makes a session unreadable -----------------------------------
+
+
+def _undecodable(text: str) -> NewTurn:
+    """A turn every backend can encode but no JSON decoder of ours reads back: 200 levels of
+    nesting (what an old client, or one that skipped the edge checks, could have stored)."""
+    deep: JsonValue = "leaf"
+    for _ in range(200):
+        deep = [deep]
+    turn = text_turn(text)
+    block = ToolUseBlock(tool_use_id="t", name="search", input=deep)
+    return turn.model_copy(update={"content": (*turn.content, block)})
+
+
+def _head(turn: Turn) -> str:
+    block = turn.content[0]
+    assert isinstance(block, TextBlock)
+    return block.text
+
+
+async def test_an_undecodable_archived_turn_is_skipped_not_fatal(
+    backend: BackendUnderTest,
+) -> None:
+    durable, sid = backend.durable, fresh_id("s")
+    await durable.append_turns(sid, [text_turn("before"), _undecodable("bad"), text_turn("after")])
+    serializes = backend.durable.name != "memory"  # the reference keeps objects, not JSON
+    readable = ["before", "after"] if serializes else ["before", "bad", "after"]
+    assert [_head(t) for t in await durable.get_turns(sid)] == readable
+    assert [_head(t) for t in await durable.tail_turns(sid, 3)] == readable
+    assert (await durable.get_turn(sid, 2)).text == "after"
+    if serializes:
+        with pytest.raises(CorruptDataError):
+            await durable.get_turn(sid, 1)
+    assert await durable.next_index(sid) == 3
+
+
+async def test_an_undecodable_hot_turn_is_skipped_not_fatal(backend: BackendUnderTest) -> None:
+    hot, sid = backend.hot, fresh_id("s")
+    await hot.append_turns(
+        sid,
+        [text_turn("before"), _undecodable("bad"), text_turn("after")],
+        window=5,
+        expires_at=backend.later(HOUR),
+    )
+    snap = await hot.load(sid)
+    assert snap is not None
+    assert snap.next_index == 3
+    assert snap.turns[0].text == "before"
+    assert snap.turns[-1].text == "after"
+
+
+async def test_unencodable_text_is_refused_before_anything_is_written(
+    backend: BackendUnderTest,
+) -> None:
+    durable, hot, sid = backend.durable, backend.hot, fresh_id("s")
+    with pytest.raises(ValidationError):
+        await durable.append_turns(sid, [text_turn("bad \ud800")])
+    with pytest.raises(ValidationError):
+        await hot.append_turns(
+            sid, [text_turn("bad \ud800")], window=5, expires_at=backend.later(HOUR)
+        )
+    with pytest.raises(ValidationError):
+        await durable.put_record(sid, "summary", {"text": "bad \udfff"})
+    assert await durable.next_index(sid) == 0
+    assert await hot.load(sid) is None

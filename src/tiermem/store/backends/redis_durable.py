@@ -60,6 +60,7 @@ from tiermem.store.codec import (
     check_range,
     decode_memory,
     decode_turn,
+    decode_turns,
     encode_data,
     encode_memory,
     encode_turn,
@@ -482,7 +483,7 @@ class RedisDurableStore(RedisStoreBase):
             ],
         )
         if reply[0] == b"repeat":
-            return [turn for raw in reply[1:] if (turn := _live_turn(raw, now_us)) is not None]
+            return _live_turns(reply[1:], now_us, session_id)
         if reply[0] == b"index":
             actual = int(reply[1])
             raise ConflictError(
@@ -519,8 +520,7 @@ class RedisDurableStore(RedisStoreBase):
         raws = await self._io.execute(
             "LRANGE", self._keys.archive(session_id), start, -1 if end is None else end - 1
         )
-        now_us = self._now_us()
-        return [turn for raw in raws if (turn := _live_turn(raw, now_us)) is not None]
+        return _live_turns(raws, self._now_us(), session_id)
 
     @redis_boundary
     async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
@@ -532,7 +532,9 @@ class RedisDurableStore(RedisStoreBase):
         raws = await self._io.call(
             ARCHIVE_TAIL, [self._keys.archive(session_id)], [self._now_us(), count]
         )
-        return [decode_turn(split_frame(raw, 1)[1]) for raw in reversed(raws)]
+        return decode_turns(
+            (split_frame(raw, 1)[1] for raw in reversed(raws)), session_id=session_id
+        )
 
     @redis_boundary
     async def redact_turn(self, session_id: str, index: int) -> Turn:
@@ -877,6 +879,15 @@ class RedisDurableStore(RedisStoreBase):
             f"user {user_id!r} kept getting new sessions or memories while being purged; "
             "stop writes for the user and retry"
         )
+
+
+def _live_turns(raws: Sequence[bytes], now_us: int, session_id: str) -> list[Turn]:
+    """The live turns of archive frames; an undecodable one is skipped and logged."""
+    frames = [split_frame(raw, 1) for raw in raws]
+    return decode_turns(
+        (payload for expires_us, payload in frames if not expires_us or int(expires_us) > now_us),
+        session_id=session_id,
+    )
 
 
 def _live_turn(raw: bytes, now_us: int) -> Turn | None:

@@ -50,7 +50,7 @@ from tiermem.store.codec import (
     check_kind,
     check_limit,
     check_restore,
-    decode_turn,
+    decode_turns,
     encode_data,
     encode_turn,
 )
@@ -534,7 +534,7 @@ class RedisHotStore(RedisStoreBase):
         version, next_index, expires_us, metadata, turns, entities, state = reply
         return SessionSnapshot(
             session_id=session_id,
-            turns=tuple(decode_turn(raw) for raw in turns),
+            turns=tuple(decode_turns(turns, session_id=session_id)),
             metadata=SessionMetadata.model_validate_json(metadata) if metadata else None,
             entities={
                 kind.decode(): ActiveEntity.model_validate_json(raw)

@@ -54,6 +54,7 @@ from tiermem.store.codec import (
     check_range,
     decode_memory,
     decode_turn,
+    decode_turns,
     encode_data,
     encode_memory,
     encode_turn,
@@ -317,7 +318,7 @@ class SQLiteDurableStore:
             )
             return [payload for (payload,) in rows]
 
-        return [decode_turn(payload) for payload in await self._db.read(op)]
+        return decode_turns(await self._db.read(op), session_id=session_id)
 
     async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
         validate_id(session_id, what="session_id")
@@ -334,7 +335,7 @@ class SQLiteDurableStore:
             )
             return [payload for (payload,) in rows]
 
-        return [decode_turn(payload) for payload in reversed(await self._db.read(op))]
+        return decode_turns(reversed(await self._db.read(op)), session_id=session_id)
 
     async def redact_turn(self, session_id: str, index: int) -> Turn:
         validate_id(session_id, what="session_id")
@@ -719,7 +720,7 @@ def _stored_turns(
         "AND (expires_at_us IS NULL OR expires_at_us > ?) ORDER BY idx",
         (session_id, start, end, now_us),
     )
-    return [decode_turn(payload) for (payload,) in rows]
+    return decode_turns((payload for (payload,) in rows), session_id=session_id)
 
 
 def _list_for_user(conn: sqlite3.Connection, ref: SessionRef) -> None:

@@ -47,7 +47,7 @@ from tiermem.store.codec import (
     check_append,
     check_kind,
     check_restore,
-    decode_turn,
+    decode_turns,
     encode_data,
     encode_turn,
 )
@@ -281,7 +281,7 @@ class SQLiteHotStore:
             ).fetchall()
             return SessionSnapshot(
                 session_id=session_id,
-                turns=tuple(decode_turn(payload) for (payload,) in turns),
+                turns=tuple(decode_turns((p for (p,) in turns), session_id=session_id)),
                 metadata=(
                     SessionMetadata.model_validate_json(head.metadata)
                     if head.metadata is not None
