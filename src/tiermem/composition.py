@@ -97,7 +97,9 @@ def open_durable_store(settings: TierMemSettings, *, clock: Clock | None = None)
     )
 
 
-def open_search_index(settings: TierMemSettings) -> SearchIndex | None:
+def open_search_index(
+    settings: TierMemSettings, *, clock: Clock | None = None
+) -> SearchIndex | None:
     """The search index for recall that fits the deployment (see docs/recall.md):
 
     * Redis in the deployment: BM25 postings in Redis under each user's hash tag;
@@ -109,16 +111,16 @@ def open_search_index(settings: TierMemSettings) -> SearchIndex | None:
     if "redis" in (settings.hot_backend, settings.durable_backend):
         from tiermem.longterm.index_redis import RedisIndex
 
-        return RedisIndex.from_url(settings.redis_url, prefix=settings.redis_prefix)
+        return RedisIndex.from_url(settings.redis_url, prefix=settings.redis_prefix, clock=clock)
     if settings.durable_backend == "sqlite":
         from tiermem.longterm.index_sqlite import SQLiteIndex
         from tiermem.store.backends import sqlite
 
-        return SQLiteIndex(settings.sqlite_path or sqlite.default_database_path())
+        return SQLiteIndex(settings.sqlite_path or sqlite.default_database_path(), clock=clock)
     if settings.durable_backend == "memory":
         from tiermem.longterm.index_memory import InProcessIndex
 
-        return InProcessIndex()
+        return InProcessIndex(clock=clock)
     return None
 
 
@@ -158,12 +160,15 @@ def build_longterm(
     ids: IdFactory,
     tokens: TokenCounter,
     embedder: Embedder | None,
+    turn_retention: timedelta | None = None,
 ) -> tuple[LongTermMemory, KnowledgeBase, AccessTracker]:
     """Long-term memory, knowledge documents and access tracking over one durable store and
     one search index. Without an index: a persistent store gets an in-process index warmed
     per user from the store on first query (memories, archived turns, document chunks), the
     in-memory store a plain one. An injected ``longterm`` brings its own index, which the
-    knowledge base then shares (one index per deployment, never two)."""
+    knowledge base then shares (one index per deployment, never two). ``turn_retention`` is
+    how long archived turns live (the session tier's ``durable_ttl``): warmed turn
+    documents expire no later."""
     from tiermem.longterm.index_memory import InProcessIndex, WarmingIndex
     from tiermem.longterm.recall import Recaller, memory_loader, turn_loader
 
@@ -172,9 +177,10 @@ def build_longterm(
         index = longterm.index
     if index is None:
         if Capability.PERSISTENT in durable.capabilities:
-            index = warming = WarmingIndex([memory_loader(durable), turn_loader(durable)])
+            turns = turn_loader(durable, retention=turn_retention, clock=clock)
+            index = warming = WarmingIndex([turns], clock=clock)
         else:
-            index = InProcessIndex()
+            index = InProcessIndex(clock=clock)
     knowledge = KnowledgeBase(durable, index, clock=clock, ids=ids, embedder=embedder)
     if warming is not None:
         warming.add_loader(knowledge.indexed_docs)
@@ -192,6 +198,9 @@ def build_longterm(
         embedder=embedder,
         recaller=recaller,
     )
+    if warming is not None:
+        # Custom memory types registered on this instance are warmed too.
+        warming.add_loader(memory_loader(durable, types=longterm.types, clock=clock))
     return longterm, knowledge, access
 
 
@@ -206,7 +215,7 @@ def open_service(
     clock = clock or SystemClock()
     engines.setdefault("config", SessionTierConfig(window=settings.hot_window))
     if "index" not in engines and "longterm" not in engines:
-        engines["index"] = open_search_index(settings)
+        engines["index"] = open_search_index(settings, clock=clock)
     if "embedder" not in engines:
         engines["embedder"] = open_embedder(settings)
     return MemoryService(

@@ -101,6 +101,7 @@ class MemoryService:
             ids=self.ids,
             tokens=self.tokens,
             embedder=embedder,
+            turn_retention=self.tiers.config.durable_ttl,
         )
         """Long-term user memory (remember, preferences, recall, forget) over ``durable``."""
         self.knowledge = knowledge
@@ -208,7 +209,12 @@ class MemoryService:
 
     def sweeper(self, handoff: Handoff, *, owner: str | None = None) -> ExpirySweeper:
         """An expiry sweeper that hands each expired session to ``handoff`` exactly once."""
-        return ExpirySweeper(self.tiers, handoff, owner=owner or f"sweeper-{self.ids.new_id()}")
+        return ExpirySweeper(
+            self.tiers,
+            handoff,
+            owner=owner or f"sweeper-{self.ids.new_id()}",
+            index=self.longterm.index,
+        )
 
     async def prepare_turns(self, items: Sequence[TurnInput | NewTurn]) -> list[NewTurn]:
         """:meth:`prepare_turn` for each item that is not prepared yet; prepared ones are

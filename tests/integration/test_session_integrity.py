@@ -262,3 +262,21 @@ async def test_concurrent_write_behind_with_a_hot_loss_stays_gap_free(every: Pai
     view = await memory.tiers.view(sid)
     assert view is not None
     assert list(view.turns) == archived[-10:]
+
+
+# -- 5. index documents of archived turns live as long as the turns ----------------------------
+
+
+async def test_turn_documents_expire_with_their_turns_and_are_collected(every: Pairing) -> None:
+    memory = every.service(SessionTierConfig(durable_ttl=timedelta(hours=2)), auto_detect=False)
+    user = fresh_id("u")
+    session = await memory.session(fresh_id("s"), user_id=user)
+    await session.add_turn("user", "my order ORD-77123 never arrived")
+    await memory.drain()
+    hits = await memory.longterm.recall(user, "order never arrived", scope=("turn",))
+    assert [h.provenance.turn_indexes for h in hits] == [(0,)]
+    every.clock.advance(2 * 3600)
+    assert await memory.longterm.recall(user, "order never arrived", scope=("turn",)) == []
+    swept = await memory.sweeper(lambda view: asyncio.sleep(0)).sweep_once()
+    assert swept.failed == ()
+    assert await memory.longterm.index.collect_expired(1000) == 0  # the sweep took it

@@ -94,6 +94,7 @@ def memory_doc(record: MemoryRecord) -> IndexedDoc:
         created_at=record.created_at,
         embedding=record.embedding,
         tags=record.tags,
+        expires_at=record.expires_at,
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tiermem.errors import TierMemError
+from tiermem.longterm.index import SearchIndex
 from tiermem.tiers.config import WritePolicy
 from tiermem.tiers.tiered import SessionView, TieredSessionStore
 
@@ -32,10 +33,20 @@ class SweepResult:
 
 
 class ExpirySweeper:
-    def __init__(self, tiers: TieredSessionStore, handoff: Handoff, *, owner: str) -> None:
+    def __init__(
+        self,
+        tiers: TieredSessionStore,
+        handoff: Handoff,
+        *,
+        owner: str,
+        index: SearchIndex | None = None,
+        collect_limit: int = 1000,
+    ) -> None:
         self._tiers = tiers
         self._handoff = handoff
         self._owner = owner
+        self._index = index
+        self._collect_limit = collect_limit
 
     async def sweep_once(self, *, limit: int = 100) -> SweepResult:
         """Claim up to ``limit`` expired sessions and hand each off.
@@ -64,4 +75,15 @@ class ExpirySweeper:
                 continue
             if await self._tiers.hot.release_expired(session_id, owner=self._owner):
                 done.append(session_id)
+        await self._collect_index()
         return SweepResult(tuple(done), tuple(failed))
+
+    async def _collect_index(self) -> None:
+        """Collect expired search documents of idle users too (writes collect only as they
+        go): at most ``collect_limit`` per sweep, so a sweep's work stays bounded."""
+        if self._index is None:
+            return
+        try:
+            await self._index.collect_expired(self._collect_limit)
+        except TierMemError:
+            logger.exception("collecting expired search documents failed; the next sweep retries")
