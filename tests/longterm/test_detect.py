@@ -3,16 +3,22 @@ statements, the negatives that must not fire, and the key design (what updates w
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tiermem.longterm import _detect_rules as rules
 from tiermem.longterm.detect import (
     DetectedMemory,
     RuleMemoryDetector,
     detect_memories,
+    sentence_spans,
     split_sentences,
 )
+from tiermem.policies.phrases import TextView, normal_form
+from tiermem.policies.turn_text import TurnText
 
 Draft = tuple[str, str | None, str | None, str]
 """(reason, key, value, content) of a detected memory."""
@@ -267,3 +273,66 @@ def test_detection_never_fails_and_drafts_are_well_formed(text: str) -> None:
         else:
             assert draft.memory_type == "fact"
             assert draft.key is None
+
+
+PASTE = "the weather was nice and we walked to the shop. " * 4_000  # ~200 KB
+
+
+def test_a_long_turn_is_read_at_its_ends() -> None:
+    middle = len(PASTE) // 2
+    text = "I prefer seinen. " + PASTE[:middle] + "I hate isekai. " + PASTE[middle:]
+    text += "Also I don't like horror."
+    assert [d.key for d in detect_memories(text)] == ["favorite_genre", "opinion:genre:horror"]
+
+
+def test_remember_command_keeps_the_whole_turn() -> None:
+    (draft,) = detect_memories("!remember " + PASTE + "the end")
+    assert draft.content == (PASTE + "the end").strip()
+
+
+CORPUS = [t for t, _ in PREFERENCES] + [t for t, _, _ in EXPLICIT] + [t for t, _ in CORRECTIONS]
+CORPUS += NOTHING
+
+
+@given(st.text(max_size=200))
+def test_a_turn_text_gives_what_its_string_gives(text: str) -> None:
+    assert detect_memories(TurnText.of(text)) == detect_memories(text)
+
+
+@pytest.mark.parametrize("text", CORPUS)
+def test_a_gate_never_changes_what_its_pattern_finds(text: str) -> None:
+    gated = [v for v in vars(rules).values() if isinstance(v, rules.Gated)]
+    view = TextView(text)
+    for piece in (view.normal, view.folded, *split_sentences(text)):
+        for part in (piece, piece.lower()):
+            for pattern in gated:
+                for method in ("search", "match"):
+                    got = getattr(pattern, method)(part)
+                    want = getattr(pattern.regex, method)(part)
+                    assert (got and got.span()) == (want and want.span()), (pattern, part)
+
+
+@given(st.text(max_size=120))
+def test_sentence_spans_are_ordered_stripped_and_non_empty(text: str) -> None:
+    normal = normal_form(text)
+    end = 0
+    for start, stop in sentence_spans(normal):
+        assert end <= start < stop
+        sentence = normal[start:stop]
+        assert sentence == sentence.strip()
+        end = stop
+
+
+def test_no_pattern_opens_with_an_unanchored_lazy_dot() -> None:
+    # Searching for ".+?X" retries from every position when there is no X: quadratic, and
+    # seconds of CPU on one long Japanese sentence. Anchored, it reads the sentence once.
+    lazy_start = re.compile(r"(?:\((?:\?P<\w+>|\?:))*\.[+*]\?")
+    for name, value in vars(rules).items():
+        regex = value.regex if isinstance(value, rules.Gated) else value
+        if isinstance(regex, re.Pattern) and lazy_start.match(regex.pattern):
+            raise AssertionError(f"{name} opens with a lazy dot; anchor it with '^'")
+
+
+def test_a_long_japanese_sentence_is_read_in_one_pass() -> None:
+    text = "あ" * 11_000 + "好き"  # took 3 s when the pattern was searched unanchored
+    assert detect_memories(text) == ()

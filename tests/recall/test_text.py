@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiermem.longterm.text import (
@@ -17,6 +17,7 @@ from tiermem.longterm.text import (
     tokenize,
 )
 from tiermem.longterm.vectors import cosine, cosine_top, pack_vector, unit_vector, unpack_vector
+from tiermem.policies.turn_text import TurnText
 
 
 @pytest.mark.parametrize(
@@ -32,6 +33,7 @@ from tiermem.longterm.vectors import cosine, cosine_top, pack_vector, unit_vecto
         ("猫", ["猫"]),
         ("Berserk全巻セット", ["berserk", "全巻", "巻セ", "セッ", "ット"]),
         ("vol.42 & ch_3", ["vol", "42", "ch", "3"]),
+        ("ヴィンランド・サガ", ["ヴィ", "ィン", "ンラ", "ラン", "ンド", "サガ"]),  # ・ separates
         ("I'm not sure it's here, you've", ["not", "sure"]),
         ("", []),
     ],
@@ -57,6 +59,24 @@ def test_tokens_are_safe_for_fts5_and_redis_keys(text: str) -> None:
         assert token
         assert all(ch.isalnum() for ch in token), token
         assert not set(token) & set(":{}#*?[]/\\%=| \t\"'")
+
+
+@given(st.text(max_size=120))
+def test_a_turn_text_tokenizes_as_its_string(text: str) -> None:
+    assert tokenize(TurnText.of(text)) == tokenize(text)
+
+
+# Words and CJK runs whose tokens do not depend on their neighbours across a space.
+WORD = st.text(st.sampled_from(list("abcSz09漫画が好き・ー_")), min_size=1, max_size=12)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(WORD, min_size=1, max_size=20))
+def test_a_long_text_is_tokenized_whole(words: list[str]) -> None:
+    # Texts are tokenized in chunks of about 8 K characters: no token may be split.
+    repeat = 20_000 // (len(" ".join(words)) + 1) + 1
+    text = " ".join(words * repeat)
+    assert tokenize(text) == [t for word in words * repeat for t in tokenize(word)]
 
 
 def test_bm25_matches_the_published_formula() -> None:

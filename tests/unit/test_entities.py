@@ -17,6 +17,7 @@ from tiermem.extraction import (
     extract_entities,
 )
 from tiermem.models import Entity, TextBlock, ToolResultBlock, ToolUseBlock
+from tiermem.policies.turn_text import TurnText
 
 TITLES = {
     "Berserk": "Berserk",
@@ -237,3 +238,17 @@ def test_joining_texts_never_loses_an_entity(parts: list[str]) -> None:
     joined = {(e.kind, e.value) for e in EXTRACTOR.extract(" ".join(parts))}
     separately = {(e.kind, e.value) for part in parts for e in EXTRACTOR.extract(part)}
     assert joined == separately
+
+
+PASTE = "the weather was nice and we walked to the shop. " * 4_000  # ~200 KB
+
+
+def test_a_long_paste_is_read_at_its_ends_only() -> None:
+    middle = len(PASTE) // 2
+    text = "Berserk vol 3. " + PASTE[:middle] + " ORD-11111 " + PASTE[middle:] + " ¥1,200"
+    assert pairs(text) == [("series", "Berserk"), ("volume", "3"), ("money", "JPY 1200")]
+
+
+@given(st.text(max_size=200))
+def test_a_turn_text_gives_what_its_string_gives(text: str) -> None:
+    assert EXTRACTOR.extract(TurnText.of(text)) == EXTRACTOR.extract(text)

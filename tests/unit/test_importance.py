@@ -20,6 +20,7 @@ from tiermem.policies import (
     TextView,
     score_importance,
 )
+from tiermem.policies.turn_text import TurnText
 
 REASONS = {
     "preference", "correction", "recommendation", "tool_result",
@@ -289,3 +290,21 @@ def test_text_view_normalises_width_apostrophes_and_case() -> None:
     assert view.normal == "OK? I'M カタカナ İ"
     assert view.folded == "ok? i'm カタカナ i"
     assert len(view.folded) == len(view.normal)
+
+
+PASTE = "the weather was nice and we walked to the shop. " * 4_000  # ~200 KB
+
+
+def test_a_cue_in_the_middle_of_a_long_paste_is_not_the_speakers() -> None:
+    middle = len(PASTE) // 2
+    buried = PASTE[:middle] + " I prefer seinen. " + PASTE[middle:]
+    assert score_importance("user", text(buried)).reason == "density"
+    assert score_importance("user", text(PASTE + " I prefer seinen.")).reason == "preference"
+    assert score_importance("user", text("I prefer seinen. " + PASTE)).reason == "preference"
+
+
+@given(st.sampled_from(["user", "assistant"]), st.text(max_size=200), st.text(max_size=50))
+def test_a_turn_text_given_scores_as_the_blocks_do(role: str, said: str, quoted: str) -> None:
+    blocks = (TextBlock(text=said), result(quoted))
+    given_text = score_importance(role, blocks, text=TurnText.of_blocks(blocks))
+    assert given_text == score_importance(role, blocks)

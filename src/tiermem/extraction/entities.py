@@ -34,7 +34,8 @@ case-insensitively as whole words (:class:`~tiermem.policies.phrases.PhraseIndex
 match inside a series title (the "Fantasy" of "Final Fantasy") is not reported as another
 kind. Text is read in NFKC form, so full-width ``４２巻`` is volume 42. Kanji numerals
 (``四十二巻``) are not read; ``青年`` and ``少女`` are reported as genres even where they
-just mean "young man" and "girl".
+just mean "young man" and "girl". Of a long turn, only the rule window is read: its first
+8,000 and last 4,000 characters (:mod:`tiermem.policies.turn_text` says why).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from tiermem.models.content import text_of
 from tiermem.models.turns import Entity
 from tiermem.policies.phrases import LATIN_WORD_CHARS as _L
 from tiermem.policies.phrases import PhraseIndex, TextView, phrase_key
+from tiermem.policies.turn_text import TurnText, as_turn_text
 
 __all__ = [
     "DEFAULT_ENTITY_RULES",
@@ -68,9 +70,16 @@ _NOT_LITERAL = re.compile(r"\\.|\(\?P<[^>]*>|\(\?P=[^)]*\)|\[(?:\\.|[^\]])*\]")
 
 
 class EntityExtractor(Protocol):
-    """Finds entities in text. Implementations are pure and return each entity once."""
+    """Finds entities in text. Implementations are pure, safe to call from several threads,
+    and return each entity once.
 
-    def extract(self, text: str) -> tuple[Entity, ...]:
+    ``text`` is a plain string or a turn's :class:`~tiermem.policies.turn_text.TurnText`;
+    :func:`~tiermem.policies.turn_text.as_turn_text` turns either into the latter. Rule
+    engines read its rule window (``text.view``); an engine that wants every word reads
+    ``text.text``.
+    """
+
+    def extract(self, text: str | TurnText) -> tuple[Entity, ...]:
         """The entities in ``text``, deduplicated, in order of first appearance."""
         ...
 
@@ -341,9 +350,14 @@ class RuleEntityExtractor:
         self._titles = PhraseRule("series", known_titles) if known_titles else None
         self._rules = tuple(rules)
 
-    def extract(self, text: str) -> tuple[Entity, ...]:
-        """The entities in ``text``, each ``(kind, value)`` once, by first appearance."""
-        view = TextView(text)
+    def extract(self, text: str | TurnText) -> tuple[Entity, ...]:
+        """The entities in ``text``, each ``(kind, value)`` once, by first appearance.
+
+        Reads the rule window of the text (its first 8,000 and last 4,000 characters, see
+        :mod:`tiermem.policies.turn_text`): entities in the middle of a long paste are not
+        reported.
+        """
+        view = as_turn_text(text).view
         found: list[tuple[int, int, str, str]] = []
         titles = list(self._titles.find(view)) if self._titles else []
         found += [(start, 0, "series", value) for start, _, value in titles]

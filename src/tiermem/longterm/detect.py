@@ -2,7 +2,9 @@
 
 :class:`RuleMemoryDetector` reads one user turn and returns :class:`DetectedMemory` drafts;
 :meth:`tiermem.longterm.memory.LongTermMemory.remember_detected` writes them. It runs on
-every user turn, so it is pure and cheap (a handful of regexes per sentence).
+every user turn, so it is pure and cheap: a handful of regexes per sentence, most behind a
+substring gate, over at most the rule window of the turn. The word lists and patterns are
+data, in :mod:`tiermem.longterm._detect_rules`; this module is the engine that applies them.
 
 What is detected, in English and Japanese:
 
@@ -56,6 +58,9 @@ upsert_preference`, with the old value kept in history):
 * Weak corrections: "actually" and "no, it's …" count only with something concrete (an
   entity such as a volume, or "instead" / "not" / "rather"); "No, I meant …" and
   "XじゃなくてY" always count.
+* The middle of a long turn: only its first 8,000 and last 4,000 characters are read (the
+  rule window, :mod:`tiermem.policies.turn_text`), where a person's own words around a
+  pasted text are; "!remember" keeps the whole turn.
 """
 
 from __future__ import annotations
@@ -66,7 +71,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tiermem.extraction.entities import DEFAULT_ENTITY_RULES, PhraseRule, RuleEntityExtractor
+from tiermem.longterm import _detect_rules as rules
 from tiermem.policies.phrases import TextView, normal_form
+from tiermem.policies.turn_text import TurnText, as_turn_text
 
 __all__ = [
     "MAX_OBJECT_CHARS",
@@ -75,6 +82,7 @@ __all__ = [
     "MemoryDetector",
     "RuleMemoryDetector",
     "detect_memories",
+    "sentence_spans",
     "split_sentences",
 ]
 
@@ -107,161 +115,68 @@ class DetectedMemory:
 
 
 class MemoryDetector(Protocol):
-    """Finds memories in a user's text. Implementations are pure and fast: they run on
-    every user turn."""
+    """Finds memories in a user's text. Implementations are pure, fast (they run on every
+    user turn) and safe to call from several threads.
 
-    def detect(self, text: str) -> tuple[DetectedMemory, ...]:
+    ``text`` is a plain string or a turn's :class:`~tiermem.policies.turn_text.TurnText`;
+    :func:`~tiermem.policies.turn_text.as_turn_text` turns either into the latter. Rule
+    engines read what the speaker wrote (``text.said``, the rule window).
+    """
+
+    def detect(self, text: str | TurnText) -> tuple[DetectedMemory, ...]:
         """The drafts in ``text``, in order, each key (or content) once."""
         ...
 
 
 # ---------------------------------------------------------------- sentences
 
-_ABBREVIATIONS = frozenset(
-    {
-        "vol",
-        "no",
-        "nos",
-        "mr",
-        "mrs",
-        "ms",
-        "dr",
-        "st",
-        "vs",
-        "etc",
-        "e.g",
-        "i.e",
-        "ch",
-        "ep",
-        "pp",
-        "p",
-        "approx",
-        "jan",
-        "feb",
-        "mar",
-        "apr",
-        "jun",
-        "jul",
-        "aug",
-        "sep",
-        "sept",
-        "oct",
-        "nov",
-        "dec",
-    }
-)
-_PIECE = re.compile(r"[^.!?。\n]*(?:[.!?。]+|\n+|$)")
 
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` (NFKC), each with its end mark. A "." after an abbreviation
-    ("vol. 42") or inside a number ("3.5") does not end a sentence."""
-    pieces = [p for p in _PIECE.findall(normal_form(text)) if p]
-    sentences: list[str] = []
-    buffer = ""
-    for index, piece in enumerate(pieces):
-        buffer += piece
+def sentence_spans(normal: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of each sentence of ``normal`` (text in
+    :func:`~tiermem.policies.phrases.normal_form`), with its end mark and without the
+    whitespace around it. A "." after an abbreviation ("vol. 42") or inside a number
+    ("3.5") does not end a sentence."""
+    pieces = [m for m in rules.PIECE.finditer(normal) if m.end() > m.start()]
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for index, match in enumerate(pieces):
+        piece = match.group()
         if piece.endswith(".") and not piece.endswith(".."):
             words = piece[:-1].split()
             last = words[-1].lower() if words else ""
-            following = pieces[index + 1] if index + 1 < len(pieces) else ""
+            following = pieces[index + 1].group() if index + 1 < len(pieces) else ""
             initial = len(last) == 1 and last.isalpha()  # "J. K. Rowling", "e.g."
             decimal = last[-1:].isdigit() and following[:1].isdigit()  # "3.5"
-            if last in _ABBREVIATIONS or initial or decimal:
+            if last in rules.ABBREVIATIONS or initial or decimal:
                 continue
-        if buffer.strip():
-            sentences.append(buffer.strip())
-        buffer = ""
-    if buffer.strip():
-        sentences.append(buffer.strip())
-    return sentences
+        _add_stripped(spans, normal, start, match.end())
+        start = match.end()
+    _add_stripped(spans, normal, start, len(normal))
+    return spans
+
+
+def _add_stripped(spans: list[tuple[int, int]], text: str, start: int, end: int) -> None:
+    part = text[start:end]
+    kept = part.strip()
+    if kept:
+        begin = start + len(part) - len(part.lstrip())
+        spans.append((begin, begin + len(kept)))
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text`` (NFKC), each with its end mark; see :func:`sentence_spans`."""
+    normal = normal_form(text)
+    return [normal[start:end] for start, end in sentence_spans(normal)]
 
 
 # ---------------------------------------------------------------- shared pieces
-
-_END_PUNCT = " \t.,;:!?。、…~〜・"
-_ARTICLES = re.compile(r"^(?:the|a|an|some|any)\s+", re.IGNORECASE)
-_VAGUE_HEADS = frozenset(
-    {
-        "it",
-        "it's",
-        "its",
-        "that",
-        "that's",
-        "this",
-        "these",
-        "those",
-        "them",
-        "they",
-        "one",
-        "ones",
-        "you",
-        "him",
-        "her",
-        "us",
-        "me",
-        "what",
-        "which",
-        "whatever",
-        "everything",
-        "anything",
-        "something",
-        "nothing",
-        "stuff",
-        "things",
-        "here",
-        "there",
-        "when",
-        "how",
-        "who",
-        "why",
-        "where",
-        "to",
-        "other",
-        "same",
-        "idea",
-        "way",
-        "doing",
-        "not",
-        "no",
-        "never",
-    }
-)
-_JA_VAGUE = re.compile(
-    r"^(?:これ|それ|あれ|どれ|この|その|あの|どの|こっち|そっち|あっち|ここ|そこ|あそこ|そういう|"
-    r"こういう|あなた|君|きみ|お前|おまえ|彼|彼女)"
-)
-_EN_CUT = re.compile(
-    r"\s*(?:[,;:()\[\]\"]|\s-\s|\b(?:but|because|since|though|although|when|if|while|unless|"
-    r"so\s+(?:please|can|could|do)|and\s+(?:i|my|we|it|also|please|can|could|do|is)|"
-    r"which|who|that\s+(?:is|was|are))\b)",
-    re.IGNORECASE,
-)
-_EN_TRAILING_FILLER = re.compile(
-    r"(?:\s+(?:a\s+lot|a\s+bit|very\s+much|so\s+much|too|the\s+most|best|more|anyway|lol|"
-    r"please|now|these\s+days|nowadays|anymore|any\s+more|in\s+general|generally|honestly|"
-    r"though|as\s+well))+$",
-    re.IGNORECASE,
-)
-_JA_LEAD = re.compile(
-    r"^(?:(?:私|わたし|僕|ぼく|俺|おれ|自分)(?:は|って|も)|実は|正直|特に|やっぱり|やっぱ|やはり|"
-    r"でも|まあ|あと|それと|うーん|えっと|あの|いや|いいえ|はい|ええ|うん)[、,\s]*"
-)
-_JA_END = re.compile(r"(?:です|でした|だよ|だね|ですね|ですよ|なんです|なんだ|だ|よ|ね|な)+$")
-_SLUG = re.compile(r"[^\w]+")
-
-
-_EN_CLAUSE = re.compile(
-    r"(?:[,;]\s*|\s+)(?:but|and|although|though|while|whereas|also)\s+(?=i\b|i'|my\b)|;\s*"
-)
-_JA_CLAUSE = re.compile(r"(?:けど|けれど|けれども|だけど|ですが|でも)[、,]?")
 
 
 def _clauses(folded: str, *, japanese: bool) -> list[tuple[int, int]]:
     """``(start, end)`` of the clauses of a sentence: "I like horror but I hate romance"
     holds two statements."""
     spans, start = [], 0
-    for match in (_JA_CLAUSE if japanese else _EN_CLAUSE).finditer(folded):
+    for match in (rules.JA_CLAUSE if japanese else rules.EN_CLAUSE).finditer(folded):
         spans.append((start, match.start()))
         start = match.end()
     spans.append((start, len(folded)))
@@ -269,8 +184,8 @@ def _clauses(folded: str, *, japanese: bool) -> list[tuple[int, int]]:
 
 
 def _is_question(sentence: str) -> bool:
-    s = sentence.rstrip(" .。!…")
-    return s.endswith(("?", "？")) or bool(re.search(r"(?:か|かな|かしら|の)$", s))
+    s = sentence.rstrip(rules.QUESTION_TRAIL)
+    return s.endswith(rules.QUESTION_MARKS) or s.endswith(rules.JA_QUESTION_ENDS)
 
 
 def _words(text: str) -> list[str]:
@@ -279,13 +194,13 @@ def _words(text: str) -> list[str]:
 
 def _clean_en_object(raw: str) -> str | None:
     """The object phrase of an English statement, or None if it is vague or too long."""
-    cut = _EN_CUT.search(raw)
+    cut = rules.EN_CUT.search(raw)
     obj = raw[: cut.start()] if cut else raw
-    obj = _EN_TRAILING_FILLER.sub("", obj.strip(_END_PUNCT)).strip(_END_PUNCT)
+    obj = rules.EN_TRAILING_FILLER.sub("", obj.strip(rules.END_PUNCT)).strip(rules.END_PUNCT)
     if not obj:
         return None
-    head_words = _words(_ARTICLES.sub("", obj).lower())
-    if not head_words or head_words[0].strip(_END_PUNCT) in _VAGUE_HEADS:
+    head_words = _words(rules.ARTICLES.sub("", obj).lower())
+    if not head_words or head_words[0].strip(rules.END_PUNCT) in rules.VAGUE_HEADS:
         return None
     if len(_words(obj)) > MAX_OBJECT_WORDS or len(obj) > MAX_OBJECT_CHARS:
         return None
@@ -294,197 +209,33 @@ def _clean_en_object(raw: str) -> str | None:
 
 def _clean_ja_object(raw: str) -> str | None:
     """The object phrase of a Japanese statement, or None if it is vague or too long."""
-    obj = re.split(r"[、,]", raw)[-1]
-    for contrast in ("じゃなくて", "じゃなく", "ではなくて", "ではなく", "より"):
+    obj = rules.JA_OBJECT_SPLIT.split(raw)[-1]
+    for contrast in rules.JA_CONTRASTS:
         if contrast in obj:
             obj = obj.rsplit(contrast, 1)[1]
     previous = None
     while previous != obj:
         previous = obj
-        obj = _JA_LEAD.sub("", obj.strip(_END_PUNCT))
-    obj = obj.strip(_END_PUNCT)
-    if not obj or _JA_VAGUE.match(obj) or len(obj) > MAX_OBJECT_CHARS // 2:
+        obj = rules.JA_LEAD.sub("", obj.strip(rules.END_PUNCT))
+    obj = obj.strip(rules.END_PUNCT)
+    if not obj or rules.JA_VAGUE.match(obj) or len(obj) > MAX_OBJECT_CHARS // 2:
         return None
     return obj
 
 
 def _slug(text: str) -> str:
     """A stable key part: NFKC, lower case, articles dropped, non-word runs as ``_``."""
-    folded = _ARTICLES.sub("", normal_form(text).strip()).casefold()
-    return _SLUG.sub("_", folded).strip("_")
-
-
-# Words that say nothing about *which* thing is liked: "horror manga" is "horror".
-_FILLER_WORDS = frozenset(
-    {
-        "manga",
-        "mangas",
-        "comics",
-        "comic",
-        "books",
-        "book",
-        "novels",
-        "novel",
-        "stories",
-        "story",
-        "series",
-        "anime",
-        "genre",
-        "genres",
-        "titles",
-        "title",
-        "works",
-        "ones",
-        "stuff",
-        "kind",
-        "kinds",
-        "of",
-        "type",
-        "types",
-        "and",
-        "or",
-        "&",
-        "both",
-        "also",
-        "all",
-        "really",
-        "the",
-        "a",
-        "an",
-        "as",
-        "well",
-        "in",
-        "general",
-        "especially",
-        "漫画",
-        "マンガ",
-        "まんが",
-        "作品",
-        "系",
-        "もの",
-    }
-)
-_KIND_FAVORITE_KEY = {"genre": "favorite_genre", "language": "preferred_language",
-                      "series": "favorite_series"}  # fmt: skip
-_NOUNS = {
-    "genre": "genre", "genres": "genre", "author": "author", "authors": "author",
-    "writer": "author", "writers": "author", "mangaka": "author", "artist": "artist",
-    "artists": "artist", "series": "series", "manga": "series", "title": "series",
-    "titles": "series", "comic": "series", "book": "book", "books": "book",
-    "character": "character", "characters": "character", "language": "language",
-    "ジャンル": "genre", "作家": "author", "漫画家": "author", "マンガ家": "author",
-    "作者": "author", "漫画": "series", "マンガ": "series", "まんが": "series",
-    "作品": "series", "シリーズ": "series", "キャラクター": "character",
-    "キャラ": "character", "本": "book", "言語": "language",
-}  # fmt: skip
+    folded = rules.ARTICLES.sub("", normal_form(text).strip()).casefold()
+    return rules.SLUG.sub("_", folded).strip("_")
 
 
 def _noun_key(noun: str) -> tuple[str, str]:
     """(key part, readable noun) of "my favorite <noun>"."""
     noun = " ".join(noun.split())
-    canonical = _NOUNS.get(noun.lower()) or _NOUNS.get(noun)
+    canonical = rules.NOUNS.get(noun.lower()) or rules.NOUNS.get(noun)
     if canonical:
         return canonical, canonical
     return _slug(noun), noun.lower()
-
-
-_SENTIMENT_WORDS = {
-    "like": "likes", "enjoy": "likes", "love": "loves", "adore": "loves", "prefer": "prefers",
-    "hate": "hates", "detest": "hates", "loathe": "hates", "can't stand": "hates",
-    "cannot stand": "hates", "can't bear": "hates", "dislike": "dislikes",
-}  # fmt: skip
-
-_ADV = (
-    r"(?:(?:really|also|just|absolutely|totally|truly|definitely|generally|usually|still|"
-    r"actually|honestly|personally|kinda|kind\s+of|sort\s+of|so|do|quite|especially|always|"
-    r"very|much|particularly|even)\s+)*"
-)
-_EN_PREFER = re.compile(rf"\bi(?:'d|\s+would)?\s+{_ADV}prefer\s+(?P<obj>.+)")
-_EN_NEG_LIKE = re.compile(
-    rf"\bi\s+{_ADV}(?:don't|do\s+not|dont|didn't|did\s+not|never)\s+{_ADV}"
-    r"(?P<verb>like|love|enjoy|care\s+(?:much\s+)?for)\s+(?P<obj>.+)"
-)
-_EN_HATE = re.compile(
-    rf"\bi\s+{_ADV}(?P<verb>hate|dislike|detest|loathe|can't\s+stand|cannot\s+stand|"
-    r"can't\s+bear)\s+(?P<obj>.+)"
-)
-_EN_LIKE = re.compile(rf"\bi\s+{_ADV}(?P<verb>like|love|adore|enjoy)\s+(?P<obj>.+)")
-_EN_FAN = re.compile(
-    rf"\bi(?:'m|\s+am)\s+{_ADV}(?P<neg>not\s+)?{_ADV}"
-    r"(?:(?:a\s+)?(?:big\s+|huge\s+)?fan\s+of|into|crazy\s+about|obsessed\s+with|"
-    r"(?P<tired>tired\s+of|sick\s+of))\s+(?P<obj>.+)"
-)
-_EN_FAVORITE = re.compile(
-    r"\bmy\s+(?:all[- ]time\s+|absolute\s+|current\s+)?(?:favou?rite|fave|preferred)\s+"
-    r"(?:(?P<noun>[a-z][a-z ]{0,30}?)\s+)?(?:is|are|would\s+be|has\s+to\s+be|=)\s+(?P<obj>.+)"
-)
-_EN_CALL_ME = re.compile(
-    r"^(?:(?:please|pls|just|you\s+can|you\s+may|(?:can|could|would|will)\s+you(?:\s+please)?)"
-    r"\s+)*call\s+me\s+(?P<obj>.+)"
-)
-_EN_NAME = re.compile(r"\bmy\s+name(?:'s|\s+is)\s+(?P<obj>.+)")
-_EN_NEGATED = re.compile(r"\b(?:don't|do\s+not|never|stop|not)\b")
-_EN_REMEMBER = re.compile(
-    r"^(?:(?:hey|ok|okay|so|and|also|oh|btw|by\s+the\s+way)[,!]?\s+)*(?:(?:please|pls|plz)\s+)?"
-    r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|i\s+want\s+you\s+to\s+|"
-    r"i'd\s+like\s+you\s+to\s+)?"
-    r"(?:remember|keep\s+in\s+mind|don't\s+forget|do\s+not\s+forget|never\s+forget)"
-    r"(?:\s+that)?\s*[:,]?\s+(?P<x>.+)$"
-)
-_COMMAND = re.compile(r"^\s*!remember\b[:\s]*(?P<x>.*)$", re.IGNORECASE | re.DOTALL)
-_EN_STRONG_CORRECTION = re.compile(
-    r"^(?:(?:(?:no|nope|nah|sorry|oops|wait|hmm|uh|um)[,.!]*\s+)*i\s+meant\s+|"
-    r"(?:that's|that\s+is|that\s+was)\s+not\s+what\s+i\s+(?:meant|said|asked(?:\s+for)?)"
-    r"[,.!]*\s*)(?P<x>.+)"
-)
-_EN_WEAK_CORRECTION = re.compile(
-    r"^(?:(?:(?:no|nope|nah|sorry|oops|wait)[,.!]*\s+)+(?:it's|it\s+is|i\s+said|i\s+wanted|"
-    r"i\s+asked\s+for)\s+|actually[,!]?\s+)(?P<x>.+)"
-)
-_CONTRAST = re.compile(r"\b(?:instead|not|rather)\b")
-_INTERJECTION = re.compile(
-    r"^(?:(?:no|nope|nah|sorry|oops|wait|hmm|uh|um|いいえ|いや|違います|ちがいます|違う|ちがう)"
-    r"[,.!、。\s]+)+",
-    re.IGNORECASE,
-)
-
-_JA_FAVORITE = re.compile(
-    r"(?:一番|いちばん|特に)?好きな(?P<noun>ジャンル|漫画家|マンガ家|作家|作者|漫画|マンガ|まんが|"
-    r"作品|シリーズ|キャラクター|キャラ|本|言語)は(?P<obj>.+)$"
-)
-_JA_CALL_ME = re.compile(r"(?P<obj>.+?)(?:と|って)呼んで")
-_JA_NAME = re.compile(
-    r"(?:私|わたし|僕|ぼく|俺|おれ)?の?名前は(?P<obj>.+?)(?:です|だ|といいます|と申します)?$"
-)
-_JA_PREFER = re.compile(
-    r"(?P<obj>.+?)(?:の(?:ほう|方)が|が一番|がいちばん)(?:好き|いい|良い)(?!じゃない|ではない)"
-)
-_JA_NEG_LIKE = re.compile(
-    r"(?P<obj>.+?)(?:が|は|も)(?:あまり|あんまり)?"
-    r"(?:好きじゃない|好きではない|好きではありません|好きじゃありません)"
-)
-# The object is followed by a particle ("ホラーが好き"), or is a katakana or kanji word right
-# before the verb ("ホラー好き"); that excludes adverbs ("本当に好き") and "大好き" itself.
-_JA_OBJECT = r"(?:(?P<obj>.+?)(?:が|は|も)|(?P<bare>.*?[\u30a0-\u30ff\u3400-\u9fff])(?<!大))"
-_JA_DISLIKE = re.compile(
-    rf"{_JA_OBJECT}(?:ちょっと|とても|本当に|ほんとに|すごく|かなり)?"
-    r"(?P<verb>大嫌い|嫌い|苦手)(?!じゃない|ではない|ではありません|じゃありません)"
-)
-_JA_LIKE = re.compile(
-    rf"{_JA_OBJECT}(?:とても|すごく|本当に|ほんとに|めっちゃ|かなり)?"
-    r"(?P<verb>大好き|好き)(?!な|じゃ|では)"
-)
-_JA_REMEMBER = re.compile(
-    r"^(?P<pre>.*?)(?:ことを|のを|を|って|と)?\s*(?:覚えておいて|覚えといて|覚えて置いて|記憶しておいて|"
-    r"記憶して)(?:ください|下さい|くれる|くれ|ね|ほしい|欲しい)*[、,:：]?\s*(?P<post>.*)$"
-)
-_JA_CONTRAST = re.compile(r"(?P<a>.+?)(?:じゃなくて|じゃなく|ではなくて|ではなく)(?P<b>.+)")
-_JA_WEAK_CORRECTION = re.compile(
-    r"^(?:いいえ|いや|違います|ちがいます|違う|ちがう)[、,]\s*(?P<x>.+)"
-)
-_JA_SENTIMENT = {"大好き": "loves", "好き": "likes", "大嫌い": "hates", "嫌い": "dislikes",
-                 "苦手": "dislikes"}  # fmt: skip
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 
 
 # ---------------------------------------------------------------- the detector
@@ -501,31 +252,37 @@ class RuleMemoryDetector:
     """
 
     def __init__(self, known_titles: Mapping[str, str] | None = None) -> None:
-        rules = [r for r in DEFAULT_ENTITY_RULES if isinstance(r, PhraseRule)]
+        phrase_rules = [r for r in DEFAULT_ENTITY_RULES if isinstance(r, PhraseRule)]
         if known_titles:
-            rules.append(PhraseRule("series", known_titles))
+            phrase_rules.append(PhraseRule("series", known_titles))
         self._kinds: tuple[PhraseRule, ...] = tuple(
-            r for r in rules if r.kind in _KIND_FAVORITE_KEY
+            r for r in phrase_rules if r.kind in rules.KIND_FAVORITE_KEY
         )
         self._entities = RuleEntityExtractor(known_titles)
 
     # -- public ---------------------------------------------------------------------------
 
-    def detect(self, text: str) -> tuple[DetectedMemory, ...]:
-        """The memory drafts in one user turn's text, in order, each key or content once."""
-        command = _COMMAND.match(text)
+    def detect(self, text: str | TurnText) -> tuple[DetectedMemory, ...]:
+        """The memory drafts in one user turn's text, in order, each key or content once.
+
+        Reads the rule window of what the user wrote (its first 8,000 and last 4,000
+        characters, see :mod:`tiermem.policies.turn_text`); "!remember" keeps the whole
+        turn after the command.
+        """
+        turn = as_turn_text(text)
+        command = rules.COMMAND.match(turn.said_text)
         if command:
             content = command.group("x").strip()
             return (self._explicit(content, "command"),) if content else ()
+        said = turn.said
         found: list[DetectedMemory] = []
-        for sentence in split_sentences(text):
-            found.extend(self._sentence(sentence))
+        for start, end in sentence_spans(said.normal):
+            found.extend(self._sentence(said.slice(start, end)))
         return _unique(found)
 
     # -- per sentence -------------------------------------------------------------------
 
-    def _sentence(self, sentence: str) -> list[DetectedMemory]:
-        view = TextView(sentence)
+    def _sentence(self, view: TextView) -> list[DetectedMemory]:
         normal, folded = view.normal, view.folded
         explicit = self._remember_request(normal, folded)
         if explicit is not None:
@@ -536,7 +293,7 @@ class RuleMemoryDetector:
         if _is_question(normal):
             return []
         drafts: list[DetectedMemory] = []
-        japanese = bool(_CJK.search(normal))
+        japanese = bool(rules.CJK.search(normal))
         for start, end in _clauses(folded, japanese=japanese):
             if japanese:
                 drafts += self._japanese_preferences(normal[start:end])
@@ -557,33 +314,35 @@ class RuleMemoryDetector:
         )
 
     def _remember_request(self, normal: str, folded: str) -> DetectedMemory | None:
-        match = _EN_REMEMBER.match(folded)
+        match = rules.EN_REMEMBER.match(folded)
         if match:
             raw = normal[match.start("x") :].strip()
-            raw = re.sub(r"[,\s]*please[.!?]*$", "", raw, flags=re.IGNORECASE).rstrip(" ?!")
-            words = _words(_ARTICLES.sub("", raw).lower())
-            if not words or words[0].strip(_END_PUNCT) in _VAGUE_HEADS:
+            raw = rules.TRAILING_PLEASE.sub("", raw).rstrip(" ?!")
+            words = _words(rules.ARTICLES.sub("", raw).lower())
+            if not words or words[0].strip(rules.END_PUNCT) in rules.VAGUE_HEADS:
                 return None
             return self._explicit(raw, "remember_request")
-        match = _JA_REMEMBER.match(normal)
+        match = rules.JA_REMEMBER.match(normal)
         if match:
             for part in (match.group("pre"), match.group("post")):
-                content = part.strip(_END_PUNCT)
-                if content and not _JA_VAGUE.match(content):
+                content = part.strip(rules.END_PUNCT)
+                if content and not rules.JA_VAGUE.match(content):
                     return self._explicit(content, "remember_request")
         return None
 
     def _addressed_as(self, normal: str, folded: str) -> DetectedMemory | None:
-        match = _EN_CALL_ME.match(folded)
+        match = rules.EN_CALL_ME.match(folded)
         if match:
             raw = normal[match.start("obj") :]
-            obj = _clean_en_object(re.sub(r"[,\s]*please\b.*$", "", raw, flags=re.IGNORECASE))
+            obj = _clean_en_object(rules.PLEASE_AND_AFTER.sub("", raw))
             # Names are capitalised: "call me later" and "call me back" are not names.
-            if obj is None or not (obj[0].isupper() or _CJK.match(obj)) or len(_words(obj)) > 3:
+            if obj is None or len(_words(obj)) > 3:
+                return None
+            if not (obj[0].isupper() or rules.CJK.match(obj)):
                 return None
             return _preference("addressed_as", obj, f"wants to be called {obj}", "addressed_as")
-        match = _JA_CALL_ME.search(normal)
-        if match and not re.search(r"呼ばないで|呼ぶな", normal):
+        match = rules.JA_CALL_ME.search(normal)
+        if match and not rules.JA_DO_NOT_CALL.search(normal):
             obj = _clean_ja_object(match.group("obj"))
             if obj is not None:
                 return _preference("addressed_as", obj, f"wants to be called {obj}", "addressed_as")
@@ -593,16 +352,16 @@ class RuleMemoryDetector:
         def obj_of(match: re.Match[str]) -> str | None:
             return _clean_en_object(normal[match.start("obj") : match.end("obj")])
 
-        if match := _EN_NAME.search(folded):
+        if match := rules.EN_NAME.search(folded):
             obj = obj_of(match)
             if (
                 obj is not None
                 and len(_words(obj)) <= 4
-                and not _EN_NEGATED.search(folded[: match.start()])
+                and not rules.EN_NEGATED.search(folded[: match.start()])
             ):
                 return [_preference("name", obj, f"name: {obj}", "name")]
             return []
-        if match := _EN_FAVORITE.search(folded):
+        if match := rules.EN_FAVORITE.search(folded):
             obj = obj_of(match)
             if obj is None:
                 return []
@@ -613,76 +372,76 @@ class RuleMemoryDetector:
                     _preference(f"favorite_{key}", obj, f"favorite {readable}: {obj}", "favorite")
                 ]
             return self._favorite_by_kind(obj, reason="favorite", text=f"favorite: {obj}")
-        if match := _EN_PREFER.search(folded):
+        if match := rules.EN_PREFER.search(folded):
             obj = obj_of(match)
             if obj is None or obj.lower().startswith(("not ", "to not", "not to")):
                 return []
             return self._favorite_by_kind(obj, reason="prefer", text=f"prefers {obj}")
-        if match := _EN_NEG_LIKE.search(folded):
+        if match := rules.EN_NEG_LIKE.search(folded):
             obj = obj_of(match)
             return self._opinions(obj, "dislikes", "dislike") if obj else []
-        if match := _EN_HATE.search(folded):
+        if match := rules.EN_HATE.search(folded):
             obj = obj_of(match)
             verb = " ".join(match.group("verb").split())
-            return self._opinions(obj, _SENTIMENT_WORDS[verb], "dislike") if obj else []
-        if match := _EN_FAN.search(folded):
+            return self._opinions(obj, rules.SENTIMENT_WORDS[verb], "dislike") if obj else []
+        if match := rules.EN_FAN.search(folded):
             obj = obj_of(match)
             negative = bool(match.group("neg")) != bool(match.group("tired"))
             sentiment, reason = ("dislikes", "dislike") if negative else ("likes", "like")
             return self._opinions(obj, sentiment, reason) if obj else []
-        if (match := _EN_LIKE.search(folded)) and not _EN_NEGATED.search(
+        if (match := rules.EN_LIKE.search(folded)) and not rules.EN_NEGATED.search(
             folded[max(0, match.start() - 12) : match.start()]
         ):
             obj = obj_of(match)
-            sentiment = _SENTIMENT_WORDS[match.group("verb")]
+            sentiment = rules.SENTIMENT_WORDS[match.group("verb")]
             return self._opinions(obj, sentiment, "like") if obj else []
         return []
 
     def _japanese_preferences(self, normal: str) -> list[DetectedMemory]:
-        body = normal.strip(_END_PUNCT)
-        if match := _JA_FAVORITE.search(body):
-            obj = _clean_ja_object(_JA_END.sub("", match.group("obj").strip(_END_PUNCT)))
+        body = normal.strip(rules.END_PUNCT)
+        if match := rules.JA_FAVORITE.search(body):
+            obj = _clean_ja_object(rules.JA_END.sub("", match.group("obj").strip(rules.END_PUNCT)))
             if obj is None:
                 return []
             key, readable = _noun_key(match.group("noun"))
             return [_preference(f"favorite_{key}", obj, f"favorite {readable}: {obj}", "favorite")]
-        if match := _JA_NAME.search(body):
+        if match := rules.JA_NAME.search(body):
             obj = _clean_ja_object(match.group("obj"))
             return [_preference("name", obj, f"name: {obj}", "name")] if obj else []
-        if match := _JA_PREFER.search(body):
+        if match := rules.JA_PREFER.search(body):
             obj = _clean_ja_object(match.group("obj"))
             return (
                 self._favorite_by_kind(obj, reason="prefer", text=f"prefers {obj}") if obj else []
             )
-        if match := _JA_NEG_LIKE.search(body):
+        if match := rules.JA_NEG_LIKE.search(body):
             obj = _clean_ja_object(match.group("obj"))
             return self._opinions(obj, "dislikes", "dislike") if obj else []
-        if match := _JA_DISLIKE.search(body):
+        if match := rules.JA_DISLIKE.search(body):
             obj = _clean_ja_object(match.group("obj") or match.group("bare"))
-            sentiment = _JA_SENTIMENT[match.group("verb")]
+            sentiment = rules.JA_SENTIMENT[match.group("verb")]
             return self._opinions(obj, sentiment, "dislike") if obj else []
-        if match := _JA_LIKE.search(body):
+        if match := rules.JA_LIKE.search(body):
             obj = _clean_ja_object(match.group("obj") or match.group("bare"))
-            sentiment = _JA_SENTIMENT[match.group("verb")]
+            sentiment = rules.JA_SENTIMENT[match.group("verb")]
             return self._opinions(obj, sentiment, "like") if obj else []
         return []
 
     def _correction(self, normal: str, folded: str) -> DetectedMemory | None:
-        strong = _EN_STRONG_CORRECTION.match(folded)
-        weak = None if strong else _EN_WEAK_CORRECTION.match(folded)
-        ja_contrast = _JA_CONTRAST.search(normal) if _CJK.search(normal) else None
-        ja_weak = _JA_WEAK_CORRECTION.match(normal)
+        strong = rules.EN_STRONG_CORRECTION.match(folded)
+        weak = None if strong else rules.EN_WEAK_CORRECTION.match(folded)
+        ja_contrast = rules.JA_CONTRAST.search(normal) if rules.CJK.search(normal) else None
+        ja_weak = rules.JA_WEAK_CORRECTION.match(normal)
         if strong:
             obj = _clean_en_object(normal[strong.start("x") :])
             if obj is None:
                 return None
         elif weak or ja_weak:
-            concrete = bool(self._entities.extract(normal)) or bool(_CONTRAST.search(folded))
+            concrete = bool(self._entities.extract(normal)) or bool(rules.CONTRAST.search(folded))
             if not concrete:
                 return None
-        elif ja_contrast is None or not ja_contrast.group("a").strip(_END_PUNCT):
+        elif ja_contrast is None or not ja_contrast.group("a").strip(rules.END_PUNCT):
             return None
-        said = _INTERJECTION.sub("", normal).strip()
+        said = rules.INTERJECTION.sub("", normal).strip()
         if len(said) > 4 * MAX_OBJECT_CHARS:
             return None
         return DetectedMemory(
@@ -708,8 +467,8 @@ class RuleMemoryDetector:
         rest = view.folded
         for start, end, _, _ in spans:
             rest = rest[:start] + " " * (end - start) + rest[end:]
-        leftover = [w for w in re.split(r"[\s,、・/]+", rest) if w and w not in _FILLER_WORDS]
-        if leftover:
+        words = rules.LEFTOVER_SPLIT.split(rest)
+        if any(w and w not in rules.FILLER_WORDS for w in words):
             return []
         return [(kind, value, view.normal[start:end]) for start, end, kind, value in spans]
 
@@ -718,7 +477,7 @@ class RuleMemoryDetector:
         kinds = {kind for kind, _, _ in known}
         if len(kinds) == 1:
             (kind,) = kinds
-            return [_preference(_KIND_FAVORITE_KEY[kind], obj, text, reason)]
+            return [_preference(rules.KIND_FAVORITE_KEY[kind], obj, text, reason)]
         return self._opinions(obj, "prefers", reason)
 
     def _opinions(self, obj: str, sentiment: str, reason: str) -> list[DetectedMemory]:
@@ -756,7 +515,7 @@ _DEFAULT_DETECTOR = RuleMemoryDetector()
 
 
 def detect_memories(
-    text: str, *, detector: MemoryDetector | None = None
+    text: str | TurnText, *, detector: MemoryDetector | None = None
 ) -> tuple[DetectedMemory, ...]:
     """The memory drafts in ``text``, with ``detector`` or the built-in rules."""
     return (detector or _DEFAULT_DETECTOR).detect(text)

@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Iterable
+
+from tiermem.policies.phrases import nfkc
+from tiermem.policies.turn_text import TurnText
 
 __all__ = [
     "BM25_B",
@@ -70,8 +72,15 @@ STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 # Kanji (with extension A and compatibility ideographs), hiragana, katakana (with the
 # prolonged sound mark ー and iteration marks). After NFKC, half-width katakana is full-width.
-_CJK = "\u3005\u3006\u3040-\u309f\u30a0-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+# Letters only: the blocks' punctuation (゠ and the middle dot ・ of "ヴィンランド・サガ"),
+# combining sound marks and unassigned code points separate tokens, as FTS5's unicode61 does.
+_CJK = (
+    "\u3005\u3006\u3041-\u3096\u309d-\u309f\u30a1-\u30fa\u30fc-\u30ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\uf900-\ufa6d\ufa70-\ufad9"
+)
 _TOKEN = re.compile(f"([{_CJK}]+)|([^\\W_{_CJK}]+)")
+_GAP = re.compile(f"[^\\w{_CJK}]|_")  # never inside a token: where a long text may be cut
+_CHUNK_CHARS = 8_192
 
 
 def _fold_plural(word: str) -> str:
@@ -87,19 +96,35 @@ def _fold_plural(word: str) -> str:
     return word[:-1]
 
 
-def tokenize(text: str) -> list[str]:
-    """The index terms of ``text``, in order, with repeats (see the module docstring)."""
-    normal = unicodedata.normalize("NFKC", text).casefold()
+def tokenize(text: str | TurnText) -> list[str]:
+    """The index terms of ``text``, in order, with repeats (see the module docstring).
+
+    A :class:`~tiermem.policies.turn_text.TurnText` is tokenized from its NFKC form, already
+    computed for the whole turn (the rule engines' cap does not apply: every word is
+    indexed).
+    """
+    normal = (text.nfkc if isinstance(text, TurnText) else nfkc(text)).casefold()
     tokens: list[str] = []
-    for match in _TOKEN.finditer(normal):
-        cjk, word = match.groups()
-        if cjk is not None:
-            if len(cjk) == 1:
-                tokens.append(cjk)
-            else:
-                tokens.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
-        elif word not in STOPWORDS:
-            tokens.append(_fold_plural(word))
+    folded: dict[str, str] = {}  # words repeat: fold each distinct word once
+    # Chunks of about 8 K characters, cut where no token is: one regex call over a 200 KB
+    # text holds the GIL for tens of milliseconds, which stalls an event loop in another
+    # thread; between chunks it can run.
+    start = 0
+    while start < len(normal):
+        gap = _GAP.search(normal, start + _CHUNK_CHARS)
+        end = gap.end() if gap else len(normal)
+        for cjk, word in _TOKEN.findall(normal, start, end):
+            if cjk:
+                if len(cjk) == 1:
+                    tokens.append(cjk)
+                else:
+                    tokens.extend([cjk[i : i + 2] for i in range(len(cjk) - 1)])
+            elif word not in STOPWORDS:
+                term = folded.get(word)
+                if term is None:
+                    term = folded[word] = _fold_plural(word)
+                tokens.append(term)
+        start = end
     return tokens
 
 
@@ -108,7 +133,7 @@ def query_terms(query: str) -> list[str]:
     return list(dict.fromkeys(tokenize(query)))[:MAX_QUERY_TERMS]
 
 
-def doc_terms(text: str, tags: Iterable[str] = ()) -> Counter[str]:
+def doc_terms(text: str | TurnText, tags: Iterable[str] = ()) -> Counter[str]:
     """Term frequencies of a document: its text and its tags (tags are searchable words)."""
     counts = Counter(tokenize(text))
     for tag in tags:

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tiermem.errors import ValidationError
-from tiermem.models.content import ContentBlock, TextBlock, ToolResultBlock, text_of
+from tiermem.models.content import ContentBlock, ToolResultBlock
 from tiermem.models.turns import Entity
 from tiermem.policies.phrases import PhraseIndex, TextView
+from tiermem.policies.turn_text import TurnText
 
 __all__ = [
     "DEFAULT_IMPORTANCE_RULES",
@@ -67,7 +68,8 @@ class ImportanceScore:
 
 
 class ImportanceScorer(Protocol):
-    """Scores one turn. Implementations must be pure and return a score in [0, 1]."""
+    """Scores one turn. Implementations must be pure, safe to call from several threads,
+    and return a score in [0, 1]."""
 
     def score(
         self,
@@ -75,8 +77,11 @@ class ImportanceScorer(Protocol):
         content: tuple[ContentBlock, ...],
         *,
         entities: tuple[Entity, ...] = (),
+        text: TurnText | None = None,
     ) -> ImportanceScore:
-        """The importance of a turn by ``role`` with ``content``; ``entities`` already found."""
+        """The importance of a turn by ``role`` with ``content``; ``entities`` already
+        found; ``text`` the turn's text, when the caller already read it
+        (``TurnText.of_blocks(content)``), else the scorer reads ``content``."""
         ...
 
 
@@ -188,6 +193,9 @@ class RuleImportanceScorer:
 
     Cues are looked for only in the turn's own text blocks: a tool result quoting "I love
     this series" is not the user's preference, and a reasoning block is not a recommendation.
+    Of a long turn, only the rule window is read (its first 8,000 and last 4,000
+    characters, see :mod:`tiermem.policies.turn_text`): a cue in the middle of a long paste
+    is not the speaker's.
     """
 
     DENSITY_WINDOW_CHARS = 4000
@@ -206,13 +214,16 @@ class RuleImportanceScorer:
         content: tuple[ContentBlock, ...],
         *,
         entities: tuple[Entity, ...] = (),
+        text: TurnText | None = None,
     ) -> ImportanceScore:
-        """Score one turn. Raises :class:`~tiermem.errors.ValidationError` for a role other
-        than ``"user"`` or ``"assistant"``."""
+        """Score one turn; ``text``, if given, is ``TurnText.of_blocks(content)`` already
+        computed. Raises :class:`~tiermem.errors.ValidationError` for a role other than
+        ``"user"`` or ``"assistant"``."""
         if role not in ("user", "assistant"):
             raise ValidationError(f"role must be 'user' or 'assistant', got {role!r}")
         rules = self.rules
-        said = TextView("\n".join(b.text for b in content if isinstance(b, TextBlock)))
+        read = text if text is not None else TurnText.of_blocks(content)
+        said = read.said
         if role == "user" and self._preference.search(said):
             return ImportanceScore(rules.preference, "preference")
         if role == "user" and self._correction.search(said):
@@ -225,8 +236,8 @@ class RuleImportanceScorer:
             if self._acknowledgement.search(said):
                 return ImportanceScore(rules.acknowledgement, "acknowledgement")
             return ImportanceScore(rules.greeting, "greeting")
-        window = text_of(content)[: self.DENSITY_WINDOW_CHARS]
-        return ImportanceScore(self._density(TextView(window).folded, entities), "density")
+        window = read.view.folded[: self.DENSITY_WINDOW_CHARS]
+        return ImportanceScore(self._density(window, entities), "density")
 
     def _is_only_social(self, said: TextView) -> bool:
         # True when the text has a social cue and little else: "thanks so much!", "またね".
@@ -258,9 +269,10 @@ def score_importance(
     content: tuple[ContentBlock, ...],
     *,
     entities: tuple[Entity, ...] = (),
+    text: TurnText | None = None,
 ) -> ImportanceScore:
     """Score a turn with the default rules; see :class:`RuleImportanceScorer`.
 
     Raises :class:`~tiermem.errors.ValidationError` for an unknown role.
     """
-    return _DEFAULT_SCORER.score(role, content, entities=entities)
+    return _DEFAULT_SCORER.score(role, content, entities=entities, text=text)

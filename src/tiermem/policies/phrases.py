@@ -21,8 +21,10 @@ __all__ = [
     "MAX_PHRASE_CHARS",
     "PhraseIndex",
     "TextView",
+    "nfkc",
     "normal_form",
     "phrase_key",
+    "straight_apostrophes",
 ]
 
 # Letters and digits of scripts that separate words with spaces. A Latin phrase must not touch
@@ -45,18 +47,29 @@ def _half_width(match: re.Match[str]) -> str:
     return " " if char == "\u3000" else chr(ord(char) - 0xFEE0)
 
 
+def nfkc(text: str) -> str:
+    """``unicodedata.normalize("NFKC", text)``, computed faster for most text."""
+    # A full normalisation is slow on CJK text, and most text needs none: check first.
+    if unicodedata.is_normalized("NFKC", text):
+        return text
+    # Japanese text is usually normal but for full-width ASCII ("？", "４２") and the
+    # ideographic space: map those cheaply (as NFKC does) before paying for the rest.
+    text = _FULL_WIDTH.sub(_half_width, text)
+    if unicodedata.is_normalized("NFKC", text):
+        return text
+    return unicodedata.normalize("NFKC", text)
+
+
+def straight_apostrophes(text: str) -> str:
+    """``text`` with curly and modifier apostrophes (``’ ‘ ʼ``) as ``'``."""
+    if any(mark in text for mark in _CURLY_APOSTROPHES):
+        return text.translate(_APOSTROPHES)
+    return text
+
+
 def normal_form(text: str) -> str:
     """``text`` as rules read it: NFKC (``ＯＫ４２`` → ``OK42``) with straight apostrophes."""
-    # Both steps are slow on CJK text, and most text needs neither: check first.
-    if not unicodedata.is_normalized("NFKC", text):
-        # Japanese text is usually normal but for full-width ASCII ("？", "４２") and the
-        # ideographic space: map those cheaply before paying for a full normalisation.
-        text = _FULL_WIDTH.sub(_half_width, text)
-        if not unicodedata.is_normalized("NFKC", text):
-            text = unicodedata.normalize("NFKC", text)
-    if any(mark in text for mark in _CURLY_APOSTROPHES):
-        text = text.translate(_APOSTROPHES)
-    return text
+    return straight_apostrophes(nfkc(text))
 
 
 class TextView:
@@ -68,14 +81,36 @@ class TextView:
     """
 
     __slots__ = ("_keys", "folded", "normal")
+    normal: str
+    folded: str
+    _keys: frozenset[str] | None
 
     def __init__(self, text: str) -> None:
-        self.normal = normal_form(text)
-        folded = self.normal.lower()
-        if len(folded) != len(self.normal):  # "İ" lower-cases to two characters; keep one
-            folded = "".join(ch.lower()[0] for ch in self.normal)
+        self._set(normal_form(text))
+
+    @classmethod
+    def of_normal(cls, normal: str) -> TextView:
+        """A view of text that is already in :func:`normal_form` (not checked: the caller
+        normalised it, e.g. once for a whole turn)."""
+        view = cls.__new__(cls)
+        view._set(normal)
+        return view
+
+    def _set(self, normal: str) -> None:
+        self.normal = normal
+        folded = normal.lower()
+        if len(folded) != len(normal):  # "İ" lower-cases to two characters; keep one
+            folded = "".join(ch.lower()[0] for ch in normal)
         self.folded = folded
-        self._keys: frozenset[str] | None = None
+        self._keys = None
+
+    def slice(self, start: int, end: int) -> TextView:
+        """The view of ``normal[start:end]``, without normalising or folding again."""
+        view = TextView.__new__(TextView)
+        view.normal = self.normal[start:end]
+        view.folded = self.folded[start:end]
+        view._keys = None
+        return view
 
     @property
     def keys(self) -> frozenset[str]:

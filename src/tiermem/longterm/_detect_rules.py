@@ -1,0 +1,282 @@
+"""The rule data of :mod:`tiermem.longterm.detect`: word lists and patterns.
+
+The engine (:class:`~tiermem.longterm.detect.RuleMemoryDetector`) applies these; what they
+detect, and what they leave out on purpose, is documented there. English patterns are
+written in lower case and read the folded text (:attr:`~tiermem.policies.phrases.TextView.
+folded`); Japanese patterns read the normal text.
+
+Patterns that a sentence can rarely match are :class:`Gated`: a regex with the strings of
+which the text must hold one for it to match at all (``prefer`` for "I prefer …"). The test
+is a substring search, much cheaper than a regex that cannot skip ahead (a leading ``\b``
+or ``.+?``), and most sentences of a long turn pass none of the gates.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Gated"]
+
+
+@dataclass(frozen=True, slots=True)
+class Gated:
+    """A regex that runs only on text holding one of ``requires``.
+
+    Every string in ``requires`` must be one that any match contains (in the form the
+    pattern reads: lower case for folded text), so the gate never changes a result.
+    """
+
+    regex: re.Pattern[str]
+    requires: tuple[str, ...]
+
+    def _open(self, text: str) -> bool:
+        return any(s in text for s in self.requires)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.regex.search(text) if self._open(text) else None
+
+    def match(self, text: str) -> re.Match[str] | None:
+        return self.regex.match(text) if self._open(text) else None
+
+    def finditer(self, text: str) -> list[re.Match[str]]:
+        return list(self.regex.finditer(text)) if self._open(text) else []
+
+
+def _word_set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+# ---------------------------------------------------------------- sentences and objects
+
+ABBREVIATIONS = _word_set(
+    """
+    vol no nos mr mrs ms dr st vs etc e.g i.e ch ep pp p approx jan feb mar apr jun jul aug sep
+    sept oct nov dec
+    """
+)
+PIECE = re.compile(r"[^.!?。\n]*(?:[.!?。]+|\n+|$)")
+
+END_PUNCT = " \t.,;:!?。、…~〜・"
+ARTICLES = re.compile(r"^(?:the|a|an|some|any)\s+", re.IGNORECASE)
+VAGUE_HEADS = _word_set(
+    """
+    it it's its that that's this these those them they one ones you him her us me what which
+    whatever everything anything something nothing stuff things here there when how who why
+    where to other same idea way doing not no never
+    """
+)
+JA_VAGUE = re.compile(
+    r"^(?:これ|それ|あれ|どれ|この|その|あの|どの|こっち|そっち|あっち|ここ|そこ|あそこ|そういう|"
+    r"こういう|あなた|君|きみ|お前|おまえ|彼|彼女)"
+)
+EN_CUT = re.compile(
+    r"\s*(?:[,;:()\[\]\"]|\s-\s|\b(?:but|because|since|though|although|when|if|while|unless|"
+    r"so\s+(?:please|can|could|do)|and\s+(?:i|my|we|it|also|please|can|could|do|is)|"
+    r"which|who|that\s+(?:is|was|are))\b)",
+    re.IGNORECASE,
+)
+EN_TRAILING_FILLER = re.compile(
+    r"(?:\s+(?:a\s+lot|a\s+bit|very\s+much|so\s+much|too|the\s+most|best|more|anyway|lol|"
+    r"please|now|these\s+days|nowadays|anymore|any\s+more|in\s+general|generally|honestly|"
+    r"though|as\s+well))+$",
+    re.IGNORECASE,
+)
+JA_LEAD = re.compile(
+    r"^(?:(?:私|わたし|僕|ぼく|俺|おれ|自分)(?:は|って|も)|実は|正直|特に|やっぱり|やっぱ|やはり|"
+    r"でも|まあ|あと|それと|うーん|えっと|あの|いや|いいえ|はい|ええ|うん)[、,\s]*"
+)
+JA_END = re.compile(r"(?:です|でした|だよ|だね|ですね|ですよ|なんです|なんだ|だ|よ|ね|な)+$")
+SLUG = re.compile(r"[^\w]+")
+
+
+EN_CLAUSE = Gated(
+    re.compile(
+        r"(?:[,;]\s*|\s+)(?:but|and|although|though|while|whereas|also)\s+(?=i\b|i'|my\b)|;\s*"
+    ),
+    (";", "but", "and", "though", "while", "whereas", "also"),
+)
+JA_CLAUSE = re.compile(r"(?:けど|けれど|けれども|だけど|ですが|でも)[、,]?")
+
+FILLER_WORDS = _word_set(
+    """
+    manga mangas comics comic books book novels novel stories story series anime genre genres
+    titles title works ones stuff kind kinds of type types and or & both also all really the a
+    an as well in general especially 漫画 マンガ まんが 作品 系 もの
+    """
+)
+KIND_FAVORITE_KEY = {"genre": "favorite_genre", "language": "preferred_language",
+                      "series": "favorite_series"}  # fmt: skip
+NOUNS = {
+    "genre": "genre", "genres": "genre", "author": "author", "authors": "author",
+    "writer": "author", "writers": "author", "mangaka": "author", "artist": "artist",
+    "artists": "artist", "series": "series", "manga": "series", "title": "series",
+    "titles": "series", "comic": "series", "book": "book", "books": "book",
+    "character": "character", "characters": "character", "language": "language",
+    "ジャンル": "genre", "作家": "author", "漫画家": "author", "マンガ家": "author",
+    "作者": "author", "漫画": "series", "マンガ": "series", "まんが": "series",
+    "作品": "series", "シリーズ": "series", "キャラクター": "character",
+    "キャラ": "character", "本": "book", "言語": "language",
+}  # fmt: skip
+
+SENTIMENT_WORDS = {
+    "like": "likes", "enjoy": "likes", "love": "loves", "adore": "loves", "prefer": "prefers",
+    "hate": "hates", "detest": "hates", "loathe": "hates", "can't stand": "hates",
+    "cannot stand": "hates", "can't bear": "hates", "dislike": "dislikes",
+}  # fmt: skip
+
+ADV = (
+    r"(?:(?:really|also|just|absolutely|totally|truly|definitely|generally|usually|still|"
+    r"actually|honestly|personally|kinda|kind\s+of|sort\s+of|so|do|quite|especially|always|"
+    r"very|much|particularly|even)\s+)*"
+)
+EN_PREFER = Gated(
+    re.compile(rf"\bi(?:'d|\s+would)?\s+{ADV}prefer\s+(?P<obj>.+)"),
+    ("prefer",),
+)
+EN_NEG_LIKE = Gated(
+    re.compile(
+        rf"\bi\s+{ADV}(?:don't|do\s+not|dont|didn't|did\s+not|never)\s+{ADV}"
+        r"(?P<verb>like|love|enjoy|care\s+(?:much\s+)?for)\s+(?P<obj>.+)"
+    ),
+    ("like", "love", "enjoy", "care"),
+)
+EN_HATE = Gated(
+    re.compile(
+        rf"\bi\s+{ADV}(?P<verb>hate|dislike|detest|loathe|can't\s+stand|cannot\s+stand|"
+        r"can't\s+bear)\s+(?P<obj>.+)"
+    ),
+    ("hate", "dislike", "detest", "loathe", "stand", "bear"),
+)
+EN_LIKE = Gated(
+    re.compile(rf"\bi\s+{ADV}(?P<verb>like|love|adore|enjoy)\s+(?P<obj>.+)"),
+    ("like", "love", "adore", "enjoy"),
+)
+EN_FAN = Gated(
+    re.compile(
+        rf"\bi(?:'m|\s+am)\s+{ADV}(?P<neg>not\s+)?{ADV}"
+        r"(?:(?:a\s+)?(?:big\s+|huge\s+)?fan\s+of|into|crazy\s+about|obsessed\s+with|"
+        r"(?P<tired>tired\s+of|sick\s+of))\s+(?P<obj>.+)"
+    ),
+    ("fan", "into", "crazy", "obsessed", "tired", "sick"),
+)
+EN_FAVORITE = Gated(
+    re.compile(
+        r"\bmy\s+(?:all[- ]time\s+|absolute\s+|current\s+)?(?:favou?rite|fave|preferred)\s+"
+        r"(?:(?P<noun>[a-z][a-z ]{0,30}?)\s+)?(?:is|are|would\s+be|has\s+to\s+be|=)\s+(?P<obj>.+)"
+    ),
+    ("fav", "preferred"),
+)
+EN_CALL_ME = re.compile(
+    r"^(?:(?:please|pls|just|you\s+can|you\s+may|(?:can|could|would|will)\s+you(?:\s+please)?)"
+    r"\s+)*call\s+me\s+(?P<obj>.+)"
+)
+EN_NAME = Gated(
+    re.compile(r"\bmy\s+name(?:'s|\s+is)\s+(?P<obj>.+)"),
+    ("name",),
+)
+EN_NEGATED = re.compile(r"\b(?:don't|do\s+not|never|stop|not)\b")
+EN_REMEMBER = re.compile(
+    r"^(?:(?:hey|ok|okay|so|and|also|oh|btw|by\s+the\s+way)[,!]?\s+)*(?:(?:please|pls|plz)\s+)?"
+    r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|i\s+want\s+you\s+to\s+|"
+    r"i'd\s+like\s+you\s+to\s+)?"
+    r"(?:remember|keep\s+in\s+mind|don't\s+forget|do\s+not\s+forget|never\s+forget)"
+    r"(?:\s+that)?\s*[:,]?\s+(?P<x>.+)$"
+)
+COMMAND = re.compile(r"^\s*!remember\b[:\s]*(?P<x>.*)$", re.IGNORECASE | re.DOTALL)
+EN_STRONG_CORRECTION = re.compile(
+    r"^(?:(?:(?:no|nope|nah|sorry|oops|wait|hmm|uh|um)[,.!]*\s+)*i\s+meant\s+|"
+    r"(?:that's|that\s+is|that\s+was)\s+not\s+what\s+i\s+(?:meant|said|asked(?:\s+for)?)"
+    r"[,.!]*\s*)(?P<x>.+)"
+)
+EN_WEAK_CORRECTION = re.compile(
+    r"^(?:(?:(?:no|nope|nah|sorry|oops|wait)[,.!]*\s+)+(?:it's|it\s+is|i\s+said|i\s+wanted|"
+    r"i\s+asked\s+for)\s+|actually[,!]?\s+)(?P<x>.+)"
+)
+CONTRAST = re.compile(r"\b(?:instead|not|rather)\b")
+INTERJECTION = re.compile(
+    r"^(?:(?:no|nope|nah|sorry|oops|wait|hmm|uh|um|いいえ|いや|違います|ちがいます|違う|ちがう)"
+    r"[,.!、。\s]+)+",
+    re.IGNORECASE,
+)
+
+# Patterns that open with a lazy ".+?" are anchored with "^". A sentence holds no newline,
+# so such a pattern matches at the start of the text if it matches anywhere, with the same
+# groups; unanchored, a search that fails retries from every position: quadratic, seconds
+# on a long Japanese sentence.
+JA_FAVORITE = Gated(
+    re.compile(
+        r"(?:一番|いちばん|特に)?好きな(?P<noun>ジャンル|漫画家|マンガ家|作家|作者|漫画|マンガ|まんが|"
+        r"作品|シリーズ|キャラクター|キャラ|本|言語)は(?P<obj>.+)$"
+    ),
+    ("好きな",),
+)
+JA_CALL_ME = Gated(
+    re.compile(r"^(?P<obj>.+?)(?:と|って)呼んで"),
+    ("呼んで",),
+)
+JA_NAME = Gated(
+    re.compile(
+        r"(?:私|わたし|僕|ぼく|俺|おれ)?の?名前は(?P<obj>.+?)(?:です|だ|といいます|と申します)?$"
+    ),
+    ("名前は",),
+)
+JA_PREFER = Gated(
+    re.compile(
+        r"^(?P<obj>.+?)(?:の(?:ほう|方)が|が一番|がいちばん)(?:好き|いい|良い)(?!じゃない|ではない)"
+    ),
+    ("ほうが", "方が", "が一番", "がいちばん"),
+)
+JA_NEG_LIKE = Gated(
+    re.compile(
+        r"^(?P<obj>.+?)(?:が|は|も)(?:あまり|あんまり)?"
+        r"(?:好きじゃない|好きではない|好きではありません|好きじゃありません)"
+    ),
+    ("好き",),
+)
+# The object is followed by a particle ("ホラーが好き"), or is a katakana or kanji word right
+# before the verb ("ホラー好き"); that excludes adverbs ("本当に好き") and "大好き" itself.
+JA_OBJECT = r"(?:(?P<obj>.+?)(?:が|は|も)|(?P<bare>.*?[\u30a0-\u30ff\u3400-\u9fff])(?<!大))"
+JA_DISLIKE = Gated(
+    re.compile(
+        rf"^{JA_OBJECT}(?:ちょっと|とても|本当に|ほんとに|すごく|かなり)?"
+        r"(?P<verb>大嫌い|嫌い|苦手)(?!じゃない|ではない|ではありません|じゃありません)"
+    ),
+    ("嫌い", "苦手"),
+)
+JA_LIKE = Gated(
+    re.compile(
+        rf"^{JA_OBJECT}(?:とても|すごく|本当に|ほんとに|めっちゃ|かなり)?"
+        r"(?P<verb>大好き|好き)(?!な|じゃ|では)"
+    ),
+    ("好き",),
+)
+JA_REMEMBER = Gated(
+    re.compile(
+        r"^(?P<pre>.*?)(?:ことを|のを|を|って|と)?\s*(?:覚えておいて|覚えといて|覚えて置いて|記憶しておいて|"
+        r"記憶して)(?:ください|下さい|くれる|くれ|ね|ほしい|欲しい)*[、,:：]?\s*(?P<post>.*)$"
+    ),
+    ("覚え", "記憶"),
+)
+JA_CONTRAST = Gated(
+    re.compile(r"^(?P<a>.+?)(?:じゃなくて|じゃなく|ではなくて|ではなく)(?P<b>.+)"),
+    ("じゃなく", "ではなく"),
+)
+JA_WEAK_CORRECTION = re.compile(
+    r"^(?:いいえ|いや|違います|ちがいます|違う|ちがう)[、,]\s*(?P<x>.+)"
+)
+JA_SENTIMENT = {"大好き": "loves", "好き": "likes", "大嫌い": "hates", "嫌い": "dislikes",
+                 "苦手": "dislikes"}  # fmt: skip
+CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
+
+
+# Small patterns and lists of the engine's clean-up steps.
+JA_QUESTION_ENDS = ("か", "かな", "かしら", "の")
+QUESTION_MARKS = ("?", "？")
+QUESTION_TRAIL = " .。!…"
+JA_OBJECT_SPLIT = re.compile(r"[、,]")
+JA_CONTRASTS = ("じゃなくて", "じゃなく", "ではなくて", "ではなく", "より")
+TRAILING_PLEASE = re.compile(r"[,\s]*please[.!?]*$", re.IGNORECASE)
+PLEASE_AND_AFTER = re.compile(r"[,\s]*please\b.*$", re.IGNORECASE)
+JA_DO_NOT_CALL = re.compile(r"呼ばないで|呼ぶな")
+LEFTOVER_SPLIT = re.compile(r"[\s,、・/]+")
