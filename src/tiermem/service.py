@@ -34,11 +34,12 @@ from tiermem.background import BackgroundWork
 from tiermem.clock import Clock, IdFactory, SystemClock, UlidFactory
 from tiermem.errors import ValidationError
 from tiermem.extraction.entities import EntityExtractor, RuleEntityExtractor
+from tiermem.extraction.turn_analysis import TurnAnalysis, analyse_turn, analyse_turn_async
 from tiermem.llm.embeddings import Embedder
 from tiermem.longterm.detect import MemoryDetector, RuleMemoryDetector
 from tiermem.longterm.index import SearchIndex
 from tiermem.longterm.memory import LongTermMemory
-from tiermem.models import NewTurn, SessionMetadata, SessionRef, UserTier, text_of
+from tiermem.models import NewTurn, SessionMetadata, SessionRef, UserTier
 from tiermem.models.shape import check_shape
 from tiermem.policies.importance import ImportanceScorer, RuleImportanceScorer
 from tiermem.policies.ttl import HybridTtl, TtlPolicy
@@ -217,46 +218,74 @@ class MemoryService:
         )
 
     async def prepare_turns(self, items: Sequence[TurnInput | NewTurn]) -> list[NewTurn]:
-        """:meth:`prepare_turn` for each item that is not prepared yet; prepared ones are
-        checked for their shape (:mod:`tiermem.models.shape`) too."""
+        """:meth:`prepare_turn` for each item that is not prepared yet, with the analysis of
+        a large turn (over ``LARGE_TURN_CHARS`` characters) in a worker thread so that the
+        event loop keeps serving other sessions; prepared ones are shape-checked too."""
         prepared = []
         for item in items:
             if isinstance(item, NewTurn):
                 check_shape(item.content, what="turn content")
                 check_shape(item.metadata, what="turn metadata")
                 prepared.append(item)
-            else:
-                prepared.append(self.prepare_turn(item))
+                continue
+            blocks = self._checked_blocks(item)
+            analysis = await analyse_turn_async(
+                item.role,
+                blocks,
+                tokens=self.tokens,
+                entities=self.entities,
+                importance=self.importance if item.importance is None else None,
+            )
+            prepared.append(self._new_turn(item, blocks, analysis))
         return prepared
 
     def prepare_turn(self, item: TurnInput) -> NewTurn:
-        """Count tokens, extract entities and score importance: the pure part of adding."""
+        """Count tokens, extract entities and score importance: the pure part of adding.
+
+        Raises:
+            ValidationError: a bad role, no content, or content of a bad shape.
+        """
+        blocks = self._checked_blocks(item)
+        analysis = analyse_turn(
+            item.role,
+            blocks,
+            tokens=self.tokens,
+            entities=self.entities,
+            importance=self.importance if item.importance is None else None,
+        )
+        return self._new_turn(item, blocks, analysis)
+
+    @staticmethod
+    def _checked_blocks(item: TurnInput) -> tuple[Any, ...]:
         if item.role not in ("user", "assistant"):
             raise ValidationError(f"role must be 'user' or 'assistant', got {item.role!r}")
         blocks = content_blocks(item.content)
-        check_shape(blocks, what="turn content")
-        check_shape(item.metadata, what="turn metadata")
         if not blocks:
             raise ValidationError("a turn needs at least one content block")
-        entities = self.entities.extract(text_of(blocks))
+        check_shape(blocks, what="turn content")
+        check_shape(item.metadata, what="turn metadata")
+        return blocks
+
+    def _new_turn(
+        self, item: TurnInput, blocks: tuple[Any, ...], analysis: TurnAnalysis
+    ) -> NewTurn:
         metadata = dict(item.metadata)
         importance = item.importance
-        if importance is None:
-            scored = self.importance.score(item.role, blocks, entities=entities)
-            importance = scored.score
-            metadata.setdefault("importance_reason", scored.reason)
+        if analysis.importance is not None:
+            importance = analysis.importance.score
+            metadata.setdefault("importance_reason", analysis.importance.reason)
         return NewTurn.model_validate(
             {
                 "role": item.role,
                 "content": blocks,
                 "timestamp": item.timestamp or self.clock.now(),
-                "token_count": self.tokens.count_blocks(blocks),
+                "token_count": analysis.token_count,
                 "importance": importance,
                 "pinned": item.pinned,
                 "agent_name": item.agent_name,
                 "intent": item.intent,
                 "latency_ms": item.latency_ms,
-                "entities": entities,
+                "entities": analysis.entities,
                 "metadata": metadata,
             }
         )

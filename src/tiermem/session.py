@@ -9,6 +9,7 @@ tracks its entities, and queues its indexing and memory detection as background 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from pydantic import Field
 
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
+from tiermem.extraction.turn_analysis import LARGE_TURN_CHARS
 from tiermem.models import (
     ActiveEntity,
     ContentBlock,
@@ -215,7 +217,15 @@ class Session:
             if turn.role != "user":
                 continue
             text = "\n".join(b.text for b in turn.content if isinstance(b, TextBlock))
-            drafts = self._service.detector.detect(text) if text.strip() else ()
+            if not text.strip():
+                continue
+            detect = self._service.detector.detect
+            # Rules hold the loop while they run; a pasted document goes to a thread.
+            drafts = (
+                await asyncio.to_thread(detect, text)
+                if len(text) > LARGE_TURN_CHARS
+                else detect(text)
+            )
             if drafts:
                 provenance = Provenance(
                     source="auto", session_id=self.id, turn_indexes=(turn.index,)
