@@ -13,7 +13,7 @@ import random
 
 __all__ = ["CAS_ATTEMPTS", "backoff_delay", "pause"]
 
-CAS_ATTEMPTS = 20
+CAS_ATTEMPTS = 32
 """How often a compare-and-set loop re-reads before it gives up with ConflictError."""
 
 

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Iterable
 
 from tiermem.errors import ConflictError, ValidationError
-from tiermem.longterm.memory_core import _CAS_ATTEMPTS, _PAGE, MemoryCore
+from tiermem.longterm.memory_core import _PAGE, MemoryCore
 from tiermem.longterm.recall import turn_doc_id
 from tiermem.longterm.records import (
     Sources,
@@ -22,7 +22,7 @@ from tiermem.longterm.records import (
 )
 from tiermem.longterm.types import is_internal_type
 from tiermem.models import MemoryRecord, Provenance
-from tiermem.retry import pause
+from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.keys import validate_id
 
 __all__ = ["MemoryForgetting"]
@@ -108,7 +108,7 @@ class MemoryForgetting(MemoryCore):
         """Make ``history``'s value the slot's current one again. False if the slot got a
         value from elsewhere meanwhile (that value stands)."""
         current: MemoryRecord | None = slot
-        for attempt in range(_CAS_ATTEMPTS):
+        for attempt in range(CAS_ATTEMPTS):
             if current is None or current.provenance.session_id != session_id:
                 return False
             restored = history.model_copy(
@@ -137,7 +137,7 @@ class MemoryForgetting(MemoryCore):
     async def _replace_sources(self, user_id: str, memory_id: str, sources: Sources) -> None:
         """Make ``sources[0]`` the record's provenance and the rest its ``also_from``."""
         primary = Provenance.model_validate({k: v for k, v in sources[0].items() if k != "at"})
-        for attempt in range(_CAS_ATTEMPTS):
+        for attempt in range(CAS_ATTEMPTS):
             record = await self.durable.get_memory(user_id, memory_id)
             if record is None:
                 return

@@ -34,6 +34,7 @@ from tiermem.longterm.records import (
 )
 from tiermem.longterm.types import MemoryType, MemoryTypeRegistry, is_internal_type
 from tiermem.models import JsonValue, MemoryRecord, Provenance
+from tiermem.retry import CAS_ATTEMPTS
 from tiermem.store.contract import DurableStore
 from tiermem.tokens import TiktokenCounter, TokenCounter
 
@@ -45,7 +46,6 @@ __all__ = ["MemoryCore", "MemoryRecaller", "Records"]
 # The name it had before LongTermMemory was split into modules, so log configuration holds.
 logger = logging.getLogger("tiermem.longterm.memory")
 
-_CAS_ATTEMPTS = 32
 _PAGE = 500
 _MEMORY_SCOPE: tuple[DocKind, ...] = ("memory",)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -157,7 +157,7 @@ class MemoryCore:
         or hidden). Re-reads until the record did not change while being indexed, so the
         last of several concurrent writers leaves the newest version in the index."""
         record = await self.durable.get_memory(user_id, memory_id)
-        for _ in range(_CAS_ATTEMPTS):
+        for _ in range(CAS_ATTEMPTS):
             if record is None or is_hidden(record, self.clock.now()):
                 await self.index.remove(user_id, [memory_id])
             else:

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tiermem.errors import ConflictError
-from tiermem.longterm.memory_core import _CAS_ATTEMPTS, MemoryCore, Records
+from tiermem.longterm.memory_core import MemoryCore, Records
 from tiermem.longterm.records import (
     MAX_CONTENT_BYTES,
     MAX_KEY_CHARS,
@@ -33,7 +33,7 @@ from tiermem.longterm.records import (
     preference_slot_id,
 )
 from tiermem.models import JsonValue, MemoryRecord, Provenance
-from tiermem.retry import pause
+from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.keys import validate_id
 
 __all__ = ["MemoryPreferences"]
@@ -97,7 +97,7 @@ class MemoryPreferences(MemoryCore):
         kind = self.types.get("preference")
         slot_id = preference_slot_id(norm_key)
         embedding: tuple[tuple[float, ...], str] | None = None
-        for attempt in range(_CAS_ATTEMPTS):
+        for attempt in range(CAS_ATTEMPTS):
             current = await self.durable.get_memory(user_id, slot_id)
             if (
                 current is not None
@@ -150,7 +150,7 @@ class MemoryPreferences(MemoryCore):
             return stored
         raise ConflictError(
             f"preference {norm_key!r} of user {user_id!r} kept changing under "
-            f"{_CAS_ATTEMPTS} attempts; try again"
+            f"{CAS_ATTEMPTS} attempts; try again"
         )
 
     async def _write_history(self, current: MemoryRecord, now: datetime) -> None:
@@ -168,7 +168,7 @@ class MemoryPreferences(MemoryCore):
                 },
             }
         )
-        for _ in range(_CAS_ATTEMPTS):
+        for _ in range(CAS_ATTEMPTS):
             try:
                 await self.durable.put_memory(history, expected_version=0)
                 return

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from tiermem.errors import ConflictError, NotFoundError, ValidationError
 from tiermem.longterm.detect import DetectedMemory
-from tiermem.longterm.memory_core import _CAS_ATTEMPTS, MemoryCore, Records
+from tiermem.longterm.memory_core import MemoryCore, Records
 from tiermem.longterm.records import (
     MAX_CONTENT_BYTES,
     check_importance,
@@ -36,7 +36,7 @@ from tiermem.longterm.records import (
 )
 from tiermem.longterm.types import MemoryType, is_internal_type
 from tiermem.models import JsonValue, MemoryRecord, Provenance
-from tiermem.retry import pause
+from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.keys import validate_id
 
 __all__ = ["MemoryWrites"]
@@ -142,7 +142,7 @@ class MemoryWrites(MemoryCore):
         """Write ``candidate`` if its id is free, else merge it into the record there.
         Returns the stored record and what was done ("" if nothing was written)."""
         user_id, memory_id = candidate.user_id, candidate.memory_id
-        for attempt in range(_CAS_ATTEMPTS):
+        for attempt in range(CAS_ATTEMPTS):
             existing: MemoryRecord | None = None
             if self.embedder is not None and candidate.embedding is None:
                 # Look first, so that a repeat costs no embedding call.
@@ -168,7 +168,7 @@ class MemoryWrites(MemoryCore):
             except ConflictError:
                 await pause(attempt)
         raise ConflictError(
-            f"memory {memory_id!r} of user {user_id!r} kept changing under {_CAS_ATTEMPTS} "
+            f"memory {memory_id!r} of user {user_id!r} kept changing under {CAS_ATTEMPTS} "
             "attempts; try again"
         )
 
@@ -213,7 +213,7 @@ class MemoryWrites(MemoryCore):
         extra = check_metadata(metadata)
         prov = check_provenance(provenance, "explicit")
         new_tags = None if tags is None else check_tags(tags)
-        for attempt in range(_CAS_ATTEMPTS):
+        for attempt in range(CAS_ATTEMPTS):
             old = await self.durable.get_memory(user_id, memory_id)
             if old is None:
                 raise NotFoundError(f"memory {memory_id!r} of user {user_id!r} does not exist")
