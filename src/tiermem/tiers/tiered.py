@@ -590,23 +590,24 @@ class TieredSessionStore:
             return merged
 
         data, version = await self._cas_record(sid, ENTITIES, merge)
-        first = True
+        expires_at = self._write_expiry(metadata, turn_count_hint)
+        # Our own change, as a merge: one hot write, no read (absent session: no-op).
+        await self._hot(
+            lambda: self.hot.update_entities(sid, upsert, remove, expires_at=expires_at),
+            "entities",
+        )
+        latest = await self.durable.get_record(sid, ENTITIES)
+        if latest is None or latest.version == version:
+            return _entities(data)
 
         async def copy(snap: SessionSnapshot, value: dict[str, JsonValue]) -> None:
-            nonlocal first
-            expires_at = self._write_expiry(metadata, turn_count_hint, snap.expires_at)
-            if first:
-                # Our own change first, as a merge: cheap, and correct unless overtaken.
-                first = False
-                await self.hot.update_entities(sid, upsert, remove, expires_at=expires_at)
-                return
-            # Overtaken: make the hot copy equal to the durable one.
+            # Overtaken by another writer: make the hot copy equal to the durable one.
             entities = _entities(value)
             gone = [k for k in snap.entities if k not in entities]
-            await self.hot.update_entities(sid, entities, gone, expires_at=expires_at)
+            await self.hot.update_entities(sid, entities, gone, expires_at=snap.expires_at)
 
-        await self._mirror(sid, ENTITIES, version, copy, data)
-        return _entities(data)
+        await self._mirror(sid, ENTITIES, latest.version, copy, latest.data)
+        return _entities(latest.data)
 
     async def put_state(
         self,
