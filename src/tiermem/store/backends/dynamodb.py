@@ -9,8 +9,9 @@ Layout (one table; ``<…>`` segments are escaped with
     table (pk, sk)                           PAY_PER_REQUEST, TTL attribute "ttl"
     ├── H#<session>                          hot session (DynamoDBHotStore)
     │   ├── META                             gen, version, next_index, lo (window start),
-    │   │                                    exp_us, ttl, cttl, md (metadata), tp (parts of
-    │   │                                    split turns), ek (entity tags), st (state tags),
+    │   │                                    gl/gh (gap after a restore), exp_us, ttl, cttl,
+    │   │                                    md (metadata), tp (parts of split turns),
+    │   │                                    ek (entity tags), st (state tags),
     │   │                                    act_pk/act_sk (activity index), lease_owner/_us
     │   ├── E#<kind>                         active entity                 tag, d
     │   ├── ST#<name>                        state blob                    tag, v, d, np
@@ -18,12 +19,18 @@ Layout (one table; ``<…>`` segments are escaped with
     │   └── T#<index:012d>                   turn in the window            tag(=gen), d, np
     │       └── T#<index:012d>#P0001…        its parts                     tag, d
     ├── S#<session>                          durable session (DynamoDBDurableStore)
-    │   ├── META                             next_index (no TTL: slots are never reused)
-    │   ├── REC#<kind>                       session record                tag, version, d,
-    │   │   └── REC#<kind>#P0001…            its parts                     np, exp_us, ttl
+    │   ├── META                             session header (.dynamodb_header): mv, gen,
+    │   │                                    born, next_index, exp_us (lifetime), ttl, hz
+    │   │                                    (horizon), ref (owner), rk (record kinds), kc
+    │   ├── KEY#<idempotency key>            an append's key               gen, first,
+    │   │                                                                  count, ttl (=hz)
+    │   ├── REC#<kind>                       session record                tag, version,
+    │   │   └── REC#<kind>#P0001…            its parts                     gen, d, np,
+    │   │                                                                  ttl (=hz)
     │   ├── TURN#<index:012d>                archived turn                 tag, bs, be, d,
     │   │   └── TURN#<index:012d>#P0001…     its parts                     np, exp_us, ttl
-    │   └── USER#<user>                      "registered to <user>"        upk, usk
+    │   └── USER#<user>                      "listed by <user>" (owner     upk, usk
+    │                                        now or in a past life)
     └── U#<user>                             a user (DynamoDBDurableStore)
         ├── SESS#<created:18 digits>#<session>   session ref (newest first)   sid, d
         └── MEM#<memory_id>                  memory record                 d, version, lt,
@@ -40,7 +47,8 @@ The memory indexes are local so that queries are strongly consistent (a LSI limi
 partition key, e.g. one user, to 10 GB). No request path uses Scan.
 
 See :mod:`.dynamodb_hot` and :mod:`.dynamodb_durable` for how writes stay atomic and how
-many round trips each operation takes, and :mod:`.dynamodb_table` for error mapping.
+many round trips each operation takes, :mod:`.dynamodb_header` for a durable session's
+lifetime, lives and TTL horizon, and :mod:`.dynamodb_table` for error mapping.
 """
 
 from tiermem.store.backends.dynamodb_durable import DynamoDBDurableStore

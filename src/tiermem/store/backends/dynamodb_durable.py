@@ -1,26 +1,53 @@
 """DynamoDB durable tier: :class:`DynamoDBDurableStore` (layout in :mod:`.dynamodb`).
 
-* Turn indexes come from the session's ``META.next_index``: an append reads it and commits
-  ``next_index = old + n`` (conditioned on ``old``) with the turn items in ONE
-  TransactWriteItems, so indexes are gap-free under concurrent appenders; a lost race is
-  retried with jittered backoff, unless the caller pinned ``first_index`` (then it is a
-  :class:`ConflictError`). An append must fit one transaction: 100 items counting the
-  counter and the parts of split turns, and 4 MB.
+* Every write of a session commits its ``META`` item (the session header, see
+  :mod:`.dynamodb_header`: turn counter, owner, lifetime, life tag ``gen``, TTL horizon),
+  conditioned on META's write counter ``mv`` as read, together with its own items in ONE
+  TransactWriteItems. So turn indexes are gap-free under concurrent appenders, and the
+  owner, the lifetime raise (``max``, computed from the META read), the idempotency key
+  and the record all change atomically with what they describe. A lost race is retried
+  with jittered backoff, unless the caller pinned ``first_index`` (then it is a
+  :class:`ConflictError`). An append must fit one transaction: 100 items counting META,
+  the key and the parts of split turns, and 4 MB.
 * Every turn item records its batch (``bs``..``be``) and every part the ``tag`` of its write,
   so a read that saw half of a concurrent transaction notices and queries again.
-* Expiry is logical (``exp_us`` against the injected clock); ``ttl`` lets DynamoDB collect
-  the item ``gc_grace`` later. ``META`` has no TTL, so an expired slot is never reused.
+* Turns expire on their own: ``exp_us`` against the injected clock, ``ttl`` gc_grace later.
+* Records and idempotency keys live as long as the session: they carry the ``gen`` of the
+  life they were written in and count only while META is live with that ``gen``. Their
+  ``ttl`` is the header's horizon, never before lifetime + gc_grace; when a write raises
+  the lifetime past the horizon, the same transaction raises their ``ttl`` (when they do
+  not fit it, they are raised one UpdateItem each just before; raising a TTL early is
+  harmless). That happens about once per horizon slack (1 to 30 days) of session life.
+* META's ``ttl`` is lifetime + gc_grace (none while the session lives forever), so nothing
+  of a dead session stays: META goes gc_grace after the lifetime, records and keys at most
+  the slack later, turns before it. While a dead session's META is still there, the next
+  write starts a new life and numbering continues where it was; once META is collected it
+  restarts at 0, when the old turns' TTLs have passed too (a turn never outlives the
+  lifetime). An overwritten slot's leftover parts are never read: a main item names its
+  part count and every part must carry its tag.
+* An idempotency key is the item ``KEY#<key>`` (first index and count of its append), put
+  in the append's transaction on condition that the current life has no such key. When
+  it has, the cancellation returns the stored item and the append returns those turns as
+  they are stored now.
 * ``delete_session`` and ``purge_user`` find everything with Queries (the session's
   partition; the user's partition, then each listed session) and delete it with
-  BatchWriteItem. They are not isolated from concurrent writes to the same session.
+  BatchWriteItem. They are not isolated from concurrent writes to the same session. A
+  purge leaves a session alone (but for the purged user's marker) if another user owns it
+  now.
 
-Round trips: ``append_turns`` 2 (GetItem + TransactWriteItems); ``next_index``,
-``get_memory``, ``delete_memory``, ``put_memory``, ``register_session`` 1; ``get_memories``
-1 BatchGetItem per 100 ids, in parallel (more if keys come back unprocessed); ``get_turn``,
-``get_turns``, ``tail_turns``, ``get_record``, ``list_sessions`` 1 Query (more pages past
-1 MB); ``put_record`` and ``redact_turn`` 2; ``query_memories`` 1 Query per memory type, in
-parallel; ``delete_session`` 1 Query + BatchWriteItem per 25 items; ``purge_user`` 1 Query +
-1 Query per session (parallel) + BatchWriteItem per 25 items.
+Round trips: ``append_turns`` 2 (GetItem META + TransactWriteItems); a repeated key +1
+Query for the stored turns (+1 GetItem of the key when ``first_index`` no longer matches);
+a horizon raise in a session with keys +1 Query (+ parallel UpdateItems past 100 items).
+``register_session`` 1 TransactWriteItems for a free id or one another user holds (the
+cancellation returns META), 2 when the owner extends or a dead id is taken over.
+``next_index``, ``get_session``, ``get_memory``, ``delete_memory``, ``put_memory`` 1;
+``get_record`` 1 (GetItem META and a Query, in parallel); ``put_record`` 2 (GetItem META
+and GetItem record in parallel, then TransactWriteItems); ``get_memories`` 1 BatchGetItem
+per 100 ids, in parallel (more if keys come back unprocessed); ``get_turn``,
+``get_turns``, ``tail_turns``, ``list_sessions`` 1 Query (more pages past 1 MB);
+``redact_turn`` 2; ``query_memories`` 1 Query per memory type, in parallel;
+``delete_session`` 1 Query + BatchWriteItem per 25 items; ``purge_user`` 1 Query + 1 Query
+per session (parallel) + BatchWriteItem per 25 items.
 """
 
 from __future__ import annotations
@@ -36,7 +63,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -52,6 +79,7 @@ from tiermem.models import (
     SessionRef,
     Turn,
 )
+from tiermem.store.backends.dynamodb_header import SessionHeader
 from tiermem.store.backends.dynamodb_table import (
     BACKEND,
     BY_CREATED_INDEX,
@@ -65,6 +93,7 @@ from tiermem.store.backends.dynamodb_table import (
     check_transaction,
     contention_error,
     expression,
+    fits_transaction,
     get_int,
     get_str,
     index_segment,
@@ -82,10 +111,12 @@ from tiermem.store.backends.dynamodb_table import (
     ttl_at,
     unpack,
     user_pk,
+    with_parts,
 )
 from tiermem.store.codec import (
     check_append,
     check_aware,
+    check_idempotency_key,
     check_index,
     check_kind,
     check_limit,
@@ -94,6 +125,7 @@ from tiermem.store.codec import (
     check_range,
     decode_memory,
     decode_turn,
+    decode_turns,
     encode_data,
     encode_memory,
     encode_turn,
@@ -106,8 +138,11 @@ __all__ = ["DynamoDBDurableStore"]
 _T = TypeVar("_T")
 _READ_ATTEMPTS = 8
 _PURGE_CONCURRENCY = 8
+_REFRESH_CONCURRENCY = 16
 _TURNS_LOWER = "TURN#"
 _TURNS_UPPER = "TURN#~"
+_KEYS_LOWER = "KEY#"
+_KEYS_UPPER = "KEY#~"
 
 
 def _turn_sk(index: int) -> str:
@@ -118,12 +153,30 @@ def _record_sk(kind: str) -> str:
     return f"REC#{escape_segment(kind)}"
 
 
+def _key_sk(idempotency_key: str) -> str:
+    return f"{_KEYS_LOWER}{escape_segment(idempotency_key)}"
+
+
 def _memory_sk(memory_id: str) -> str:
     return f"MEM#{escape_segment(memory_id)}"
 
 
+def _marker_sk(user_id: str) -> str:
+    return f"USER#{escape_segment(user_id)}"
+
+
 def _user_ref_sk(ref: SessionRef) -> str:
     return f"SESS#{time_segment(ref.created_at)}#{escape_segment(ref.session_id)}"
+
+
+def _life(head: SessionHeader) -> Item:
+    """The ``gen`` attribute of an item written in ``head``'s life (none in the life of a
+    META from before sessions had lives, whose old records have none either)."""
+    return {"gen": s(head.gen)} if head.gen else {}
+
+
+def _in_life(item: Item, head: SessionHeader) -> bool:
+    return get_str(item, "gen") == head.gen
 
 
 class DynamoDBDurableStore:
@@ -162,23 +215,132 @@ class DynamoDBDurableStore:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _expiry(self, expires_at: datetime | None) -> Item:
-        """The logical expiry and native TTL attributes of an item (none: forever)."""
-        if expires_at is None:
-            return {}
-        ttl = ttl_at(
+    def _now_us(self) -> int:
+        return to_us(self._clock.now())
+
+    def _ttl_of(self, expires_at: datetime) -> int:
+        return ttl_at(
             expires_at, clock=self._clock, wall_clock=self._wall_clock, grace=self._gc_grace
         )
-        return {"exp_us": n(to_us(expires_at)), "ttl": n(ttl)}
+
+    def _expiry(self, expires_at: datetime | None) -> Item:
+        """The logical expiry and native TTL attributes of a turn (none: forever)."""
+        if expires_at is None:
+            return {}
+        return {"exp_us": n(to_us(expires_at)), "ttl": n(self._ttl_of(expires_at))}
+
+    @staticmethod
+    def _horizon(head: SessionHeader) -> Item:
+        """The ``ttl`` of a record or key item written in ``head``'s life."""
+        return {"ttl": n(head.hz)} if head.hz is not None else {}
 
     def _visible(self, item: Item) -> bool:
-        return "exp_us" not in item or to_us(self._clock.now()) < get_int(item, "exp_us")
+        return "exp_us" not in item or self._now_us() < get_int(item, "exp_us")
 
     def _put(self, item: Item, **condition: Any) -> Item:
         return {"Put": {"TableName": self._table.name, "Item": item, **condition}}
 
     def _delete(self, pk: str, sk: str) -> Item:
         return {"Delete": {"TableName": self._table.name, "Key": key(pk, sk)}}
+
+    async def _read_header(self, pk: str, projection: str | None = None) -> SessionHeader | None:
+        item = await self._table.get(pk, META, projection=projection)
+        return SessionHeader.parse(item) if item is not None else None
+
+    def _live(self, head: SessionHeader | None) -> SessionHeader | None:
+        return head if head is not None and head.live(self._now_us()) else None
+
+    def _ttl_update(self, pk: str, sk: str, horizon: int | None, *, plain: bool = False) -> Item:
+        """Raise one item's ``ttl`` to ``horizon`` (None: remove it), never creating it."""
+        params: dict[str, Any] = {"TableName": self._table.name, "Key": key(pk, sk)}
+        if horizon is None:
+            params |= expression(
+                UpdateExpression="REMOVE #ttl", ConditionExpression="attribute_exists(#pk)"
+            )
+        else:
+            params |= expression(
+                UpdateExpression="SET #ttl = :h", ConditionExpression="attribute_exists(#pk)"
+            )
+            params["ExpressionAttributeValues"] = {":h": n(horizon)}
+        return params if plain else {"Update": params}
+
+    async def _long_lived(self, pk: str, head: SessionHeader) -> list[str]:
+        """Sort keys of every record item (parts included) and key item of ``head``'s life."""
+        sks = [
+            sk for kind, count in head.kinds.items() for sk in with_parts(_record_sk(kind), count)
+        ]
+        if head.keys:
+            items = await self._table.query_partition(
+                pk, lower=_KEYS_LOWER, upper=_KEYS_UPPER, projection="#sk, #gen"
+            )
+            sks += [get_str(item, "sk") for item in items if _in_life(item, head)]
+        return sks
+
+    async def _raise_ttls(self, pk: str, sks: Collection[str], horizon: int | None) -> None:
+        """:meth:`_ttl_update` for many items, outside any transaction, in parallel."""
+        semaphore = asyncio.Semaphore(_REFRESH_CONCURRENCY)
+
+        async def one(sk: str) -> None:
+            async with semaphore:
+                # An item that is gone (a delete that stopped halfway) has nothing to keep.
+                with suppress(ConditionFailed):
+                    await self._table.call(
+                        "update_item", **self._ttl_update(pk, sk, horizon, plain=True)
+                    )
+
+        await asyncio.gather(*(one(sk) for sk in sks))
+
+    async def _commit(
+        self,
+        pk: str,
+        old: SessionHeader | None,
+        new: SessionHeader,
+        actions: Sequence[Item],
+        *,
+        refresh: bool,
+        written: Collection[str] = (),
+        payload_bytes: int = 0,
+        what: str,
+    ) -> None:
+        """Write META ``new`` (action 0) and ``actions`` (1, 2...) in one transaction, on
+        condition that META is still ``old`` as read (None: absent).
+
+        With ``refresh`` (the write raised the horizon of ``old``'s live session), every
+        record and key item of that life but those in ``written`` (which ``actions``
+        rewrite) gets ``ttl`` = ``new.hz``: in the transaction when they fit, else one
+        UpdateItem each first.
+
+        Raises:
+            ConditionFailed: META is no longer ``old``, or a condition of ``actions`` failed
+                (see its ``codes``); nothing was written.
+            ValidationError: META and ``actions`` do not fit one transaction.
+        """
+        if old is None:
+            condition = expression(ConditionExpression="attribute_not_exists(#pk)")
+        else:
+            condition = old.condition()
+        meta = self._put(new.item(pk), ReturnValuesOnConditionCheckFailure="ALL_OLD", **condition)
+        batch = [meta, *actions]
+        check_transaction(batch, payload_bytes=payload_bytes, what=what)
+        stale: list[str] = []
+        if refresh and old is not None:
+            stale = [sk for sk in await self._long_lived(pk, old) if sk not in set(written)]
+            if fits_transaction(len(batch) + len(stale), payload_bytes=payload_bytes):
+                batch += [self._ttl_update(pk, sk, new.hz) for sk in stale]
+            else:
+                await self._raise_ttls(pk, stale, new.hz)
+        try:
+            await self._table.write(batch)
+        except ConditionFailed as failed:
+            own = 1 + len(actions)
+            if failed.contention or not any(failed.failed(i) for i in range(own, len(batch))):
+                raise
+            if any(failed.failed(i) for i in range(own)):
+                raise
+            # An item META lists is gone (a delete that stopped halfway): raise the others
+            # one by one, skipping it, and write without them.
+            await self._raise_ttls(pk, stale, new.hz)
+            await self._table.write(batch[:own])
 
     # -- turn archive ------------------------------------------------------------------------
 
@@ -189,28 +351,39 @@ class DynamoDBDurableStore:
         *,
         first_index: int | None = None,
         expires_at: datetime | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Turn]:
         check_append(session_id, turns, first_index=first_index)
+        idem = check_idempotency_key(idempotency_key)
+        check_aware(expires_at, what="expires_at")
         pk = session_pk(session_id)
         expiry = self._expiry(expires_at)
         for attempt in range(MAX_ATTEMPTS):
-            meta = await self._table.get(pk, META)
-            start = get_int(meta, "next_index") if meta is not None else 0
+            now_us = self._now_us()
+            old = await self._read_header(pk)
+            live = self._live(old)
+            # A dead session's META, until its TTL collects it, keeps the numbering going.
+            start = old.next_index if old is not None else 0
             if first_index is not None and first_index != start:
+                if idem is not None and live is not None:
+                    stored = await self._table.get(pk, _key_sk(idem))
+                    if stored is not None and _in_life(stored, live):
+                        return await self._replay(session_id, stored)
                 raise ConflictError(
                     f"session {session_id!r}: next archived turn index is {start}, "
                     f"not {first_index}",
                     expected=first_index,
                     actual=start,
                 )
+            new = SessionHeader.successor(old, live=live is not None, now_us=now_us)
+            refresh = new.extend(live, expires_at, now_us=now_us, ttl_of=self._ttl_of)
             indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
             end = start + len(indexed)
-            if meta is None:
-                condition = expression(ConditionExpression="attribute_not_exists(#pk)")
-            else:
-                condition = expression(ConditionExpression="#next_index = :old")
-                condition["ExpressionAttributeValues"] = {":old": n(start)}
-            actions = [self._put(key(pk, META) | {"next_index": n(end)}, **condition)]
+            new.next_index = end
+            actions: list[Item] = []
+            if idem is not None:
+                new.keys += 1
+                actions.append(self._key_put(pk, idem, new, start, len(indexed)))
             tag = secrets.token_hex(6)
             size = 0
             for turn in indexed:
@@ -219,27 +392,59 @@ class DynamoDBDurableStore:
                 items[0] |= {"bs": n(start), "be": n(end)}
                 actions += [self._put(item | expiry) for item in items]
                 size += packed.size
-            check_transaction(
-                actions,
-                payload_bytes=size,
-                what=f"appending {len(turns)} turns to session {session_id!r}",
-            )
             try:
-                await self._table.write(actions)
-            except ConditionFailed:
+                await self._commit(
+                    pk,
+                    old,
+                    new,
+                    actions,
+                    refresh=refresh,
+                    written=[_key_sk(idem)] if idem is not None else [],
+                    payload_bytes=size,
+                    what=f"appending {len(turns)} turns to session {session_id!r}",
+                )
+            except ConditionFailed as failed:
+                if idem is not None and failed.failed(1) and not failed.failed(0):
+                    # META held, so the key is of the life that was read: a repeat.
+                    stored = failed.item(1) or await self._table.get(pk, _key_sk(idem))
+                    if stored is not None:
+                        return await self._replay(session_id, stored)
                 await asyncio.sleep(backoff_delay(attempt))
                 continue
             return indexed
         raise contention_error(f"append_turns on session {session_id!r}")
 
+    def _key_put(self, pk: str, idem: str, head: SessionHeader, first: int, count: int) -> Item:
+        """Record an idempotency key, on condition that ``head``'s life has not got it."""
+        item = key(pk, _key_sk(idem)) | {"first": n(first), "count": n(count)}
+        item |= _life(head) | self._horizon(head)
+        if head.gen:
+            condition = expression(ConditionExpression="attribute_not_exists(#pk) OR #gen <> :g")
+            condition["ExpressionAttributeValues"] = {":g": s(head.gen)}
+        else:
+            condition = expression(
+                ConditionExpression="attribute_not_exists(#pk) OR attribute_exists(#gen)"
+            )
+        return self._put(item, ReturnValuesOnConditionCheckFailure="ALL_OLD", **condition)
+
+    async def _replay(self, session_id: str, stored: Item) -> list[Turn]:
+        """The turns of the append that recorded key item ``stored``, as stored now."""
+        first, count = get_int(stored, "first"), get_int(stored, "count")
+        payloads = await self._read_range(
+            session_id, _turn_sk(first), parts_upper(_turn_sk(first + count - 1))
+        )
+        return decode_turns(payloads, session_id=session_id)
+
     async def next_index(self, session_id: str) -> int:
         validate_id(session_id, what="session_id")
-        meta = await self._table.get(session_pk(session_id), META, projection="#next_index")
-        return get_int(meta, "next_index") if meta is not None else 0
+        head = await self._read_header(session_pk(session_id), projection="#pk, #next_index")
+        return head.next_index if head is not None else 0
 
-    def _decode_visible(self, items: Sequence[Item]) -> list[Turn] | None:
-        """The visible turns among ``items`` (a contiguous range of the archive, in any
-        order), or None if the items are not a consistent view (a write was half seen)."""
+    def _visible_payloads(self, items: Sequence[Item]) -> list[str] | None:
+        """The payloads of the visible turns among ``items`` (a contiguous range of the
+        archive, in any order), in index order, or None if the items are not a consistent
+        view (a write was half seen). Decoding is the caller's: a list skips a turn that
+        cannot be decoded, a read of that one turn raises."""
         by_sk = {get_str(item, "sk"): item for item in items}
         mains = {
             int(sk.removeprefix(_TURNS_LOWER)): item
@@ -249,7 +454,7 @@ class DynamoDBDurableStore:
         if not mains:
             return []
         low, high = min(mains), max(mains)
-        turns = []
+        payloads = []
         for index in sorted(mains):
             main = mains[index]
             if not self._visible(main):
@@ -263,17 +468,18 @@ class DynamoDBDurableStore:
             batch = range(max(get_int(main, "bs"), low), min(get_int(main, "be"), high + 1))
             if any(i not in mains for i in batch):
                 return None
-            turns.append(decode_turn(unpack(chunks)))
-        return turns
+            payloads.append(unpack(chunks))
+        return payloads
 
-    async def _read_range(self, session_id: str, lower: str, upper: str) -> list[Turn]:
+    async def _read_range(self, session_id: str, lower: str, upper: str) -> list[str]:
+        """The payloads of the visible turns with sort keys in ``lower``..``upper``."""
         pk = session_pk(session_id)
         for attempt in range(_READ_ATTEMPTS):
-            turns = self._decode_visible(
+            payloads = self._visible_payloads(
                 await self._table.query_partition(pk, lower=lower, upper=upper)
             )
-            if turns is not None:
-                return turns
+            if payloads is not None:
+                return payloads
             await asyncio.sleep(backoff_delay(attempt))
         raise self._unsettled(session_id)
 
@@ -289,10 +495,10 @@ class DynamoDBDurableStore:
         validate_id(session_id, what="session_id")
         check_index(index)
         sk = _turn_sk(index)
-        turns = await self._read_range(session_id, sk, parts_upper(sk))
-        if not turns:
+        payloads = await self._read_range(session_id, sk, parts_upper(sk))
+        if not payloads:
             raise NotFoundError(f"session {session_id!r} has no turn {index}")
-        return turns[0]
+        return decode_turn(payloads[0])
 
     async def get_turns(
         self, session_id: str, start: int = 0, end: int | None = None
@@ -302,7 +508,8 @@ class DynamoDBDurableStore:
         if end == start:
             return []
         upper = _TURNS_UPPER if end is None else parts_upper(_turn_sk(end - 1))
-        return await self._read_range(session_id, _turn_sk(start), upper)
+        payloads = await self._read_range(session_id, _turn_sk(start), upper)
+        return decode_turns(payloads, session_id=session_id)
 
     async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
         validate_id(session_id, what="session_id")
@@ -334,9 +541,9 @@ class DynamoDBDurableStore:
                         visible += self._visible(item)
                         if visible >= count:
                             break
-            turns = self._decode_visible(items)
-            if turns is not None:
-                return turns[-count:]
+            payloads = self._visible_payloads(items)
+            if payloads is not None:
+                return decode_turns(payloads[-count:], session_id=session_id)
             await asyncio.sleep(backoff_delay(attempt))
         raise self._unsettled(session_id)
 
@@ -346,13 +553,13 @@ class DynamoDBDurableStore:
         pk, sk = session_pk(session_id), _turn_sk(index)
         for attempt in range(MAX_ATTEMPTS):
             items = await self._table.query_partition(pk, lower=sk, upper=parts_upper(sk))
-            turns = self._decode_visible(items)
-            if turns is None:
+            payloads = self._visible_payloads(items)
+            if payloads is None:
                 await asyncio.sleep(backoff_delay(attempt))
                 continue
-            if not turns:
+            if not payloads:
                 raise NotFoundError(f"session {session_id!r} has no turn {index}")
-            (turn,) = turns
+            turn = decode_turn(payloads[0])
             main = next(item for item in items if get_str(item, "sk") == sk)
             redacted = turn.redact()
             packed = pack(encode_turn(redacted), what=f"turn {index}", max_parts=1)
@@ -372,28 +579,68 @@ class DynamoDBDurableStore:
 
     # -- sessions -----------------------------------------------------------------------------
 
-    async def register_session(self, ref: SessionRef) -> None:
+    async def register_session(
+        self, ref: SessionRef, *, expires_at: datetime | None = None
+    ) -> SessionRef:
         validate_id(ref.session_id, what="session_id")
         validate_id(ref.user_id, what="user_id")
+        check_aware(expires_at, what="expires_at")
+        pk = session_pk(ref.session_id)
         upk, usk = user_pk(ref.user_id), _user_ref_sk(ref)
-        marker = key(session_pk(ref.session_id), f"USER#{escape_segment(ref.user_id)}")
-        actions = [
+        # The marker lets delete_session find the list entry; it exists exactly when the
+        # user's list has the session, so a failed condition on it means "already listed".
+        listing = [
             self._put(
-                marker | {"upk": s(upk), "usk": s(usk)},
+                key(pk, _marker_sk(ref.user_id)) | {"upk": s(upk), "usk": s(usk)},
                 **expression(ConditionExpression="attribute_not_exists(#pk)"),
             ),
             self._put(key(upk, usk) | {"sid": s(ref.session_id), "d": s(ref.model_dump_json())}),
         ]
+        listed = False
+        # The first attempt assumes a new id: one transaction, no read. When META exists,
+        # the cancellation returns it, which is as good as a read.
+        old_item: Item | None = None
+        read = False
         for attempt in range(MAX_ATTEMPTS):
+            if read:
+                old_item = await self._table.get(pk, META)
+            now_us = self._now_us()
+            old = SessionHeader.parse(old_item) if old_item is not None else None
+            live = self._live(old)
+            holder = live.owner if live is not None else None
+            if holder is not None and holder.user_id != ref.user_id:
+                return holder
+            new = SessionHeader.successor(old, live=live is not None, now_us=now_us)
+            refresh = new.extend(live, expires_at, now_us=now_us, ttl_of=self._ttl_of)
+            actions: list[Item] = []
+            if holder is None:
+                new.owner = holder = ref
+                actions = [] if listed else listing
+            elif live is not None and new.exp_us == live.exp_us:
+                return holder  # the owner again, and the lifetime is long enough already
             try:
-                await self._table.write(actions)
+                await self._commit(
+                    pk, old, new, actions, refresh=refresh, what=f"register {ref.session_id!r}"
+                )
             except ConditionFailed as failed:
-                if failed.contention:
+                listed = listed or (bool(actions) and failed.failed(1))
+                if failed.failed(0) and failed.item(0) is not None:
+                    old_item, read = failed.item(0), False
+                else:
+                    # META held (only the marker failed: the META read is still good) or
+                    # the cancellation did not say what it is now.
+                    read = failed.contention or failed.failed(0)
+                if failed.contention or (attempt and failed.failed(0)):
                     await asyncio.sleep(backoff_delay(attempt))
-                    continue
-                return  # already registered: the first registration stands
-            return
+                continue
+            return holder
         raise contention_error(f"register_session {ref.session_id!r}")
+
+    async def get_session(self, session_id: str) -> SessionRef | None:
+        validate_id(session_id, what="session_id")
+        head = await self._read_header(session_pk(session_id), projection="#pk, #ref, #exp_us")
+        live = self._live(head)
+        return live.owner if live is not None else None
 
     async def _newest(
         self,
@@ -448,10 +695,14 @@ class DynamoDBDurableStore:
         check_kind(kind)
         pk, sk = session_pk(session_id), _record_sk(kind)
         for attempt in range(_READ_ATTEMPTS):
-            items = await self._table.query_partition(pk, lower=sk, upper=parts_upper(sk))
+            head, items = await asyncio.gather(
+                self._read_header(pk, projection="#pk, #gen, #exp_us"),
+                self._table.query_partition(pk, lower=sk, upper=parts_upper(sk)),
+            )
+            live = self._live(head)
             by_sk = {get_str(item, "sk"): item for item in items}
             main = by_sk.get(sk)
-            if main is None or not self._visible(main):
+            if live is None or main is None or not _in_life(main, live):
                 return None
             chunks = payload_chunks(
                 by_sk, sk, tag=get_str(main, "tag"), count=get_int(main, "np", 1)
@@ -472,11 +723,19 @@ class DynamoDBDurableStore:
     ) -> SessionRecord:
         validate_id(session_id, what="session_id")
         check_kind(kind)
+        check_aware(expires_at, what="expires_at")
         copy = json.loads(encode_data(data, what=f"record {kind!r}"))
         pk, sk = session_pk(session_id), _record_sk(kind)
         for attempt in range(MAX_ATTEMPTS):
-            main = await self._table.get(pk, sk, projection="#version, #exp_us, #np, #tag")
-            actual = get_int(main, "version") if main is not None and self._visible(main) else 0
+            old, main = await asyncio.gather(
+                self._read_header(pk),
+                self._table.get(pk, sk, projection="#version, #np, #gen, #tag"),
+            )
+            now_us = self._now_us()
+            live = self._live(old)
+            actual = 0
+            if live is not None and main is not None and _in_life(main, live):
+                actual = get_int(main, "version")
             if expected_version is not None and expected_version != actual:
                 raise ConflictError(
                     f"record {kind!r} of session {session_id!r} is at version {actual}, "
@@ -484,40 +743,66 @@ class DynamoDBDurableStore:
                     expected=expected_version,
                     actual=actual,
                 )
+            new = SessionHeader.successor(old, live=live is not None, now_us=now_us)
+            refresh = new.extend(live, expires_at, now_us=now_us, ttl_of=self._ttl_of)
             record = SessionRecord(
                 kind=kind,
                 data=copy,
                 version=actual + 1,
                 updated_at=self._clock.now(),
-                expires_at=expires_at,
+                expires_at=new.lifetime,
             )
             packed = pack(record.model_dump_json(), what=f"record {kind!r}")
             items = payload_items(pk, sk, packed, tag=secrets.token_hex(6))
-            items[0]["version"] = n(record.version)
-            expiry = self._expiry(expires_at)
+            items[0] |= {"version": n(record.version)} | _life(new)
+            # The two reads are not one snapshot: the record must still be the one read.
             if main is None:
                 condition = expression(ConditionExpression="attribute_not_exists(#pk)")
             else:
                 condition = expression(ConditionExpression="#tag = :tag")
                 condition["ExpressionAttributeValues"] = {":tag": main["tag"]}
-            actions = [self._put(items[0] | expiry, **condition)]
-            actions += [self._put(item | expiry) for item in items[1:]]
+            actions = [self._put(items[0] | self._horizon(new), **condition)]
+            actions += [self._put(item | self._horizon(new)) for item in items[1:]]
+            # Parts the previous version had beyond this one's (of any life: ours to clean).
             old_count = get_int(main, "np", 1) if main is not None else 1
             actions += [self._delete(pk, part_sk(sk, p)) for p in range(packed.count, old_count)]
-            check_transaction(actions, payload_bytes=packed.size, what=f"record {kind!r}")
+            listed = max(old_count, live.kinds.get(kind, 1) if live is not None else 1)
+            new.kinds[kind] = packed.count
             try:
-                await self._table.write(actions)
+                await self._commit(
+                    pk,
+                    old,
+                    new,
+                    actions,
+                    refresh=refresh,
+                    written=with_parts(sk, max(listed, packed.count)),
+                    payload_bytes=packed.size,
+                    what=f"record {kind!r}",
+                )
             except ConditionFailed:
                 await asyncio.sleep(backoff_delay(attempt))
                 continue
             return record
         raise contention_error(f"put_record {kind!r} on session {session_id!r}")
 
-    async def _session_keys(self, session_id: str) -> list[tuple[str, str]]:
+    async def _session_keys(
+        self, session_id: str, *, purging: str | None = None
+    ) -> list[tuple[str, str]]:
         """Keys of everything stored for a session: the user-list entries, then its
-        partition with META last (so a failed delete leaves the numbering in place)."""
+        partition with META last (so a failed delete leaves the numbering in place).
+
+        When ``purging`` a user and the session lives on as another user's, only that
+        user's marker in it: the id is no longer theirs to delete.
+        """
         pk = session_pk(session_id)
-        items = await self._table.query_partition(pk, projection="#pk, #sk, #upk, #usk")
+        items = await self._table.query_partition(
+            pk, projection="#pk, #sk, #upk, #usk, #ref, #exp_us"
+        )
+        if purging is not None:
+            meta = next((i for i in items if get_str(i, "sk") == META), None)
+            live = self._live(SessionHeader.parse(meta) if meta is not None else None)
+            if live is not None and live.owner is not None and live.owner.user_id != purging:
+                return [(pk, _marker_sk(purging))]
         refs = [(get_str(i, "upk"), get_str(i, "usk")) for i in items if "upk" in i]
         own = sorted(((pk, get_str(i, "sk")) for i in items), key=lambda k: k[1] == META)
         return refs + own
@@ -682,7 +967,7 @@ class DynamoDBDurableStore:
 
         async def keys_of(session_id: str) -> list[tuple[str, str]]:
             async with semaphore:
-                return await self._session_keys(session_id)
+                return await self._session_keys(session_id, purging=user_id)
 
         per_session = await asyncio.gather(*(keys_of(sid) for sid in sessions))
         # Sessions first, the user's own partition last: a purge that fails midway can be

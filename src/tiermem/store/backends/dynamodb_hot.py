@@ -3,12 +3,14 @@
 How a hot session is kept consistent without a server-side script:
 
 * The ``META`` item describes the whole live session: generation ``gen``, ``version``,
-  ``next_index``, the window's lowest index ``lo``, the part counts of split turns ``tp``,
-  and the tag of every entity (``ek``) and state blob (``st``). Every write reads META,
-  then commits META (a Put conditioned on the version and generation it read) together
-  with its child items in ONE TransactWriteItems. A lost race changes nothing and is
-  retried with jittered backoff; a caller's ``expected_version`` / ``first_index`` that no
-  longer holds becomes a :class:`ConflictError` instead.
+  ``next_index``, the window's lowest index ``lo`` (and ``gl``..``gh``, indexes missing
+  from the window after a restore whose turns ended before ``next_index``), the part
+  counts of split turns ``tp``, and the tag of every entity (``ek``) and state blob
+  (``st``). Every write reads META, then commits META (a Put conditioned on the version
+  and generation it read) together with its child items in ONE TransactWriteItems. A lost
+  race changes nothing and is retried with jittered backoff; a caller's
+  ``expected_version`` / ``first_index`` that no longer holds becomes a
+  :class:`ConflictError` instead.
 * Child items (turns, entities, state blobs and their parts) carry a ``tag``; a read
   accepts a child only if META lists it with that tag. A Query is not isolated from a
   concurrent transaction, so ``load`` checks the children it got against META and
@@ -16,6 +18,13 @@ How a hot session is kept consistent without a server-side script:
 * Expiry is logical (the injected clock against ``exp_us``). The first write after expiry
   starts a new generation: a fresh ``gen``, version 1, and the old generation's items are
   deleted in the same transaction when they fit (else they are ignored and left to TTL).
+  ``update_entities`` and ``copy_state`` never start a session: on an absent or expired
+  one they write nothing.
+* ``restore`` is one such write that replaces everything: a fresh ``gen`` (so every child
+  gets a new tag and a load overlapping it notices), the version counted on, state blobs
+  with the versions they were given, the old children deleted while the transaction has
+  room. The whole restored session must fit one transaction (100 items, 4 MB), else it
+  is a :class:`ValidationError` and nothing is written.
 * Native TTL: META's ``ttl`` is expires_at + gc_grace. Child items are written with a
   ``ttl`` seven days later than that (``cttl`` in META records the lowest), so a long-lived
   session's old children are not collected under it; when a write or touch would move
@@ -23,11 +32,13 @@ How a hot session is kept consistent without a server-side script:
   each, about once a week of session life).
 
 Round trips: ``load`` 1 Query; ``get_state`` 1 TransactGetItems (+1 Query if the blob is
-split); ``append_turns``, ``put_metadata``, ``update_entities`` 2 (GetItem META +
-TransactWriteItems); ``put_state`` 2 (TransactGetItems + TransactWriteItems); ``touch`` and
-``release_expired`` 1 UpdateItem; ``claim_expired`` one Query per activity shard in parallel
-+ one conditional UpdateItem per claimed session in parallel; ``delete`` 1 Query + one
-conditional DeleteItem per item in parallel. Each lost race adds a read and a write.
+split); ``append_turns``, ``put_metadata``, ``update_entities``, ``restore`` 2 (GetItem META
++ TransactWriteItems; ``update_entities`` of an absent session 1); ``put_state`` and
+``copy_state`` 2 (TransactGetItems + TransactWriteItems; a copy that is not newer, or to an
+absent session, 1); ``touch`` and ``release_expired`` 1 UpdateItem; ``claim_expired`` one
+Query per activity shard in parallel + one conditional UpdateItem per claimed session in
+parallel; ``delete`` 1 Query + one conditional DeleteItem per item in parallel. Each lost
+race adds a read and a write.
 """
 
 from __future__ import annotations
@@ -54,6 +65,7 @@ from tiermem.models import (
     SessionMetadata,
     SessionSnapshot,
     StateBlob,
+    Turn,
 )
 from tiermem.store.backends.dynamodb_table import (
     ACTIVITY_INDEX,
@@ -91,7 +103,8 @@ from tiermem.store.codec import (
     check_append,
     check_kind,
     check_limit,
-    decode_turn,
+    check_restore,
+    decode_turns,
     encode_data,
     encode_turn,
 )
@@ -118,6 +131,10 @@ class _Plan:
     children: list[Item] = field(default_factory=list)
     cleanup: list[str] = field(default_factory=list)
     payload_bytes: int = 0
+    replace: bool = False
+    """The write replaces every child (restore): nothing of the old ones is kept alive."""
+    advice: str = "Split the batch."
+    """What to do when the write is too big for one transaction."""
 
 
 def _turn_sk(index: int) -> str:
@@ -140,6 +157,8 @@ class _Meta:
     version: int = 0
     next_index: int = 0
     lo: int = 0
+    gl: int = 0
+    gh: int = 0
     exp_us: int = 0
     cttl: int = 0
     md: dict[str, Any] | None = None
@@ -154,6 +173,8 @@ class _Meta:
             version=get_int(item, "version"),
             next_index=get_int(item, "next_index"),
             lo=get_int(item, "lo"),
+            gl=get_int(item, "gl"),
+            gh=get_int(item, "gh"),
             exp_us=get_int(item, "exp_us"),
             cttl=get_int(item, "cttl"),
             md=item.get("md"),
@@ -168,10 +189,20 @@ class _Meta:
     def live(self, now_us: int) -> bool:
         return now_us < self.exp_us
 
+    def turn_indexes(self) -> list[int]:
+        """The indexes of the turns in the window, oldest first.
+
+        They run from ``lo`` to ``next_index``, except for a gap ``gl``..``gh`` that a
+        restore leaves when the turns it was given end before ``next_index``.
+        """
+        if self.gh <= self.lo:
+            return list(range(self.lo, self.next_index))
+        return [*range(self.lo, self.gl), *range(self.gh, self.next_index)]
+
     def children(self) -> list[str]:
         """Sort keys of every child item this META lists (parts included)."""
         sks: list[str] = []
-        for index in range(self.lo, self.next_index):
+        for index in self.turn_indexes():
             sks += with_parts(_turn_sk(index), self.tp.get(index, 1))
         sks += [_entity_sk(kind) for kind in self.ek]
         for name, (_, count) in self.st.items():
@@ -272,6 +303,8 @@ class DynamoDBHotStore:
             "act_pk": s(self._activity_pk(session_id)),
             "act_sk": n(meta.exp_us),
         }
+        if meta.gh > meta.lo:
+            item |= {"gl": n(meta.gl), "gh": n(meta.gh)}
         if meta.md is not None:
             item["md"] = meta.md
         if meta.tp:
@@ -329,7 +362,7 @@ class DynamoDBHotStore:
         pk = hot_pk(session_id)
         ttl = self._ttl(expires_at)
         child_ttl = ttl + int(CHILD_TTL_SLACK.total_seconds())
-        if current is not None:
+        if current is not None and not plan.replace:
             cttl = current.cttl
             if cttl < ttl:
                 await self._refresh_children(pk, current, child_ttl)
@@ -357,7 +390,7 @@ class DynamoDBHotStore:
         ]
         for child in plan.children:
             actions.append({"Put": {"TableName": table, "Item": child | {"ttl": n(child_ttl)}}})
-        check_transaction(actions, payload_bytes=plan.payload_bytes, what=what)
+        check_transaction(actions, payload_bytes=plan.payload_bytes, what=what, advice=plan.advice)
         cleanup = plan.cleanup if current is not None else (old.children() if old else [])
         written = {get_str(c, "sk") for c in plan.children} | {META}
         left = 0
@@ -375,7 +408,7 @@ class DynamoDBHotStore:
     async def _write(
         self,
         session_id: str,
-        planner: Callable[[_Meta | None, _Meta, Item | None], tuple[_Plan, _R]],
+        planner: Callable[[_Meta | None, _Meta, Item | None], tuple[_Plan | None, _R]],
         *,
         expires_at: datetime,
         what: str,
@@ -386,8 +419,9 @@ class DynamoDBHotStore:
         ``planner(current, new, blob)`` gets the live META (None when the session is absent
         or expired: then ``new`` starts a new generation), the successor META to complete,
         and the main item of state blob ``state`` (when given, read atomically with META).
-        It raises :class:`ConflictError` if the caller's expectation does not hold; a write
-        that loses a race is planned again from a fresh read.
+        It raises :class:`ConflictError` if the caller's expectation does not hold, and
+        returns no plan when there is nothing to write (then nothing is). A write that loses
+        a race is planned again from a fresh read.
         """
         pk = hot_pk(session_id)
         for attempt in range(MAX_ATTEMPTS):
@@ -398,6 +432,8 @@ class DynamoDBHotStore:
             current = old if old is not None and old.live(self._now_us()) else None
             new = self._successor(current)
             plan, result = planner(current, new, blob)
+            if plan is None:
+                return result
             try:
                 await self._commit(
                     session_id,
@@ -447,7 +483,11 @@ class DynamoDBHotStore:
             indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
             payloads = [encode_turn(turn) for turn in indexed]
             new.next_index = start + len(indexed)
-            new.lo = max(current.lo if current else start, new.next_index - window)
+            before = current.turn_indexes() if current is not None else []
+            kept = [*before, *(turn.index for turn in indexed)][-window:]
+            new.lo = kept[0]
+            if new.gh <= new.lo:
+                new.gl = new.gh = 0  # a restore's gap has left the window
             new.tp = {i: c for i, c in new.tp.items() if i >= new.lo}
             if md is not None:
                 new.md = md
@@ -463,7 +503,8 @@ class DynamoDBHotStore:
             if current is not None:
                 step.cleanup = [
                     sk
-                    for i in range(current.lo, min(new.lo, current.next_index))
+                    for i in before
+                    if i < new.lo
                     for sk in with_parts(_turn_sk(i), current.tp.get(i, 1))
                 ]
             result = HotAppendResult(
@@ -507,13 +548,15 @@ class DynamoDBHotStore:
     def _assemble(
         session_id: str, meta: _Meta, by_sk: Mapping[str, Item]
     ) -> SessionSnapshot | None:
-        turns = []
-        for index in range(meta.lo, meta.next_index):
+        payloads = []
+        for index in meta.turn_indexes():
             count = meta.tp.get(index, 1)
             chunks = payload_chunks(by_sk, _turn_sk(index), tag=meta.gen, count=count)
             if chunks is None:
                 return None
-            turns.append(decode_turn(unpack(chunks)))
+            payloads.append(unpack(chunks))
+        # One turn this version cannot read must not make the whole session unreadable.
+        turns = decode_turns(payloads, session_id=session_id)
         entities = {}
         for kind, tag in meta.ek.items():
             chunks = payload_chunks(by_sk, _entity_sk(kind), tag=tag, count=1)
@@ -562,7 +605,7 @@ class DynamoDBHotStore:
         remove: Collection[str] = (),
         *,
         expires_at: datetime,
-    ) -> int:
+    ) -> int | None:
         validate_id(session_id, what="session_id")
         for kind in [*upsert, *remove]:
             check_kind(kind, what="entity kind")
@@ -572,7 +615,11 @@ class DynamoDBHotStore:
             for kind, entity in upsert.items()
         }
 
-        def plan(_: _Meta | None, new: _Meta, __: Item | None) -> tuple[_Plan, int]:
+        def plan(
+            current: _Meta | None, new: _Meta, _: Item | None
+        ) -> tuple[_Plan | None, int | None]:
+            if current is None:
+                return None, None  # entities never start a session
             step = _Plan(payload_bytes=sum(p.size for p in packed.values()))
             for kind in remove:
                 if new.ek.pop(kind, None) is not None:
@@ -583,6 +630,80 @@ class DynamoDBHotStore:
             return step, new.version
 
         return await self._write(session_id, plan, expires_at=expires_at, what="update_entities")
+
+    async def restore(
+        self,
+        session_id: str,
+        *,
+        turns: Sequence[Turn],
+        next_index: int,
+        metadata: SessionMetadata,
+        entities: Mapping[str, ActiveEntity],
+        state: Mapping[str, StateBlob],
+        window: int,
+        expires_at: datetime,
+        expected_version: int | None = None,
+    ) -> int:
+        check_restore(session_id, turns, next_index=next_index, window=window)
+        for kind in entities:
+            check_kind(kind, what="entity kind")
+        for name, blob in state.items():
+            check_kind(name, what="state name")
+            encode_data(blob.data, what=f"state {name!r}")
+        pk = hot_pk(session_id)
+        kept = list(turns)[-window:]
+        # Everything is encoded before the first read, so a bad value writes nothing.
+        packed_turns = [
+            (turn.index, pack(encode_turn(turn), what=f"turn {turn.index}")) for turn in kept
+        ]
+        md = pack(metadata.model_dump_json(), what="session metadata", max_parts=1).chunks[0]
+        packed_entities = {
+            kind: pack(entity.model_dump_json(), what=f"entity {kind!r}", max_parts=1)
+            for kind, entity in entities.items()
+        }
+        packed_state = {
+            name: (blob, pack(blob.model_dump_json(), what=f"state {name!r}"))
+            for name, blob in state.items()
+        }
+
+        def plan(current: _Meta | None, new: _Meta, _: Item | None) -> tuple[_Plan, int]:
+            self._check_version(session_id, current, expected_version)
+            # A new generation: every child gets a new tag, so a load that overlaps the
+            # restore sees the mix and reads again.
+            new.gen = secrets.token_hex(6)
+            new.next_index = next_index
+            new.lo = kept[0].index if kept else next_index
+            end = kept[-1].index + 1 if kept else next_index
+            new.gl, new.gh = (end, next_index) if end < next_index else (0, 0)
+            new.md = md
+            new.tp, new.ek, new.st = {}, {}, {}
+            step = _Plan(
+                replace=True,
+                advice="Restore a smaller window, or fewer or smaller state blobs.",
+            )
+            for index, packed in packed_turns:
+                step.children += payload_items(pk, _turn_sk(index), packed, tag=new.gen)
+                step.payload_bytes += packed.size
+                if packed.count > 1:
+                    new.tp[index] = packed.count
+            for kind, packed in packed_entities.items():
+                new.ek[kind] = secrets.token_hex(6)
+                step.children += payload_items(pk, _entity_sk(kind), packed, tag=new.ek[kind])
+                step.payload_bytes += packed.size
+            for name, (blob, packed) in packed_state.items():
+                tag = secrets.token_hex(6)
+                new.st[name] = (tag, packed.count)
+                items = payload_items(pk, _state_sk(name), packed, tag=tag)
+                items[0]["v"] = n(blob.version)
+                step.children += items
+                step.payload_bytes += packed.size
+            if current is not None:
+                step.cleanup = current.children()
+            return step, new.version
+
+        return await self._write(
+            session_id, plan, expires_at=expires_at, what=f"restore of {len(kept)} turns"
+        )
 
     async def _read_meta_and_state(self, pk: str, name: str) -> tuple[_Meta | None, Item | None]:
         """META and a state blob's main item, as one atomic read."""
@@ -601,6 +722,18 @@ class DynamoDBHotStore:
             meta_item, blob_item = (r.get("Item") for r in response["Responses"])
             return (_Meta.parse(meta_item) if meta_item else None), blob_item
         raise contention_error(f"reading state {name!r}")
+
+    @staticmethod
+    def _held_version(session_id: str, name: str, current: _Meta, blob_item: Item | None) -> int:
+        """The version of state blob ``name``, which ``current`` lists, from its main item
+        (read atomically with META, so it is the one META lists)."""
+        if blob_item is None or get_str(blob_item, "tag") != current.st[name][0]:
+            raise BackendError(
+                f"state {name!r} of session {session_id!r} is missing its item; "
+                "delete the session and write it again",
+                backend=BACKEND,
+            )
+        return get_int(blob_item, "v")
 
     async def get_state(self, session_id: str, name: str) -> StateBlob | None:
         validate_id(session_id, what="session_id")
@@ -644,14 +777,7 @@ class DynamoDBHotStore:
         ) -> tuple[_Plan, StateBlob]:
             actual = 0
             if current is not None and name in current.st:
-                # Read atomically with META, so it is the blob META lists.
-                if blob_item is None or get_str(blob_item, "tag") != current.st[name][0]:
-                    raise BackendError(
-                        f"state {name!r} of session {session_id!r} is missing its item; "
-                        "delete the session and write it again",
-                        backend=BACKEND,
-                    )
-                actual = get_int(blob_item, "v")
+                actual = self._held_version(session_id, name, current, blob_item)
             if expected_version is not None and expected_version != actual:
                 raise ConflictError(
                     f"state {name!r} of session {session_id!r} is at version {actual}, "
@@ -672,6 +798,35 @@ class DynamoDBHotStore:
 
         return await self._write(
             session_id, plan, expires_at=expires_at, what=f"put_state {name!r}", state=name
+        )
+
+    async def copy_state(self, session_id: str, blob: StateBlob, *, expires_at: datetime) -> bool:
+        validate_id(session_id, what="session_id")
+        name = blob.name
+        check_kind(name, what="state name")
+        encode_data(blob.data, what=f"state {name!r}")
+        packed = pack(blob.model_dump_json(), what=f"state {name!r}")
+        pk, sk = hot_pk(session_id), _state_sk(name)
+
+        def plan(
+            current: _Meta | None, new: _Meta, blob_item: Item | None
+        ) -> tuple[_Plan | None, bool]:
+            if current is None:
+                return None, False  # a copy never starts a session
+            if name in current.st:
+                held = self._held_version(session_id, name, current, blob_item)
+                if held >= blob.version:
+                    return None, False
+            tag = secrets.token_hex(6)
+            new.st[name] = (tag, packed.count)
+            step = _Plan(payload_items(pk, sk, packed, tag=tag), payload_bytes=packed.size)
+            step.children[0]["v"] = n(blob.version)
+            _, old_count = current.st.get(name, ("", 1))
+            step.cleanup = [part_sk(sk, p) for p in range(packed.count, old_count)]
+            return step, True
+
+        return await self._write(
+            session_id, plan, expires_at=expires_at, what=f"copy_state {name!r}", state=name
         )
 
     async def touch(self, session_id: str, *, expires_at: datetime) -> bool:

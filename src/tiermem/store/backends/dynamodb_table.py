@@ -387,14 +387,22 @@ def payload_chunks(
     return out
 
 
-def check_transaction(actions: Sequence[Item], *, payload_bytes: int, what: str) -> None:
+def fits_transaction(count: int, *, payload_bytes: int) -> bool:
+    """Whether ``count`` actions carrying ``payload_bytes`` of payload fit one transaction."""
+    size = payload_bytes + _ITEM_OVERHEAD * count
+    return count <= MAX_TRANSACTION_ITEMS and size <= MAX_TRANSACTION_BYTES
+
+
+def check_transaction(
+    actions: Sequence[Item], *, payload_bytes: int, what: str, advice: str = "Split the batch."
+) -> None:
     """Reject a write that cannot be one DynamoDB transaction, before anything is written."""
     size = payload_bytes + _ITEM_OVERHEAD * len(actions)
-    if len(actions) > MAX_TRANSACTION_ITEMS or size > MAX_TRANSACTION_BYTES:
+    if not fits_transaction(len(actions), payload_bytes=payload_bytes):
         raise ValidationError(
             f"{what} needs {len(actions)} items and about {size} bytes in one DynamoDB "
             f"transaction; the limits are {MAX_TRANSACTION_ITEMS} items (turns, their parts "
-            f"and the session's counter) and {MAX_TRANSACTION_BYTES} bytes. Split the batch."
+            f"and the session's counter) and {MAX_TRANSACTION_BYTES} bytes. {advice}"
         )
 
 
@@ -429,14 +437,27 @@ class ConditionFailed(Exception):  # noqa: N818 -- a control-flow signal, not a 
     """A conditional write changed nothing. Never leaves the DynamoDB backend.
 
     ``items`` holds, per action of the write, the item's old value when DynamoDB returned
-    it (ReturnValuesOnConditionCheckFailure=ALL_OLD), else None. ``contention`` is True when
-    no condition failed but a concurrent transaction touched the same items: just retry.
+    it (ReturnValuesOnConditionCheckFailure=ALL_OLD), else None; ``codes`` the cancellation
+    code per action ("ConditionalCheckFailed", "None"...), so a caller can tell which of
+    its conditions failed. ``contention`` is True when no condition failed but a concurrent
+    transaction touched the same items: just retry.
     """
 
-    def __init__(self, items: list[Item | None], *, contention: bool) -> None:
+    def __init__(
+        self, items: list[Item | None], *, contention: bool, codes: Sequence[str] = ()
+    ) -> None:
         super().__init__("conditional write failed")
         self.items = items
         self.contention = contention
+        self.codes = list(codes)
+
+    def failed(self, action: int) -> bool:
+        """Whether the condition of action number ``action`` (0-based) did not hold."""
+        return action < len(self.codes) and self.codes[action] == "ConditionalCheckFailed"
+
+    def item(self, action: int) -> Item | None:
+        """The old item of action ``action`` if its condition failed and DynamoDB returned it."""
+        return self.items[action] if action < len(self.items) else None
 
 
 def _error_code(exc: BaseException | None) -> str:
@@ -528,9 +549,15 @@ class DynamoDBTable:
         except ClientError as exc:
             code = _error_code(exc)
             if code == "ConditionalCheckFailedException":
-                raise ConditionFailed([_response(exc).get("Item")], contention=False) from exc
+                raise ConditionFailed(
+                    [_response(exc).get("Item")],
+                    contention=False,
+                    codes=["ConditionalCheckFailed"],
+                ) from exc
             if code == "TransactionConflictException":
-                raise ConditionFailed([None], contention=True) from exc
+                raise ConditionFailed(
+                    [None], contention=True, codes=["TransactionConflict"]
+                ) from exc
             if code == "TransactionCanceledException":
                 raise self._cancelled(exc, operation) from exc
             raise self._map(exc, operation) from exc
@@ -548,9 +575,10 @@ class DynamoDBTable:
                     for r in reasons
                 ],
                 contention=False,
+                codes=codes,
             )
         if set(codes) <= {"None", "TransactionConflict"}:
-            return ConditionFailed([None] * len(reasons), contention=True)
+            return ConditionFailed([None] * len(reasons), contention=True, codes=codes)
         details = "; ".join(
             f"item {i}: {r.get('Code')} {r.get('Message', '')}".strip()
             for i, r in enumerate(reasons)
