@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import random
 import re
 import zlib
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
@@ -44,6 +43,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from tiermem import retry
 from tiermem.clock import Clock
 from tiermem.errors import (
     BackendError,
@@ -416,10 +416,10 @@ def ttl_at(expires_at: datetime, *, clock: Clock, wall_clock: Clock, grace: time
     return math.ceil(wall_clock.now().timestamp() + remaining.total_seconds())
 
 
-def backoff_delay(attempt: int, *, base: float = 0.005, cap: float = 0.25) -> float:
-    """Full-jitter exponential backoff."""
-    # Jitter spreads retries of concurrent writers; it needs no cryptographic randomness.
-    return random.uniform(0, min(cap, base * 2 ** min(attempt, 10)))  # noqa: S311
+def backoff_delay(attempt: int) -> float:
+    """The one retry policy (:mod:`tiermem.retry`), from a base that fits a network round
+    trip (5 ms) rather than an in-process race."""
+    return retry.backoff_delay(attempt, base=0.005)
 
 
 def contention_error(what: str) -> BackendError:
@@ -792,7 +792,7 @@ class DynamoDBTable:
         responses = []
         for attempt in range(BATCH_ATTEMPTS):
             if attempt:
-                await asyncio.sleep(backoff_delay(attempt - 1, base=0.02, cap=1.0))
+                await asyncio.sleep(retry.backoff_delay(attempt - 1, base=0.02, cap=1.0))
             response = await self.call(method, RequestItems=request)
             responses.append(response)
             request = response.get(unprocessed) or {}
