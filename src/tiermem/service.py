@@ -34,7 +34,12 @@ from tiermem.background import BackgroundWork
 from tiermem.clock import Clock, IdFactory, SystemClock, UlidFactory
 from tiermem.errors import ValidationError
 from tiermem.extraction.entities import EntityExtractor, RuleEntityExtractor
-from tiermem.extraction.turn_analysis import TurnAnalysis, analyse_turn, analyse_turn_async
+from tiermem.extraction.turn_analysis import (
+    TurnAnalysis,
+    analyse_turn,
+    analyse_turn_async,
+    is_large_turn,
+)
 from tiermem.llm.embeddings import Embedder
 from tiermem.longterm.detect import MemoryDetector, RuleMemoryDetector
 from tiermem.longterm.index import SearchIndex
@@ -221,12 +226,20 @@ class MemoryService:
         """:meth:`prepare_turn` for each item that is not prepared yet, with the analysis of
         a large turn (over ``LARGE_TURN_CHARS`` characters) in a worker thread so that the
         event loop keeps serving other sessions; prepared ones are shape-checked too."""
-        prepared = []
+        return [turn for turn, _ in await self.analyse_turns(items)]
+
+    async def analyse_turns(
+        self, items: Sequence[TurnInput | NewTurn]
+    ) -> list[tuple[NewTurn, TurnAnalysis | None]]:
+        """:meth:`prepare_turns`, keeping each turn's analysis (None for an item that came
+        prepared): its normalised text, and for a large turn its search terms, counted in
+        the worker thread, so indexing and detection never normalise it again."""
+        analysed: list[tuple[NewTurn, TurnAnalysis | None]] = []
         for item in items:
             if isinstance(item, NewTurn):
                 check_shape(item.content, what="turn content")
                 check_shape(item.metadata, what="turn metadata")
-                prepared.append(item)
+                analysed.append((item, None))
                 continue
             blocks = self._checked_blocks(item)
             analysis = await analyse_turn_async(
@@ -235,9 +248,10 @@ class MemoryService:
                 tokens=self.tokens,
                 entities=self.entities,
                 importance=self.importance if item.importance is None else None,
+                index_terms=self.index_turns and is_large_turn(blocks),
             )
-            prepared.append(self._new_turn(item, blocks, analysis))
-        return prepared
+            analysed.append((self._new_turn(item, blocks, analysis), analysis))
+        return analysed
 
     def prepare_turn(self, item: TurnInput) -> NewTurn:
         """Count tokens, extract entities and score importance: the pure part of adding.

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from pydantic import Field
 
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
-from tiermem.extraction.turn_analysis import LARGE_TURN_CHARS
+from tiermem.extraction.turn_analysis import LARGE_TURN_CHARS, TurnAnalysis
+from tiermem.longterm.text import doc_terms
 from tiermem.models import (
     ActiveEntity,
     ContentBlock,
@@ -35,6 +36,7 @@ from tiermem.models import (
     Turn,
 )
 from tiermem.models.base import FrozenModel
+from tiermem.policies.turn_text import TurnText
 from tiermem.store.codec import check_idempotency_key
 from tiermem.store.contract import MAX_TURNS_PER_APPEND
 from tiermem.tiers.tiered import SessionView, derive_metadata
@@ -150,13 +152,16 @@ class Session:
         if not items:
             raise ValidationError("add_turns needs at least one turn")
         check_idempotency_key(idempotency_key)
-        prepared = await self._service.prepare_turns(items)
+        analysed = await self._service.analyse_turns(items)
+        prepared = [turn for turn, _ in analysed]
         stored: list[Turn] = []
+        analyses: list[TurnAnalysis | None] = []
         for n, start in enumerate(range(0, len(prepared), MAX_TURNS_PER_APPEND)):
             key = idempotency_key if not n or idempotency_key is None else f"{idempotency_key}#{n}"
+            sent = analysed[start : start + MAX_TURNS_PER_APPEND]
             batch = await self._tiers.append(
                 self._view.metadata,
-                prepared[start : start + MAX_TURNS_PER_APPEND],
+                [turn for turn, _ in sent],
                 turn_count_hint=self._view.next_index,
                 idempotency_key=key,
             )
@@ -165,21 +170,34 @@ class Session:
                     self._view, next_index=max(self._view.next_index, batch[-1].index + 1)
                 )
             stored.extend(batch)
+            # A retry may return fewer turns (some expired): then analyse them again later.
+            analyses += [a for _, a in sent] if len(batch) == len(sent) else [None] * len(batch)
         if not stored:
             return stored
         await self._track_entities(stored)
         background = self._service.background
         if self._service.index_turns:
-            await background.submit(self.user_id, self.id, partial(self._index_turns, stored))
+            job = partial(self._index_turns, stored, analyses)
+            await background.submit(self.user_id, self.id, job)
         if self._service.auto_detect and any(t.role == "user" for t in stored):
-            await background.submit(self.user_id, self.id, partial(self._detect, stored))
+            texts = [a.text if a is not None else None for a in analyses]
+            job = partial(self._detect_logged, stored, texts)
+            await background.submit(self.user_id, self.id, job)
         return stored
 
-    async def _index_turns(self, turns: Sequence[Turn]) -> None:
-        """Index archived turns for episodic recall (BM25), off the response path."""
+    async def _index_turns(
+        self, turns: Sequence[Turn], analyses: Sequence[TurnAnalysis | None]
+    ) -> None:
+        """Index archived turns for episodic recall (BM25), off the response path, from the
+        text each turn's analysis normalised (its terms too, for a large turn: counted in
+        the worker thread)."""
+        terms = [
+            None if a is None else (a.terms if a.terms is not None else doc_terms(a.text))
+            for a in analyses
+        ]
         try:
             await self._service.longterm.index_turns(
-                self.user_id, self.id, turns, expires_at=self._tiers.durable_expiry()
+                self.user_id, self.id, turns, expires_at=self._tiers.durable_expiry(), terms=terms
             )
         except TierMemError as exc:
             self._service.index_failures += 1
@@ -187,11 +205,14 @@ class Session:
                 "indexing turns %s of session %s failed: %s", [t.index for t in turns], self.id, exc
             )
 
-    async def _detect(self, turns: Sequence[Turn]) -> None:
+    async def _detect_logged(
+        self, turns: Sequence[Turn], texts: Sequence[TurnText | None]
+    ) -> None:
         """Auto-detection of memories, off the response path; the background queue runs a
-        session's jobs in order, so later preferences win."""
+        session's jobs in order, so later preferences win. Failures are logged and
+        counted, never raised."""
         try:
-            await self.remember_from_turns(turns)
+            await self.remember_from_turns(turns, texts=texts)
         except TierMemError as exc:
             self._service.auto_detect_failures += 1
             logger.warning(
@@ -202,10 +223,18 @@ class Session:
                 exc,
             )
 
-    async def remember_from_turns(self, turns: Sequence[Turn] | None = None) -> list[MemoryRecord]:
+    async def remember_from_turns(
+        self,
+        turns: Sequence[Turn] | None = None,
+        *,
+        texts: Sequence[TurnText | None] | None = None,
+    ) -> list[MemoryRecord]:
         """Detect memories in user turns (default: every archived turn of the session) and
         write them to long-term memory with provenance ``auto`` (``explicit`` for
         "!remember"), this session and the turn's index. Returns the records written.
+
+        ``texts`` (one per turn, or None) are the turns' texts as the turn analysis already
+        normalised them; missing ones are built from the turns.
 
         ``add_turn`` calls this in the background when ``auto_detect`` is on; call it
         directly to re-run detection, e.g. after importing turns with it off.
@@ -213,17 +242,19 @@ class Session:
         if turns is None:
             turns = await self.get_turns()
         written: list[MemoryRecord] = []
-        for turn in turns:
+        detect = self._service.detector.detect
+        for i, turn in enumerate(turns):
             if turn.role != "user":
                 continue
-            text = "\n".join(b.text for b in turn.content if isinstance(b, TextBlock))
-            if not text.strip():
+            text = texts[i] if texts is not None else None
+            if text is None:
+                text = TurnText.of_blocks(turn.content)
+            if not text.said_text.strip():
                 continue
-            detect = self._service.detector.detect
             # Rules hold the loop while they run; a pasted document goes to a thread.
             drafts = (
                 await asyncio.to_thread(detect, text)
-                if len(text) > LARGE_TURN_CHARS
+                if len(text.said_text) > LARGE_TURN_CHARS
                 else detect(text)
             )
             if drafts:

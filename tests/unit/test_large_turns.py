@@ -41,3 +41,31 @@ async def test_large_turns_are_analysed_in_a_worker_thread() -> None:
     assert extractor.threads[1] != main
     assert big.token_count > 1000
     assert any(e.value == "ORD-55512" for e in big.entities)
+
+
+async def test_a_turn_is_normalised_once_for_every_engine(monkeypatch: Any) -> None:
+    """Entities, importance, indexing and detection all read the analysis' TurnText."""
+    from tiermem.policies import turn_text
+
+    built: list[str] = []
+    original = turn_text.TurnText._build.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: Any, text: str, said_text: str) -> Any:
+        built.append(text[:20])
+        return original(cls, text, said_text)
+
+    monkeypatch.setattr(turn_text.TurnText, "_build", classmethod(counting))
+    clock = FakeClock()
+    async with MemoryService(
+        MemoryHotStore(clock=clock), MemoryDurableStore(clock=clock), clock=clock
+    ) as memory:
+        session = await memory.session("s", user_id="u")
+        middle = "nothing to see here. " * (LARGE_TURN_CHARS // 10)
+        pasted = f"I prefer seinen. {middle} The word zanzibar hides in the middle. {middle}"
+        await session.add_turn("user", pasted)
+        await memory.drain()
+        assert len(built) == 1
+        hits = await memory.longterm.recall("u", "zanzibar", scope=("turn",))
+        assert [h.provenance.turn_indexes for h in hits] == [(0,)]
+        prefs = await memory.longterm.preferences("u")
+        assert prefs

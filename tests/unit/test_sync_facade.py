@@ -139,6 +139,7 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "MemoryService.drain": lambda w: a(),
     "MemoryService.list_sessions": lambda w: a("u-1"),
     "MemoryService.prepare_turns": lambda w: a([TurnInput(role="user", content="hi")]),
+    "MemoryService.analyse_turns": lambda w: a([TurnInput(role="user", content="hi")]),
     "MemoryService.purge_user": lambda w: a("u-1"),
     "MemoryService.session": lambda w: a("s-1", user_id="u-1"),
     "MemoryService.sweeper": lambda w: a(handoff, owner="walker"),

@@ -29,11 +29,13 @@ injected :class:`~tiermem.clock.Clock` and follows the same rules:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
 
+from tiermem.longterm.text import doc_terms
 from tiermem.models import FrozenModel, UtcDatetime
 
 __all__ = ["DEFAULT_COLLECT_LIMIT", "DocKind", "IndexedDoc", "SearchHit", "SearchIndex"]
@@ -61,6 +63,10 @@ class IndexedDoc(FrozenModel):
     expires_at: UtcDatetime | None = None
     """When the document stops being searchable and may be collected; None: never (it
     stays until removed)."""
+    terms: dict[str, int] | None = Field(default=None, exclude=True, repr=False)
+    """Term frequencies of ``text`` and ``tags`` when the caller computed them already (the
+    turn analysis does, from the text it normalised once, off the event loop for a large
+    turn); None: the index computes them with :func:`tiermem.longterm.text.doc_terms`."""
 
 
 class SearchHit(FrozenModel):
@@ -122,3 +128,8 @@ class SearchIndex(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+def terms_of(doc: IndexedDoc) -> Counter[str]:
+    """A document's term frequencies: the precomputed ones, or computed now."""
+    return Counter(doc.terms) if doc.terms is not None else doc_terms(doc.text, doc.tags)

@@ -33,8 +33,9 @@ from tiermem.longterm.index import (
     IndexedDoc,
     SearchHit,
     SearchIndex,
+    terms_of,
 )
-from tiermem.longterm.text import bm25_idf, bm25_term, doc_terms, query_terms
+from tiermem.longterm.text import bm25_idf, bm25_term, query_terms
 from tiermem.longterm.vectors import cosine_top, matrix_of, unit_vector
 from tiermem.store.keys import validate_id
 
@@ -144,7 +145,7 @@ class _UserIndex:
 
     def add(self, doc: IndexedDoc) -> None:
         self.remove(doc.doc_id)
-        counts = doc_terms(doc.text, doc.tags)
+        counts = terms_of(doc)
         vector = unit_vector(doc.embedding) if doc.embedding else None
         self.docs[doc.doc_id] = _Doc(
             kind=doc.kind,

@@ -83,6 +83,7 @@ from tiermem.longterm.index import (
     IndexedDoc,
     SearchHit,
     SearchIndex,
+    terms_of,
 )
 from tiermem.longterm.index_memory import (
     check_collect_limit,
@@ -99,7 +100,7 @@ from tiermem.longterm.index_redis_scripts import (
     INDEX_SEARCH,
     INDEX_UPSERT,
 )
-from tiermem.longterm.text import BM25_B, BM25_K1, doc_terms, query_terms
+from tiermem.longterm.text import BM25_B, BM25_K1, query_terms
 from tiermem.store.backends.redis_scripts import (
     Arg,
     Command,
@@ -203,7 +204,7 @@ class RedisIndex:
                 args: list[Arg] = [now_us, collect_budget(len(chunk))]
                 for doc in chunk:
                     live = doc.expires_at is None or doc.expires_at > now
-                    counts = doc_terms(doc.text, doc.tags) if live else {}
+                    counts = terms_of(doc) if live else {}
                     args += [
                         doc.doc_id,
                         doc.kind,

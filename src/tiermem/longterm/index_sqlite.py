@@ -62,6 +62,7 @@ from tiermem.longterm.index import (
     IndexedDoc,
     SearchHit,
     SearchIndex,
+    terms_of,
 )
 from tiermem.longterm.index_memory import (
     check_collect_limit,
@@ -69,7 +70,7 @@ from tiermem.longterm.index_memory import (
     check_search_args,
     collect_budget,
 )
-from tiermem.longterm.text import bm25_idf, bm25_term, doc_terms, query_terms
+from tiermem.longterm.text import bm25_idf, bm25_term, query_terms
 from tiermem.longterm.vectors import cosine_top, pack_vector, unit_vector
 from tiermem.store.backends.sqlite._connection import (
     DEFAULT_BUSY_TIMEOUT,
@@ -230,7 +231,7 @@ class SQLiteIndex:
             return
         rows: list[_Row] = []
         for doc in docs:
-            counts = doc_terms(doc.text, doc.tags)
+            counts = terms_of(doc)
             vector = unit_vector(doc.embedding) if doc.embedding else None
             rows.append(
                 (

@@ -23,7 +23,7 @@ Errors: every method validates ids and sizes before any I/O and raises
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -201,9 +201,12 @@ class LongTermMemory(MemoryWrites, MemoryPreferences, MemoryForgetting):
         turns: Sequence[Turn],
         *,
         expires_at: datetime | None,
+        terms: Sequence[Mapping[str, int] | None] | None = None,
     ) -> None:
-        """Index archived turns for episodic recall; their documents expire with them."""
-        await self.index.upsert(turn_docs(user_id, session_id, turns, expires_at=expires_at))
+        """Index archived turns for episodic recall; their documents expire with them.
+        ``terms``: the turns' term frequencies, when already computed (one per turn)."""
+        docs = turn_docs(user_id, session_id, turns, expires_at=expires_at, terms=terms)
+        await self.index.upsert(docs)
 
     async def aclose(self) -> None:
         """Close the index and the recaller (not the durable store: its owner closes it)."""

@@ -122,9 +122,11 @@ def turn_docs(
     *,
     embeddings: Sequence[Sequence[float] | None] | None = None,
     expires_at: datetime | None = None,
+    terms: Sequence[Mapping[str, int] | None] | None = None,
 ) -> list[IndexedDoc]:
     """Index documents of archived turns (episodic recall); redacted and empty turns are
-    left out. ``embeddings``, when given, are the turns' vectors in the same order.
+    left out. ``embeddings``, when given, are the turns' vectors in the same order;
+    ``terms`` their term frequencies, when the turn analysis computed them already.
 
     ``expires_at`` is the turns' retention, the ``expires_at`` their durable append was
     given (the session tier's ``durable_ttl`` after the write; None: kept forever): the
@@ -139,6 +141,8 @@ def turn_docs(
     """
     if embeddings is not None and len(embeddings) != len(turns):
         raise ValidationError("turn_docs needs one embedding (or None) per turn")
+    if terms is not None and len(terms) != len(turns):
+        raise ValidationError("turn_docs needs one term count (or None) per turn")
     check_aware(expires_at, what="expires_at")
     docs = []
     for i, turn in enumerate(turns):
@@ -146,6 +150,7 @@ def turn_docs(
         if turn.redacted or not text.strip() or text == REDACTED_TEXT:
             continue
         vector = embeddings[i] if embeddings is not None else None
+        counted = terms[i] if terms is not None else None
         docs.append(
             IndexedDoc(
                 user_id=user_id,
@@ -155,6 +160,7 @@ def turn_docs(
                 created_at=turn.timestamp,
                 embedding=None if vector is None else tuple(vector),
                 expires_at=expires_at,
+                terms=None if counted is None else dict(counted),
             )
         )
     return docs
