@@ -7,3 +7,4 @@ dynamodb; a backend whose server cannot be reached fails the run instead of skip
 from tiermem.testing.conformance_durable import *  # noqa: F403
 from tiermem.testing.conformance_hot import *  # noqa: F403
 from tiermem.testing.conformance_session import *  # noqa: F403
+from tiermem.testing.conformance_shared import *  # noqa: F403

@@ -270,9 +270,12 @@ ARGS: dict[str, Callable[[World], Call]] = {
         "s-1", w.session.get_state("cart"), expires_at=w.later
     ),
     "MemoryHotStore.delete": lambda w: a("s-1"),
+    "MemoryHotStore.delete_shared": lambda w: a("breaker"),
+    "MemoryHotStore.get_shared": lambda w: a("breaker"),
     "MemoryHotStore.get_state": lambda w: a("s-1", "cart"),
     "MemoryHotStore.load": lambda w: a("s-1"),
     "MemoryHotStore.put_metadata": lambda w: a("s-1", w.metadata, expires_at=w.later),
+    "MemoryHotStore.put_shared": lambda w: a("breaker", {"state": "open"}, expires_at=None),
     "MemoryHotStore.put_state": lambda w: a("s-1", "cart", {"items": 3}, expires_at=w.later),
     "MemoryHotStore.release_expired": lambda w: a("s-1", owner="walker"),
     "MemoryHotStore.restore": lambda w: restore_args(w),

@@ -21,6 +21,7 @@ from tiermem.store.contract import (
     MAX_MEMORY_BYTES,
     MAX_MEMORY_IDS_PER_GET,
     MAX_RECORD_BYTES,
+    MAX_SHARED_BYTES,
     MAX_TURN_BYTES,
     MAX_TURNS_PER_APPEND,
     check_size,
@@ -45,6 +46,7 @@ __all__ = [
     "decode_turns",
     "encode_data",
     "encode_memory",
+    "encode_shared",
     "encode_turn",
     "is_live",
     "later_of",
@@ -171,6 +173,13 @@ def encode_data(data: Mapping[str, JsonValue], *, what: str) -> str:
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"{what} is not JSON-serializable: {exc}") from exc
     check_size(payload, limit=MAX_RECORD_BYTES, what=what)
+    return payload
+
+
+def encode_shared(name: str, data: Mapping[str, JsonValue]) -> str:
+    """Serialize a shared blob's data, held to :data:`MAX_SHARED_BYTES`."""
+    payload = encode_data(data, what=f"shared blob {name!r}")
+    check_size(payload, limit=MAX_SHARED_BYTES, what=f"shared blob {name!r}")
     return payload
 
 

@@ -67,6 +67,7 @@ __all__ = [
     "MAX_MEMORY_BYTES",
     "MAX_MEMORY_IDS_PER_GET",
     "MAX_RECORD_BYTES",
+    "MAX_SHARED_BYTES",
     "MAX_TURNS_PER_APPEND",
     "MAX_TURN_BYTES",
     "Capability",
@@ -80,6 +81,9 @@ MAX_TURN_BYTES = 1024 * 1024
 """Largest turn (JSON) a backend must store; DynamoDB compresses and splits to fit 400 KB items."""
 MAX_RECORD_BYTES = 1024 * 1024
 """Largest session record or state blob (JSON)."""
+MAX_SHARED_BYTES = 64 * 1024
+"""Largest shared blob (JSON): shared state is small (breakers, counters), and one
+DynamoDB item must hold it."""
 MAX_MEMORY_BYTES = 256 * 1024
 """Largest long-term memory record (JSON)."""
 MAX_MEMORY_IDS_PER_GET = 1000
@@ -296,6 +300,39 @@ class HotStore(Protocol):
         no other claimer gets it. When the lease runs out (the owner crashed), the session can
         be claimed again. Any write or touch of the session clears its lease.
         """
+        ...
+
+    # -- shared keyspace: state that belongs to no session (circuit breakers) ------------
+
+    async def get_shared(self, name: str) -> StateBlob | None:
+        """A named blob shared by every worker (not per session), or None if it is absent
+        or expired. One round trip."""
+        ...
+
+    async def put_shared(
+        self,
+        name: str,
+        data: Mapping[str, JsonValue],
+        *,
+        expires_at: datetime | None,
+        expected_version: int | None = None,
+    ) -> StateBlob:
+        """Write a shared blob, compare-and-set on its version; one round trip.
+
+        ``expected_version`` None writes unconditionally; 0 requires the blob to be absent
+        or expired; n requires version n. The written blob has version (previous live
+        version, or 0) + 1 and ``updated_at`` = the store's clock. ``expires_at`` None keeps
+        it until it is overwritten or deleted; a native TTL collects it ``gc_grace`` after.
+
+        Raises:
+            ConflictError: the blob's version is not ``expected_version``; nothing written.
+            ValidationError: a bad name (names follow the rules of ids) or data over
+                :data:`MAX_SHARED_BYTES` or not JSON.
+        """
+        ...
+
+    async def delete_shared(self, name: str) -> bool:
+        """Delete a shared blob; False if there was none (or it had expired)."""
         ...
 
     async def release_expired(self, session_id: str, *, owner: str) -> bool:

@@ -31,6 +31,8 @@ Layout (one table; ``<…>`` segments are escaped with
     │   │   └── TURN#<index:012d>#P0001…     its parts                     np, exp_us, ttl
     │   └── USER#<user>                      "listed by <user>" (owner     upk, usk
     │                                        now or in a past life)
+    ├── SHARED#<name> / SHARED               a blob shared by every worker (breakers): version,
+    │                                        exp_us, upd_us, d, ttl (DynamoDBHotStore)
     └── U#<user>                             a user (DynamoDBDurableStore)
         ├── SESS#<created:18 digits>#<session>   session ref (newest first)   sid, d
         └── MEM#<memory_id>                  memory record                 d, version, lt,

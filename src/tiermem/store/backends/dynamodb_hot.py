@@ -39,6 +39,19 @@ absent session, 1); ``touch`` and ``release_expired`` 1 UpdateItem; ``claim_expi
 Query per activity shard in parallel + one conditional UpdateItem per claimed session in
 parallel; ``delete`` 1 Query + one conditional DeleteItem per item in parallel. Each lost
 race adds a read and a write.
+
+The shared keyspace (blobs of no session, such as circuit breakers) is one item per name
+in a partition of its own, ``pk = SHARED#<escaped name>``, ``sk = SHARED``: ``version``,
+``upd_us`` (updated_at), ``exp_us`` (absent: forever), ``d`` (the data's JSON, packed as
+above but never split: it must fit one item once compressed, about 350 KB, else
+:class:`ValidationError`) and ``ttl`` = expires_at + gc_grace (absent: forever). Expiry is
+logical, checked with the injected clock on every read and inside every condition; no
+activity-index attributes are written, so a shared blob is never handed off. Round trips:
+``get_shared`` 1 GetItem; ``delete_shared`` 1 DeleteItem (ALL_OLD says whether it was
+live); ``put_shared`` with ``expected_version`` 1 PutItem conditioned on that version
+(0: absent or expired), the holder's version coming back with the failed condition;
+without one, 1 UpdateItem that adds 1 to a live blob's version, or, when there is none,
+a second call, a PutItem of version 1 conditioned on its absence (a lost race starts over).
 """
 
 from __future__ import annotations
@@ -101,11 +114,13 @@ from tiermem.store.backends.dynamodb_table import (
 )
 from tiermem.store.codec import (
     check_append,
+    check_aware,
     check_kind,
     check_limit,
     check_restore,
     decode_turns,
     encode_data,
+    encode_shared,
     encode_turn,
 )
 from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
@@ -147,6 +162,19 @@ def _entity_sk(kind: str) -> str:
 
 def _state_sk(name: str) -> str:
     return f"ST#{escape_segment(name)}"
+
+
+_SHARED_SK = "SHARED"
+_SHARED_LIVE = "(attribute_not_exists(#exp_us) OR #exp_us > :now)"
+_SHARED_GONE = "(attribute_not_exists(#pk) OR #exp_us <= :now)"
+
+
+def _shared_pk(name: str) -> str:
+    return f"SHARED#{escape_segment(name)}"
+
+
+def _shared_live(item: Item | None, now_us: int) -> bool:
+    return item is not None and ("exp_us" not in item or now_us < get_int(item, "exp_us"))
 
 
 @dataclass
@@ -989,6 +1017,124 @@ class DynamoDBHotStore:
                 return False
             return True
         raise contention_error(f"release_expired on session {session_id!r}")
+
+    # -- shared keyspace ---------------------------------------------------------------------
+
+    async def get_shared(self, name: str) -> StateBlob | None:
+        check_kind(name, what="shared name")
+        item = await self._table.get(_shared_pk(name), _SHARED_SK)
+        if item is None or not _shared_live(item, self._now_us()):
+            return None
+        return StateBlob(
+            name=name,
+            data=json.loads(unpack([item["d"]])),
+            version=get_int(item, "version"),
+            updated_at=from_us(get_int(item, "upd_us")),
+        )
+
+    async def put_shared(
+        self,
+        name: str,
+        data: Mapping[str, JsonValue],
+        *,
+        expires_at: datetime | None,
+        expected_version: int | None = None,
+    ) -> StateBlob:
+        check_kind(name, what="shared name")
+        check_aware(expires_at, what="expires_at")
+        payload = encode_shared(name, data)
+        packed = pack(payload, what=f"shared blob {name!r}", max_parts=1)
+        now = self._clock.now()
+        now_us = to_us(now)
+        fields: Item = {"d": packed.chunks[0], "upd_us": n(now_us)}
+        if expires_at is not None:
+            fields |= {"exp_us": n(to_us(expires_at)), "ttl": n(self._ttl(expires_at))}
+        for attempt in range(MAX_ATTEMPTS):
+            if expected_version is None:
+                version = await self._bump_shared(name, fields, now_us)
+                if version is None:
+                    version = await self._create_shared(name, fields, now_us, expected=None)
+            else:
+                version = await self._create_shared(name, fields, now_us, expected=expected_version)
+            if version is not None:
+                return StateBlob(
+                    name=name, data=json.loads(payload), version=version, updated_at=now
+                )
+            await asyncio.sleep(backoff_delay(attempt))
+        raise contention_error(f"put_shared {name!r}")
+
+    async def _bump_shared(self, name: str, fields: Item, now_us: int) -> int | None:
+        """Overwrite a live blob with the next version; its version, or None if there is no
+        live blob (or a concurrent transaction was in the way)."""
+        values = {f":{attr}": value for attr, value in fields.items()}
+        update = "SET #version = #version + :one, " + ", ".join(
+            f"#{attr} = :{attr}" for attr in fields
+        )
+        if "exp_us" not in fields:
+            update += " REMOVE #exp_us, #ttl"
+        try:
+            response = await self._table.call(
+                "update_item",
+                TableName=self._table.name,
+                Key=key(_shared_pk(name), _SHARED_SK),
+                ExpressionAttributeValues=values | {":one": n(1), ":now": n(now_us)},
+                ReturnValues="UPDATED_NEW",
+                **expression(
+                    UpdateExpression=update,
+                    ConditionExpression=f"attribute_exists(#pk) AND {_SHARED_LIVE}",
+                ),
+            )
+        except ConditionFailed:
+            return None
+        return get_int(response["Attributes"], "version")
+
+    async def _create_shared(
+        self, name: str, fields: Item, now_us: int, *, expected: int | None
+    ) -> int | None:
+        """Put the blob at version ``expected + 1`` if it is at ``expected`` (0 or None:
+        absent or expired); its version, or None when a race is to be retried.
+
+        Raises:
+            ConflictError: the blob is not at ``expected`` (when one is given).
+        """
+        version = (expected or 0) + 1
+        if version == 1:
+            condition = _SHARED_GONE
+            values: Item = {":now": n(now_us)}
+        else:
+            condition = f"#version = :v AND {_SHARED_LIVE}"
+            values = {":now": n(now_us), ":v": n(version - 1)}
+        try:
+            await self._table.call(
+                "put_item",
+                TableName=self._table.name,
+                Item=key(_shared_pk(name), _SHARED_SK) | fields | {"version": n(version)},
+                ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **expression(ConditionExpression=condition),
+            )
+        except ConditionFailed as failed:
+            if failed.contention or expected is None:
+                return None
+            held = failed.item(0)  # None: there was no item
+            actual = get_int(held, "version") if held and _shared_live(held, now_us) else 0
+            raise ConflictError(
+                f"shared blob {name!r} is at version {actual}, not {expected}; "
+                "re-read it and retry",
+                expected=expected,
+                actual=actual,
+            ) from None
+        return version
+
+    async def delete_shared(self, name: str) -> bool:
+        check_kind(name, what="shared name")
+        response = await self._table.call(
+            "delete_item",
+            TableName=self._table.name,
+            Key=key(_shared_pk(name), _SHARED_SK),
+            ReturnValues="ALL_OLD",
+        )
+        return _shared_live(response.get("Attributes"), self._now_us())
 
     async def aclose(self) -> None:
         await self._table.aclose()

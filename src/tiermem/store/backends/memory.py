@@ -10,7 +10,8 @@ Layout::
     └── sessions: session_id → _HotSession
         ├── turns (window), next_index, version, expires_at
         ├── metadata, entities{kind}, state{name}
-        └── activity index: session_id → (expires_at, lease owner, lease until)
+        ├── activity index: session_id → (expires_at, lease owner, lease until)
+        └── shared: name → (StateBlob, expires_at)   (no session; circuit breakers)
     MemoryDurableStore
     ├── headers: session_id → _Header (owner ref, lifetime, idempotency keys)
     ├── turns:   session_id → {index → (Turn, expires_at)}
@@ -58,6 +59,7 @@ from tiermem.store.codec import (
     check_restore,
     encode_data,
     encode_memory,
+    encode_shared,
     encode_turn,
     is_live,
     later_of,
@@ -89,6 +91,12 @@ class _Activity:
     lease_until: datetime | None = None
 
 
+@dataclass
+class _Shared:
+    blob: StateBlob
+    expires_at: datetime | None
+
+
 class MemoryHotStore:
     """Hot tier in a dict. See :class:`tiermem.store.contract.HotStore`."""
 
@@ -107,6 +115,10 @@ class MemoryHotStore:
         # on), so collection pops only what is due: O(log n) per write, no full scans.
         self._by_expiry: list[tuple[datetime, str]] = []
         self._queued: set[str] = set()
+        self._shared: dict[str, _Shared] = {}
+        # The same amortised collection for shared blobs that expire.
+        self._shared_by_expiry: list[tuple[datetime, str]] = []
+        self._shared_queued: set[str] = set()
 
     def _queue_expiry(self, session_id: str, expires_at: datetime) -> None:
         if session_id not in self._queued:
@@ -397,6 +409,77 @@ class MemoryHotStore:
                 return False
             del self._activity[session_id]
             return True
+
+    # -- shared keyspace --------------------------------------------------------------
+
+    def _live_shared(self, name: str) -> _Shared | None:
+        entry = self._shared.get(name)
+        if entry is None:
+            return None
+        now = self._clock.now()
+        if entry.expires_at is not None and now >= entry.expires_at + self._gc_grace:
+            del self._shared[name]  # as a native TTL would
+            return None
+        return entry if is_live(entry.expires_at, now) else None
+
+    def _collect_shared(self) -> None:
+        """Drop up to :data:`_GC_PER_WRITE` shared blobs past expiry + grace, oldest first."""
+        now = self._clock.now()
+        heap = self._shared_by_expiry
+        for _ in range(_GC_PER_WRITE):
+            if not heap or heap[0][0] + self._gc_grace > now:
+                return
+            _, name = heapq.heappop(heap)
+            entry = self._shared.get(name)
+            if entry is None or entry.expires_at is None:
+                self._shared_queued.discard(name)
+            elif now >= entry.expires_at + self._gc_grace:
+                del self._shared[name]
+                self._shared_queued.discard(name)
+            else:
+                heapq.heappush(heap, (entry.expires_at, name))
+
+    async def get_shared(self, name: str) -> StateBlob | None:
+        check_kind(name, what="shared name")
+        with self._lock:
+            entry = self._live_shared(name)
+            return entry.blob if entry else None
+
+    async def put_shared(
+        self,
+        name: str,
+        data: Mapping[str, JsonValue],
+        *,
+        expires_at: datetime | None,
+        expected_version: int | None = None,
+    ) -> StateBlob:
+        check_kind(name, what="shared name")
+        check_aware(expires_at, what="expires_at")
+        copy = json.loads(encode_shared(name, data))
+        with self._lock:
+            current = self._live_shared(name)
+            actual = current.blob.version if current else 0
+            if expected_version is not None and expected_version != actual:
+                raise ConflictError(
+                    f"shared blob {name!r} is at version {actual}, not {expected_version}; "
+                    "re-read it and retry",
+                    expected=expected_version,
+                    actual=actual,
+                )
+            self._collect_shared()
+            blob = StateBlob(name=name, data=copy, version=actual + 1, updated_at=self._clock.now())
+            self._shared[name] = _Shared(blob=blob, expires_at=expires_at)
+            if expires_at is not None and name not in self._shared_queued:
+                heapq.heappush(self._shared_by_expiry, (expires_at, name))
+                self._shared_queued.add(name)
+            return blob
+
+    async def delete_shared(self, name: str) -> bool:
+        check_kind(name, what="shared name")
+        with self._lock:
+            live = self._live_shared(name) is not None
+            self._shared.pop(name, None)
+            return live
 
     async def aclose(self) -> None:
         return None

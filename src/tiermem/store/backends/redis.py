@@ -35,6 +35,8 @@ its hash tag; keys are built only by :class:`RedisKeys`)::
     │   ├── mem:t=<type>   zset  memory_id, score created_at µs (one type)
     │   ├── mem:types      set   <type> of every mem:t= key (so purge can find them)
     │   └── umeta          hash  h horizon of the memory keys, as for dmeta
+    ├── shared:<name>                   string "version|expires_us|updated_us|data json": a blob
+    │                                   shared by every worker (breakers); one key, any slot
     └── act:{<n>}                       activity shard n = crc32(session_id) % activity_shards
         ├── (itself)  zset   session_id, score = logical expires_us
         ├── :lease    hash   session_id → "until_us|owner"

@@ -5,6 +5,16 @@ on it is one Lua script, so it is atomic and one round trip: a ``restore`` repla
 keys in one script, and ``copy_state`` compares and writes in one. The activity index is
 sharded and lives in other slots: see "Activity index" in
 :mod:`tiermem.store.backends.redis`, which also lists the round trips of each call.
+
+The shared keyspace (blobs of no session, such as circuit breakers) is one string key per
+name, ``<prefix>:shared:<escaped name>``, holding ``version|expires_us|updated_us|data
+json`` (``expires_us`` empty: forever). A single key is one cluster slot, and no session
+or activity key has that shape. Each call is one round trip: ``get_shared`` a GET (the
+logical expiry is checked against the store's clock in Python), ``put_shared`` one script
+(read, compare the version, SET with PX = the remaining logical time + gc_grace, or no
+TTL when the blob has no expiry), ``delete_shared`` one script (GET + DEL, answering
+whether a live blob was there). Nothing touches the activity index: shared blobs are not
+sessions and are never handed off.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ from tiermem.store.codec import (
     check_restore,
     decode_turns,
     encode_data,
+    encode_shared,
     encode_turn,
 )
 from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
@@ -357,6 +368,39 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 return 1
+""",
+)
+
+
+SHARED_PUT = LuaScript(
+    "shared_put",
+    """
+-- KEYS: 1 the blob. ARGV: 1 now, 2 expected_version|'', 3 expires_us|'' (forever),
+-- 4 ttl_ms|'', 5 data json. The value is framed 'version|expires_us|updated_us|json'.
+local raw = redis.call('GET', KEYS[1])
+local actual = 0
+if raw then
+  local version, expires = string.match(raw, '^(%d+)|(-?%d*)|')
+  if expires == '' or tonumber(expires) > tonumber(ARGV[1]) then actual = tonumber(version) end
+end
+if ARGV[2] ~= '' and tonumber(ARGV[2]) ~= actual then return {'conflict', actual} end
+local value = string.format('%d', actual + 1) .. '|' .. ARGV[3] .. '|' .. ARGV[1] .. '|' .. ARGV[5]
+if ARGV[4] == '' then redis.call('SET', KEYS[1], value)
+else redis.call('SET', KEYS[1], value, 'PX', ARGV[4]) end
+return {'ok', actual + 1}
+""",
+)
+
+SHARED_DELETE = LuaScript(
+    "shared_delete",
+    """
+-- KEYS: 1 the blob. ARGV: 1 now. Deletes it; answers 1 if it was live.
+local raw = redis.call('GET', KEYS[1])
+if not raw then return 0 end
+redis.call('DEL', KEYS[1])
+local expires = string.match(raw, '^%d+|(-?%d*)|')
+if expires == '' or tonumber(expires) > tonumber(ARGV[1]) then return 1 end
+return 0
 """,
 )
 
@@ -791,6 +835,62 @@ class RedisHotStore(RedisStoreBase):
             ACTIVITY_RELEASE, self._keys.activity_of(session_id), [session_id, owner]
         )
         return bool(released == 1)
+
+    # -- shared keyspace ----------------------------------------------------------------
+
+    @redis_boundary
+    async def get_shared(self, name: str) -> StateBlob | None:
+        check_kind(name, what="shared name")
+        raw = await self._io.execute("GET", self._keys.shared(name))
+        if raw is None:
+            return None
+        version, expires_us, updated_us, data = split_frame(raw, 3)
+        if expires_us and not self._now_us() < int(expires_us):  # as codec.is_live
+            return None
+        return StateBlob(
+            name=name, data=json.loads(data), version=int(version), updated_at=from_us(updated_us)
+        )
+
+    @redis_boundary
+    async def put_shared(
+        self,
+        name: str,
+        data: Mapping[str, JsonValue],
+        *,
+        expires_at: datetime | None,
+        expected_version: int | None = None,
+    ) -> StateBlob:
+        check_kind(name, what="shared name")
+        payload = encode_shared(name, data)
+        now = self._clock.now()
+        now_us = to_us(now)
+        expires_us = None if expires_at is None else to_us(expires_at, what="expires_at")
+        reply = await self._io.call(
+            SHARED_PUT,
+            [self._keys.shared(name)],
+            [
+                now_us,
+                optional_int(expected_version),
+                optional_int(expires_us),
+                "" if expires_us is None else self._ttl_ms(now_us, expires_us),
+                payload,
+            ],
+        )
+        if reply[0] == b"conflict":
+            actual = int(reply[1])
+            raise ConflictError(
+                f"shared blob {name!r} is at version {actual}, not {expected_version}; "
+                "re-read it and retry",
+                expected=expected_version,
+                actual=actual,
+            )
+        return StateBlob(name=name, data=json.loads(payload), version=int(reply[1]), updated_at=now)
+
+    @redis_boundary
+    async def delete_shared(self, name: str) -> bool:
+        check_kind(name, what="shared name")
+        deleted = await self._io.call(SHARED_DELETE, [self._keys.shared(name)], [self._now_us()])
+        return bool(deleted == 1)
 
 
 def _frame_state(name: str, blob: StateBlob) -> str:

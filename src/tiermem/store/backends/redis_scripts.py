@@ -161,6 +161,12 @@ class RedisKeys:
     def memories_of_type(self, user_id: str, memory_type: str) -> str:
         return self._user(user_id, f"mem:t={escape_segment(memory_type)}")
 
+    # hot tier: the shared keyspace (no session)
+    def shared(self, name: str) -> str:
+        """One shared blob: a single key, so any script on it runs on one cluster slot. The
+        escaped name holds no ``:`` or braces, so it can never imitate a session's key."""
+        return f"{self.prefix}:shared:{escape_segment(name)}"
+
     # activity index
     def activity_shard(self, session_id: str) -> int:
         """Which shard of the activity index holds a session (stable across processes)."""

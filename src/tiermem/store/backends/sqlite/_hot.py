@@ -15,6 +15,13 @@ blob, then write the session row, the activity entry and the blob; ``update_enti
 an absent session reads one row and writes nothing. A write that starts a session deletes
 an expired predecessor's rows first (4 statements); every 64th write adds a bounded
 collection pass.
+
+The shared keyspace (blobs of no session, such as circuit breakers) is the ``hot_shared``
+table, one row per name (version, expiry, the blob's JSON), untouched by anything a
+session does. ``get_shared`` is one read; ``put_shared`` reads the row and upserts it in
+one write transaction (plus the collection pass every 64th write, which also deletes
+shared blobs expired for longer than ``gc_grace``); ``delete_shared`` reads the row and
+deletes it.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from tiermem.store.codec import (
     check_restore,
     decode_turns,
     encode_data,
+    encode_shared,
     encode_turn,
 )
 from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
@@ -90,6 +98,16 @@ def _live_head(
     if row is None or (not include_expired and not now_us < row[2]):  # as codec.is_live
         return None
     return _Head(*row)
+
+
+def _live_shared(conn: sqlite3.Connection, name: str, now_us: int) -> tuple[int, str] | None:
+    """The version and JSON of a live shared blob, or None if it is absent or expired."""
+    row = conn.execute(
+        "SELECT version, payload, expires_at_us FROM hot_shared WHERE name = ?", (name,)
+    ).fetchone()
+    if row is None or (row[2] is not None and not now_us < row[2]):  # as codec.is_live
+        return None
+    return int(row[0]), str(row[1])
 
 
 def _delete_session_rows(conn: sqlite3.Connection, session_id: str) -> None:
@@ -212,6 +230,11 @@ class SQLiteHotStore:
         ).fetchall()
         for (session_id,) in stale:
             _delete_session_rows(conn, session_id)
+        conn.execute(
+            "DELETE FROM hot_shared WHERE name IN (SELECT name FROM hot_shared "
+            "WHERE expires_at_us <= ? LIMIT ?)",
+            (now_us - self._gc_grace_us, _GC_BATCH),
+        )
 
     async def append_turns(
         self,
@@ -566,6 +589,64 @@ class SQLiteHotStore:
                 return False
             conn.execute("DELETE FROM activity WHERE session_id = ?", (session_id,))
             return True
+
+        return await self._db.write(op)
+
+    # -- shared keyspace ----------------------------------------------------------------
+
+    async def get_shared(self, name: str) -> StateBlob | None:
+        check_kind(name, what="shared name")
+
+        def op(conn: sqlite3.Connection) -> StateBlob | None:
+            row = _live_shared(conn, name, self._now_us())
+            return StateBlob.model_validate_json(row[1]) if row else None
+
+        return await self._db.read(op)
+
+    async def put_shared(
+        self,
+        name: str,
+        data: Mapping[str, JsonValue],
+        *,
+        expires_at: datetime | None,
+        expected_version: int | None = None,
+    ) -> StateBlob:
+        check_kind(name, what="shared name")
+        expires_at_us = None if expires_at is None else to_epoch_us(expires_at, what="expires_at")
+        copy = json.loads(encode_shared(name, data))
+
+        def op(conn: sqlite3.Connection) -> StateBlob:
+            now = self._clock.now()
+            now_us = to_epoch_us(now, what="clock.now()")
+            row = _live_shared(conn, name, now_us)
+            actual = int(row[0]) if row else 0
+            if expected_version is not None and expected_version != actual:
+                raise ConflictError(
+                    f"shared blob {name!r} is at version {actual}, not {expected_version}; "
+                    "re-read it and retry",
+                    expected=expected_version,
+                    actual=actual,
+                )
+            blob = StateBlob(name=name, data=copy, version=actual + 1, updated_at=now)
+            conn.execute(
+                "INSERT INTO hot_shared (name, version, expires_at_us, payload) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "version = excluded.version, expires_at_us = excluded.expires_at_us, "
+                "payload = excluded.payload",
+                (name, blob.version, expires_at_us, blob.model_dump_json()),
+            )
+            self._collect_garbage(conn, now_us)
+            return blob
+
+        return await self._db.write(op)
+
+    async def delete_shared(self, name: str) -> bool:
+        check_kind(name, what="shared name")
+
+        def op(conn: sqlite3.Connection) -> bool:
+            live = _live_shared(conn, name, self._now_us()) is not None
+            conn.execute("DELETE FROM hot_shared WHERE name = ?", (name,))
+            return live
 
         return await self._db.write(op)
 

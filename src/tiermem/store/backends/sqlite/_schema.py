@@ -204,10 +204,26 @@ _V3_SESSION_HEADERS = (
     "DROP TABLE archive_heads",
 )
 
+_V4_HOT_SHARED = (
+    # The hot tier's shared keyspace (issue #11): named compare-and-set blobs that belong to
+    # no session, such as circuit breakers. payload is the StateBlob's JSON; NULL
+    # expires_at_us is forever.
+    """CREATE TABLE hot_shared (
+        name          TEXT PRIMARY KEY,
+        version       INTEGER NOT NULL,
+        expires_at_us INTEGER,
+        payload       TEXT NOT NULL
+    )""",
+    # Partial: blobs that live forever are never collected.
+    "CREATE INDEX hot_shared_by_expiry ON hot_shared (expires_at_us) "
+    "WHERE expires_at_us IS NOT NULL",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _V1_HOT + _V1_DURABLE,
     _V2_DROP_MEMORIES_FTS,
     _V3_SESSION_HEADERS,
+    _V4_HOT_SHARED,
 )
 """Migration n is ``MIGRATIONS[n - 1]``: statements run in order, in one transaction."""
 
