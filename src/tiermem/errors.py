@@ -12,6 +12,11 @@ layers (redis-py, botocore, sqlite3) are mapped to these at the backend boundary
     ├── UnsupportedCapabilityError  the backend does not offer this capability
     ├── BudgetExceededError         content cannot fit the token budget
     ├── CorruptDataError            stored data cannot be decoded (skipped in lists, raised alone)
+    ├── ToolError                   a tool call failed (tiermem.tools.errors)
+    │   ├── ToolCallError           the tool answered with an error
+    │   │   └── ToolTimeoutError    the tool did not answer in time
+    │   ├── ToolUnavailableError    breakers open on the tool and its fallbacks
+    │   └── ToolServerError         the tool server cannot be started or reached
     └── BackendError                a backend failed; ``retryable`` says if a retry may help
         ├── BackendUnavailableError the backend cannot be reached
         └── BackendTimeoutError     the backend did not answer in time

@@ -56,6 +56,7 @@ from tiermem.tiers.config import SessionTierConfig
 from tiermem.tiers.sweeper import ExpirySweeper, Handoff
 from tiermem.tiers.tiered import TieredSessionStore, TierMetrics
 from tiermem.tokens import TiktokenCounter, TokenCounter
+from tiermem.tools import SharedBreakers, ToolDispatcher, ToolRegistry
 
 __all__ = ["MemoryService", "Session", "SessionStats", "TurnInput"]
 
@@ -212,6 +213,13 @@ class MemoryService:
                 those are logged and counted by the job itself).
         """
         await self.background.drain()
+
+    def tools(self, registry: ToolRegistry) -> ToolDispatcher:
+        """A dispatcher for ``registry``'s tools whose circuit breakers live in the hot
+        tier's shared keyspace, so every worker of the deployment sees the same breakers
+        (one read per check; see :mod:`tiermem.tools`)."""
+        breakers = SharedBreakers(self.tiers.hot, clock=self.clock)
+        return ToolDispatcher(registry, breakers, clock=self.clock, ids=self.ids)
 
     def sweeper(self, handoff: Handoff, *, owner: str | None = None) -> ExpirySweeper:
         """An expiry sweeper that hands each expired session to ``handoff`` exactly once."""

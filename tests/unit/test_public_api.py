@@ -17,6 +17,7 @@ OPTIONAL = (
     "index_redis",
     "knowledge",
     "extract_text",
+    "mcp_invoker",
 )
 
 

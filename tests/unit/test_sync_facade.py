@@ -119,6 +119,8 @@ def world() -> Iterator[World]:
 
 Call = tuple[tuple[Any, ...], dict[str, Any]]
 
+from tiermem.tools import BreakerPolicy  # noqa: E402
+
 
 def a(*args: Any, **kwargs: Any) -> Call:
     return args, kwargs
@@ -132,6 +134,25 @@ async def handoff(view: Any) -> None:
     return None
 
 
+async def echo(arguments: Any, emit: Any) -> Any:
+    return {"echo": dict(arguments)}
+
+
+def echo_permit() -> Any:
+    from tiermem.tools import Admission, BreakerState, Permit
+
+    return Permit(tool="echo", admission=Admission.CALL, state=BreakerState(), version=0)
+
+
+def echo_registry() -> Any:
+    from tiermem.tools import ToolRegistry, ToolSpec
+    from tiermem.tools.invoker import FunctionInvoker
+
+    registry = ToolRegistry()
+    registry.register(ToolSpec("echo", "Echo the arguments"), FunctionInvoker({"echo": echo}))
+    return registry
+
+
 # How to call each method: "Class.method" -> World -> (args, kwargs).
 ARGS: dict[str, Callable[[World], Call]] = {
     # MemoryService
@@ -143,6 +164,16 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "MemoryService.purge_user": lambda w: a("u-1"),
     "MemoryService.session": lambda w: a("s-1", user_id="u-1"),
     "MemoryService.sweeper": lambda w: a(handoff, owner="walker"),
+    "MemoryService.tools": lambda w: a(echo_registry()),
+    "ToolDispatcher.call": lambda w: a("echo", {"x": 1}),
+    "ToolDispatcher.status": lambda w: a("echo"),
+    "ToolDispatcher.statuses": lambda w: a(),
+    "ToolDispatcher.agent_notes": lambda w: a(),
+    "SharedBreakers.state": lambda w: a("echo"),
+    "SharedBreakers.check": lambda w: a("echo", BreakerPolicy()),
+    "SharedBreakers.record_success": lambda w: a(echo_permit(), BreakerPolicy()),
+    "SharedBreakers.record_failure": lambda w: a(echo_permit(), BreakerPolicy(), error="x"),
+    "SharedBreakers.reset": lambda w: a("echo"),
     # Session
     "Session.active_entities": lambda w: a(),
     "Session.add_turn": lambda w: a("user", "I love horror"),
@@ -187,9 +218,7 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "LongTermMemory.forget_session": lambda w: a("u-1", "s-1"),
     "LongTermMemory.get": lambda w: a("u-1", w.fact.memory_id),
     "LongTermMemory.get_preference": lambda w: a("u-1", "favorite_genre"),
-    "LongTermMemory.index_turns": lambda w: a(
-        "u-1", "s-1", w.session.get_turns(), expires_at=None
-    ),
+    "LongTermMemory.index_turns": lambda w: a("u-1", "s-1", w.session.get_turns(), expires_at=None),
     "LongTermMemory.list": lambda w: a("u-1"),
     "LongTermMemory.preference_history": lambda w: a("u-1", "favorite_genre"),
     "LongTermMemory.preferences": lambda w: a("u-1"),
@@ -262,9 +291,7 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "MemoryDurableStore.tail_turns": lambda w: a("s-1", 1),
     # MemoryHotStore
     "MemoryHotStore.aclose": lambda w: a(),
-    "MemoryHotStore.append_turns": lambda w: a(
-        "s-1", [w.new_turn], window=20, expires_at=w.later
-    ),
+    "MemoryHotStore.append_turns": lambda w: a("s-1", [w.new_turn], window=20, expires_at=w.later),
     "MemoryHotStore.claim_expired": lambda w: a(owner="walker", lease=timedelta(seconds=30)),
     "MemoryHotStore.copy_state": lambda w: a(
         "s-1", w.session.get_state("cart"), expires_at=w.later
@@ -334,9 +361,7 @@ def async_classes() -> dict[str, type]:
         except ImportError:  # an optional extra that is not installed
             continue
         for value in vars(module).values():
-            if isinstance(value, type) and any(
-                is_async(m) for m in public_methods(value).values()
-            ):
+            if isinstance(value, type) and any(is_async(m) for m in public_methods(value).values()):
                 found[value.__name__] = value
     return found
 
