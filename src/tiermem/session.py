@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import Field
 
+from tiermem.clock import Clock
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
 from tiermem.extraction.turn_analysis import LARGE_TURN_CHARS, TurnAnalysis
 from tiermem.longterm.text import doc_terms
@@ -107,6 +108,11 @@ class Session:
     @property
     def user_id(self) -> str:
         return self._view.metadata.user_id
+
+    @property
+    def clock(self) -> Clock:
+        """The service's clock: state deadlines and timestamps use it, never the wall clock."""
+        return self._service.clock
 
     def _remember(self, view: SessionView) -> SessionView:
         self._view = view
@@ -349,7 +355,20 @@ class Session:
         self._view = replace(self._view, entities=merged)
         return merged
 
-    async def get_state(self, name: str) -> StateBlob | None:
+    async def get_state(self, name: str, *, fresh: bool = False) -> StateBlob | None:
+        """A named state blob, from the hot tier (reloaded from the durable tier on a miss).
+
+        ``fresh=True`` reads the durable tier, the source of truth for versions. Use it after
+        a compare-and-set lost (``ConflictError``): a writer that died between its durable
+        write and the hot copy, or wrote while the hot tier was bypassed, leaves the hot
+        copy behind until the blob's next successful write, so a re-read from the hot tier
+        would lose again.
+        """
+        if fresh:
+            view = await self._tiers.durable_view(self.id)
+            if view is None:
+                raise_gone(self.id)
+            return view.state.get(name)
         return (await self.view()).state.get(name)
 
     async def put_state(
