@@ -10,7 +10,7 @@ layers (redis-py, botocore, sqlite3) are mapped to these at the backend boundary
     ├── NotFoundError               the thing asked for does not exist (also a KeyError)
     ├── ConflictError               a compare-and-set lost: carries expected / actual
     ├── UnsupportedCapabilityError  the backend does not offer this capability
-    ├── BudgetExceededError         content cannot fit the token budget
+    ├── BudgetExceededError         content cannot fit the token budget; a task ran out of time
     ├── CorruptDataError            stored data cannot be decoded (skipped in lists, raised alone)
     ├── ToolError                   a tool call failed (tiermem.tools.errors)
     │   ├── ToolCallError           the tool answered with an error
@@ -79,7 +79,8 @@ class UnsupportedCapabilityError(TierMemError):
 
 
 class BudgetExceededError(TierMemError):
-    """Required content does not fit the token budget, even after every allowed trim."""
+    """A budget was exceeded: required content does not fit the token budget even after
+    every allowed trim, or a task's time budget ran out (:mod:`tiermem.state`)."""
 
 
 class CorruptDataError(TierMemError):

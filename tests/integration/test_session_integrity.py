@@ -280,3 +280,28 @@ async def test_turn_documents_expire_with_their_turns_and_are_collected(every: P
     swept = await memory.sweeper(lambda view: asyncio.sleep(0)).sweep_once()
     assert swept.failed == ()
     assert await memory.longterm.index.collect_expired(1000) == 0  # the sweep took it
+
+
+async def test_a_stale_hot_state_copy_is_repaired_by_the_conflict(every: Pairing) -> None:
+    """A writer that died between its durable write and its hot copy leaves the hot copy a
+    version behind; the caller's conflicting write repairs it, so a re-read succeeds."""
+    memory = _service(every)
+    session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
+    one = await session.put_state("dialogue", {"step": 1}, expected_version=0)
+    # The crash: the durable tier took version 2, the hot copy never did.
+    await memory.tiers.durable.put_record(
+        session.id,
+        "state",
+        {"dialogue": {"version": 2, "data": {"step": 2}, "updated_at": one.updated_at.isoformat()}},
+        expires_at=memory.tiers.durable_expiry(),
+    )
+    stale = await session.get_state("dialogue")
+    assert stale is not None
+    assert stale.version == 1
+    with pytest.raises(ConflictError):
+        await session.put_state("dialogue", {"step": "x"}, expected_version=stale.version)
+    fresh = await session.get_state("dialogue")
+    assert fresh is not None
+    assert fresh.version == 2
+    three = await session.put_state("dialogue", {"step": 3}, expected_version=fresh.version)
+    assert three.version == 3

@@ -642,9 +642,22 @@ class TieredSessionStore:
             }
             return blobs
 
-        stored, _ = await self._cas_record(sid, STATE, merge)
-        blob = _state(stored)[name]
         expires_at = self._write_expiry(metadata, turn_count_hint)
+        try:
+            stored, _ = await self._cas_record(sid, STATE, merge)
+        except ConflictError:
+            # The caller's version came from somewhere: if it was a hot copy left behind
+            # (a writer died between its durable write and its copy), repair the copy so
+            # that the caller's re-read sees the durable version instead of conflicting
+            # again until the hot session expires.
+            current = await self.durable.get_record(sid, STATE)
+            held = _state(current.data).get(name) if current else None
+            if held is not None:
+                await self._hot(
+                    lambda: self.hot.copy_state(sid, held, expires_at=expires_at), "state"
+                )
+            raise
+        blob = _state(stored)[name]
         await self._hot(lambda: self.hot.copy_state(sid, blob, expires_at=expires_at), "state")
         return blob
 
