@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,17 +49,26 @@ class Pairing:
         return MemoryService(self.hot, self.durable, clock=self.clock, config=config, **engines)  # type: ignore[arg-type]
 
 
-@pytest.fixture(params=PAIRINGS)
-async def pairing(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
-    hot_name, durable_name = request.param.split("+")
+@asynccontextmanager
+async def open_pairing(name: str, tmp_path: Path) -> AsyncIterator[Pairing]:
+    """A hot and a durable store named ``hot+durable`` on one fake clock, closed after."""
+    hot_name, durable_name = name.split("+")
     clock = FakeClock()
-    hot = await open_role(hot_name, "hot", clock, tmp_path)
-    durable = await open_role(durable_name, "durable", clock, tmp_path)
+    for role in ("hot", "durable"):
+        (tmp_path / role).mkdir(exist_ok=True)
+    hot = await open_role(hot_name, "hot", clock, tmp_path / "hot")
+    durable = await open_role(durable_name, "durable", clock, tmp_path / "durable")
     try:
-        yield Pairing(request.param, hot, durable, clock)  # type: ignore[arg-type]
+        yield Pairing(name, hot, durable, clock)  # type: ignore[arg-type]
     finally:
         await hot.aclose()
         await durable.aclose()
+
+
+@pytest.fixture(params=PAIRINGS)
+async def pairing(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
+    async with open_pairing(request.param, tmp_path) as opened:
+        yield opened
 
 
 def _free_port() -> int:
@@ -132,4 +142,4 @@ def redis_process(tmp_path: Path) -> Iterator[RedisProcess]:
         server.stop()
 
 
-__all__ = ["PAIRINGS", "Pairing", "RedisProcess", "server_url"]
+__all__ = ["PAIRINGS", "Pairing", "RedisProcess", "open_pairing", "server_url"]

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Pairing, open_role
+from tests.integration.conftest import Pairing, open_pairing
 from tiermem.errors import ConflictError, NotFoundError, ValidationError
 from tiermem.service import MemoryService
-from tiermem.testing import FakeClock
 from tiermem.testing.backend import fresh_id
 from tiermem.tiers import SessionTierConfig, WritePolicy
 from tiermem.tiers.tiered import LOST_TURN_TEXT
@@ -34,17 +33,8 @@ SAME_BACKEND_PAIRINGS = [
 
 @pytest.fixture(params=SAME_BACKEND_PAIRINGS)
 async def every(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
-    hot_name, durable_name = request.param.split("+")
-    clock = FakeClock()
-    (tmp_path / "hot").mkdir()
-    (tmp_path / "durable").mkdir()
-    hot = await open_role(hot_name, "hot", clock, tmp_path / "hot")
-    durable = await open_role(durable_name, "durable", clock, tmp_path / "durable")
-    try:
-        yield Pairing(request.param, hot, durable, clock)  # type: ignore[arg-type]
-    finally:
-        await hot.aclose()
-        await durable.aclose()
+    async with open_pairing(request.param, tmp_path) as opened:
+        yield opened
 
 
 def _service(pairing: Pairing, **config: object) -> MemoryService:

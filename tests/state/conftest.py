@@ -13,26 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Pairing, open_role
+from tests.integration.conftest import Pairing, open_pairing
 from tiermem.service import MemoryService
-from tiermem.testing import FakeClock
 
 STATE_PAIRINGS = ["memory+sqlite", "sqlite+sqlite", "memory+memory", "redis+dynamodb"]
 
 
 @pytest.fixture(params=STATE_PAIRINGS)
 async def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
-    hot_name, durable_name = request.param.split("+")
-    clock = FakeClock()
-    (tmp_path / "hot").mkdir()
-    (tmp_path / "durable").mkdir()
-    hot = await open_role(hot_name, "hot", clock, tmp_path / "hot")
-    durable = await open_role(durable_name, "durable", clock, tmp_path / "durable")
-    try:
-        yield Pairing(request.param, hot, durable, clock)  # type: ignore[arg-type]
-    finally:
-        await hot.aclose()
-        await durable.aclose()
+    async with open_pairing(request.param, tmp_path) as opened:
+        yield opened
 
 
 def service_of(pairing: Pairing) -> MemoryService:
