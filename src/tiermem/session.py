@@ -43,13 +43,30 @@ from tiermem.store.contract import MAX_TURNS_PER_APPEND
 from tiermem.tiers.tiered import SessionView, derive_metadata
 
 if TYPE_CHECKING:
+    from tiermem.context import Allocation, ContextWindow
+    from tiermem.longterm.context import UserContext
+    from tiermem.longterm.hits import RecallHit
+    from tiermem.models.convert import SystemBlock
     from tiermem.service import MemoryService
 
-__all__ = ["Content", "Session", "SessionStats", "TurnInput", "content_blocks"]
+__all__ = [
+    "DEFAULT_CONTEXT_BUDGET",
+    "Content",
+    "Session",
+    "SessionStats",
+    "TurnInput",
+    "content_blocks",
+]
 
 logger = logging.getLogger(__name__)
 
 Content = str | Message | Sequence[ContentBlock | Mapping[str, Any]]
+
+DEFAULT_CONTEXT_BUDGET = 8_000
+"""Tokens :meth:`Session.context` assembles when given neither a budget nor a model (seed
+001's working point: a summary, a few turns and the static prefix fit comfortably)."""
+RECALL_K = 8
+"""Per-turn recall hits :meth:`Session.context` asks for; the budget decides how many stay."""
 
 
 class TurnInput(FrozenModel):
@@ -211,9 +228,7 @@ class Session:
                 "indexing turns %s of session %s failed: %s", [t.index for t in turns], self.id, exc
             )
 
-    async def _detect_logged(
-        self, turns: Sequence[Turn], texts: Sequence[TurnText | None]
-    ) -> None:
+    async def _detect_logged(self, turns: Sequence[Turn], texts: Sequence[TurnText | None]) -> None:
         """Auto-detection of memories, off the response path; the background queue runs a
         session's jobs in order, so later preferences win. Failures are logged and
         counted, never raised."""
@@ -402,6 +417,70 @@ class Session:
         await self._service.background.wait_for(session_id=self.id)
         count = await self._tiers.clear(self.id)
         await self._service.longterm.unindex_turns(self.user_id, self.id, range(count))
+
+    async def context(
+        self,
+        query: str | None = None,
+        budget: int | None = None,
+        model: str | None = None,
+        system: str | Sequence[SystemBlock] | None = None,
+        tools: Sequence[Any] | None = None,
+        *,
+        current: str | Message | None = None,
+        allocation: Allocation | None = None,
+        recall_k: int = RECALL_K,
+    ) -> ContextWindow:
+        """What to send the model now, assembled by :func:`tiermem.context.assemble_context`.
+
+        One hot read (reloaded from the durable tier on a miss). With a ``query``, the
+        user's long-term context (:meth:`LongTermMemory.build_user_context`, within half of
+        the memory share) and per-turn recall over memories, archived turns and knowledge
+        chunks (``recall_k`` hits; hits of turns already in the hot window are skipped) are
+        read concurrently. Read-only: recall is placed in the window, never written into the
+        history. ``current`` is a message not yet added as a turn; usually the caller has
+        added it and it is the latest hot turn. With neither ``budget`` nor ``model`` the
+        budget is :data:`DEFAULT_CONTEXT_BUDGET`.
+
+        Raises:
+            ValidationError: a bad budget, system block or current message.
+            UnknownModelError: ``model`` is not in the default model registry.
+            BudgetExceededError: the system prompt, tool manifest and required turns do not
+                fit the budget even truncated.
+            BackendError: a tier or the index failed.
+        """
+        from tiermem.context import Allocation, assemble_context, resolve_budget
+        from tiermem.tokens import default_registry
+
+        allocation = allocation or Allocation()
+        spec = default_registry().get(model) if model is not None else None
+        if budget is None and spec is None:
+            budget = DEFAULT_CONTEXT_BUDGET
+        total = resolve_budget(budget, spec)
+        view = await self.view()
+        user_context: UserContext | None = None
+        hits: Sequence[RecallHit] = ()
+        if query is not None and query.strip():
+            longterm = self._service.longterm
+            profile_tokens = max(1, int(total * allocation.memory) // 2)
+            user_context, hits = await asyncio.gather(
+                longterm.build_user_context(self.user_id, query, budget_tokens=profile_tokens),
+                longterm.recall(self.user_id, query, k=recall_k, scope=("memory", "turn", "chunk")),
+            )
+        return assemble_context(
+            system=system,
+            tools=tools or (),
+            user_context=user_context,
+            entities=view.entities,
+            recall=hits,
+            turns=view.turns,
+            current=current,
+            budget=budget,
+            model=spec,
+            allocation=allocation,
+            session_id=self.id,
+            total_turns=view.next_index,
+            counter=self._service.tokens,
+        )
 
     async def stats(self) -> SessionStats:
         view = await self.view()

@@ -179,6 +179,7 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "Session.add_turn": lambda w: a("user", "I love horror"),
     "Session.add_turns": lambda w: a([TurnInput(role="user", content="hi")]),
     "Session.clear": lambda w: a(),
+    "Session.context": lambda w: a("Berserk stock", budget=2_000, system="You sell manga."),
     "Session.close": lambda w: a(),
     "Session.get_state": lambda w: a("cart"),
     "Session.get_turn": lambda w: a(0),

@@ -1,0 +1,544 @@
+"""``assemble_context``: the pure function from what is known to what the model is sent.
+
+Layout (seed 001), cache-friendly from the most stable part to the least::
+
+    system prompt + tool manifest          static          ── cache point "static"
+    user profile, rolling summaries        slow-changing   ── cache point "slow"
+    structured memory, active entities     per session
+    per-turn recall                        per request (never written into the history)
+    hot turns                              the conversation
+    current message
+
+Budget (seed 004): the budget is the explicit ``budget``, or the model's usable input
+(window minus output reservation, shrunk by its safety margin), or the smaller of the two
+(the explicit budget shrunk by the model's margin). ``allocation.buffer`` of it is kept
+free for optional content; derived memory (profile, summaries, structured memory,
+entities, recall) takes at most ``allocation.memory`` and never what the required messages
+need; hot turns take the rest (their nominal share, plus what memory left unused). Which
+turns stay is :func:`~tiermem.context.eviction.plan_eviction`'s decision; tool pairs are
+:mod:`~tiermem.context.tool_pairs`' rule.
+
+Every count is :func:`~tiermem.context.truncate.message_tokens` (cl100k plus a per-message
+overhead) of what is rendered, and ``total_tokens <= budget_tokens`` always holds: content
+that cannot fit even truncated raises :class:`~tiermem.errors.BudgetExceededError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tiermem.context.eviction import PlannedMessage, plan_eviction, required_tokens
+from tiermem.context.models import (
+    Allocation,
+    CachePoint,
+    ContextItem,
+    ContextSection,
+    ContextStats,
+    ContextWindow,
+    ItemKind,
+    ItemProvenance,
+    SourceTier,
+    ToolDefinition,
+)
+from tiermem.context.tool_pairs import close_orphans
+from tiermem.context.truncate import message_tokens, truncate_text, truncation_marker
+from tiermem.errors import BudgetExceededError, ValidationError
+from tiermem.models.content import (
+    CachePointBlock,
+    ContentBlock,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+)
+from tiermem.models.convert import SystemBlock
+from tiermem.models.session import ActiveEntity
+from tiermem.models.turns import Turn
+from tiermem.tokens import ModelRegistry, ModelSpec, TiktokenCounter, TokenCounter, default_registry
+
+if TYPE_CHECKING:
+    from tiermem.longterm.hits import RecallHit
+
+__all__ = [
+    "ENTITIES_HEADER",
+    "RECALL_HEADER",
+    "SECTION_MIN_TOKENS",
+    "assemble_context",
+    "resolve_budget",
+]
+
+ENTITIES_HEADER = "Currently active entities (use these unless overridden):"
+RECALL_HEADER = "Recalled for this message (from earlier turns and memories, not said now):"
+SECTION_MIN_TOKENS = 48
+"""A section that does not fit is cut to the room left when that is at least this many
+tokens (less would leave a marker and little else), and left out otherwise."""
+MAX_RECALL_CHARS = 600
+"""A recalled item longer than this is cut (with "…") so one hit cannot crowd out the rest."""
+
+
+class _UserContextLike(Protocol):
+    # LongTermMemory.build_user_context's UserContext, read without importing longterm.
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def items(self) -> Sequence[Any]: ...
+
+
+def resolve_budget(budget: int | None, spec: ModelSpec | None) -> int:
+    """The token budget from an explicit ``budget``, a model's spec, or both (see module
+    docstring).
+
+    Raises:
+        ValidationError: neither is given, or the budget is not positive.
+    """
+    if budget is None and spec is None:
+        raise ValidationError("give a token budget (budget=...) or a model (model=...)")
+    if budget is not None and (not isinstance(budget, int) or budget < 1):
+        raise ValidationError(f"budget must be a positive integer of tokens, got {budget!r}")
+    if spec is None:
+        assert budget is not None
+        return budget
+    if budget is None:
+        return spec.usable_input_tokens
+    return min(math.floor(budget * (1 - spec.safety_margin)), spec.usable_input_tokens)
+
+
+def _fingerprint(parts: Sequence[Any]) -> str:
+    canonical = json.dumps(list(parts), sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _system_texts(system: str | Sequence[SystemBlock] | None) -> tuple[TextBlock, ...]:
+    if system is None:
+        return ()
+    if isinstance(system, str):
+        return (TextBlock(text=system),) if system else ()
+    texts: list[TextBlock] = []
+    for block in system:
+        if isinstance(block, TextBlock):
+            if block.text:
+                texts.append(block)
+        elif not isinstance(block, CachePointBlock):  # our cache points replace the caller's
+            raise ValidationError(f"a system prompt holds text blocks, not {type(block).__name__}")
+    return tuple(texts)
+
+
+def _profile_section(user_context: ContextSection | _UserContextLike) -> ContextSection:
+    if isinstance(user_context, ContextSection):
+        return user_context
+    memory_ids: list[str] = []
+    for item in user_context.items:
+        memory_id = getattr(item, "memory_id", None)
+        if isinstance(memory_id, str):
+            memory_ids.append(memory_id)
+    return ContextSection(
+        kind="profile",
+        text=user_context.text,
+        name="user",
+        provenance=ItemProvenance(tier="longterm", memory_ids=tuple(memory_ids)),
+    )
+
+
+def _hit_line(hit: RecallHit) -> str:
+    text = " ".join(hit.text.split())
+    if len(text) > MAX_RECALL_CHARS:
+        text = text[: MAX_RECALL_CHARS - 1].rstrip() + "…"
+    if hit.kind == "turn" and hit.turn is not None:
+        where = f"session {hit.session_id}, " if hit.session_id else ""
+        date = hit.turn.timestamp.date().isoformat()
+        return f"- [{hit.turn.role}, {where}turn {hit.turn.index}, {date}] {text}"
+    if hit.kind == "memory" and hit.memory is not None:
+        return f"- [{hit.memory.memory_type}, {hit.memory.created_at.date().isoformat()}] {text}"
+    return f"- [{hit.kind}] {text}"
+
+
+_HIT_TIERS: dict[str, SourceTier] = {"turn": "archive", "memory": "longterm", "chunk": "knowledge"}
+
+
+def _hit_provenance(hit: RecallHit) -> ItemProvenance:
+    tier: SourceTier = _HIT_TIERS[hit.kind]
+    session_id = hit.session_id or hit.provenance.session_id
+    indexes = hit.provenance.turn_indexes
+    if hit.turn is not None:
+        indexes = (hit.turn.index,)
+    memory_ids = (hit.doc_id,) if hit.kind == "memory" else hit.provenance.memory_ids
+    return ItemProvenance(
+        tier=tier,
+        session_id=session_id,
+        turn_indexes=tuple(indexes),
+        memory_ids=tuple(memory_ids),
+    )
+
+
+def _merge_messages(messages: Sequence[tuple[str, tuple[ContentBlock, ...]]]) -> list[Message]:
+    # Providers want alternating roles: adjacent messages of one role become one, with tool
+    # results first (Anthropic requires them before any text of a user message).
+    merged: list[tuple[str, list[ContentBlock]]] = []
+    for role, content in messages:
+        if merged and merged[-1][0] == role:
+            merged[-1][1].extend(content)
+        else:
+            merged.append((role, list(content)))
+    out: list[Message] = []
+    for role, blocks in merged:
+        if role == "user":
+            results = [b for b in blocks if isinstance(b, ToolResultBlock)]
+            blocks = results + [b for b in blocks if not isinstance(b, ToolResultBlock)]
+        out.append(Message(role=role, content=tuple(blocks)))
+    return out
+
+
+class _Builder:
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self.items: list[ContextItem] = []
+        self.sections_dropped = 0
+
+    def add(
+        self,
+        kind: ItemKind,
+        text: str,
+        provenance: ItemProvenance,
+        *,
+        name: str | None = None,
+        room: int | None = None,
+    ) -> int:
+        """Add a system-side item; with ``room``, cut or leave it out to fit. Returns its
+        tokens (0 when left out)."""
+        blocks: tuple[ContentBlock, ...] = (TextBlock(text=text),)
+        tokens = message_tokens(blocks, self.counter)
+        truncated = False
+        if room is not None and tokens > room:
+            if room < SECTION_MIN_TOKENS:
+                self.sections_dropped += 1
+                return 0
+            marker = truncation_marker(tokens)
+            keep = room - message_tokens((TextBlock(text=marker),), self.counter) - 2
+            while True:
+                head = truncate_text(text, keep, self.counter)
+                blocks = (TextBlock(text=f"{head}\n{marker}"),)
+                tokens = message_tokens(blocks, self.counter)
+                if tokens <= room or keep <= 0:
+                    break
+                keep -= tokens - room
+            if tokens > room:
+                self.sections_dropped += 1
+                return 0
+            truncated = True
+        self.items.append(
+            ContextItem(
+                kind=kind,
+                role="system",
+                content=blocks,
+                tokens=tokens,
+                provenance=provenance,
+                name=name,
+                truncated=truncated,
+            )
+        )
+        return tokens
+
+
+def assemble_context(
+    *,
+    system: str | Sequence[SystemBlock] | None = None,
+    tools: Sequence[Any] = (),
+    user_context: ContextSection | _UserContextLike | None = None,
+    sections: Sequence[ContextSection] = (),
+    entities: Mapping[str, ActiveEntity] | Sequence[ActiveEntity] = (),
+    recall: Sequence[RecallHit] = (),
+    turns: Sequence[Turn] = (),
+    current: str | Message | None = None,
+    model: str | ModelSpec | None = None,
+    budget: int | None = None,
+    allocation: Allocation | None = None,
+    session_id: str | None = None,
+    total_turns: int | None = None,
+    counter: TokenCounter | None = None,
+    models: ModelRegistry | None = None,
+) -> ContextWindow:
+    """Assemble a :class:`ContextWindow` from values; no I/O.
+
+    ``system``: the static system prompt (text, or text blocks). ``tools``: the tool
+    manifest (:class:`ToolDefinition`, mappings, or objects like
+    :class:`tiermem.tools.ToolSpec`). ``user_context``: a profile section, or
+    :meth:`LongTermMemory.build_user_context`'s result. ``sections``: rolling summaries and
+    structured memory. ``entities``: the session's active entities. ``recall``: per-turn
+    recall hits (hits of turns in ``turns`` are skipped). ``turns``: the hot window, oldest
+    first. ``current``: the message being answered (a user message). ``model`` and
+    ``budget``: see the module docstring. ``total_turns``: the session's turn count, for
+    the stats (default: one past the last hot turn's index).
+
+    Raises:
+        ValidationError: no budget and no model, a bad budget or system block, an
+            assistant current message.
+        UnknownModelError: ``model`` is not in the registry.
+        BudgetExceededError: the system prompt and tool manifest, or the required
+            messages even truncated, do not fit the budget.
+    """
+    counter = counter or TiktokenCounter()
+    allocation = allocation or Allocation()
+    spec = (models or default_registry()).get(model) if isinstance(model, str) else model
+    total_budget = resolve_budget(budget, spec)
+    buffer = math.floor(total_budget * allocation.buffer)
+    memory_cap = math.floor(total_budget * allocation.memory)
+    fill = total_budget - buffer
+    b = _Builder(counter)
+
+    # 1. Static: system prompt and tool manifest.
+    static_texts = _system_texts(system)
+    manifest = tuple(ToolDefinition.of(t) for t in tools)
+    static_used = 0
+    if static_texts:
+        tokens = message_tokens(static_texts, counter)
+        b.items.append(
+            ContextItem(kind="system", role="system", content=static_texts, tokens=tokens)
+        )
+        static_used += tokens
+    if manifest:
+        manifest_json = json.dumps(
+            [t.canonical() for t in manifest], sort_keys=True, ensure_ascii=False
+        )
+        static_used += b.add("tools", manifest_json, ItemProvenance())
+    if static_used > total_budget:
+        raise BudgetExceededError(
+            f"the system prompt and tool manifest take {static_used} tokens, over the whole "
+            f"budget of {total_budget}; shorten them or raise the budget"
+        )
+    static_end = len(b.items) - 1
+
+    # 2. The conversation, prepared first: derived memory must leave the required turns room.
+    current_message = Message.text("user", current) if isinstance(current, str) else current
+    if current_message is not None and current_message.role != "user":
+        raise ValidationError("the current message is the user's: its role must be 'user'")
+    raw = [t.content for t in turns] + ([current_message.content] if current_message else [])
+    closed = close_orphans(raw, open_last=current_message is None)
+    planned = [
+        PlannedMessage(
+            role=t.role,
+            content=closed[i],
+            turn_index=t.index,
+            tokens=message_tokens(closed[i], counter),
+            importance=t.importance,
+            pinned=t.pinned,
+        )
+        for i, t in enumerate(turns)
+    ]
+    if current_message is not None:
+        planned.append(
+            PlannedMessage(
+                role="user",
+                content=closed[-1],
+                turn_index=None,
+                tokens=message_tokens(closed[-1], counter),
+                pinned=True,
+            )
+        )
+    required = required_tokens(planned)
+
+    # 3. Derived memory, in layout order, within its share.
+    memory_room = max(0, min(memory_cap, fill - static_used - required))
+    used = 0
+
+    def room() -> int:
+        return memory_room - used
+
+    profile = _profile_section(user_context) if user_context is not None else None
+    summaries = [s for s in sections if s.kind == "summary"]
+    structured = [s for s in sections if s.kind == "structured_memory"]
+    slow = ([profile] if profile is not None else []) + summaries
+    for section in slow:
+        used += b.add(
+            section.kind, section.text, section.provenance, name=section.name, room=room()
+        )
+    slow_end = len(b.items) - 1
+    for section in structured:
+        used += b.add(
+            section.kind, section.text, section.provenance, name=section.name, room=room()
+        )
+    entity_list = list(entities.values()) if isinstance(entities, Mapping) else list(entities)
+    if entity_list:
+        lines = [ENTITIES_HEADER] + [f"{e.kind}: {e.value}" for e in entity_list]
+        provenance = ItemProvenance(
+            tier="hot",
+            session_id=session_id,
+            turn_indexes=tuple(
+                sorted({e.turn_index for e in entity_list if e.turn_index is not None})
+            ),
+        )
+        used += b.add("entities", "\n".join(lines), provenance, room=room())
+    hot_indexes = {t.index for t in turns}
+    profile_ids = set(profile.provenance.memory_ids) if profile is not None else set()
+    seen: set[tuple[str, str]] = set()
+    fresh_hits = []
+    for hit in sorted(recall, key=lambda h: -h.score):
+        in_hot = (
+            hit.kind == "turn"
+            and hit.turn is not None
+            and hit.turn.index in hot_indexes
+            and (hit.session_id is None or hit.session_id == session_id)
+        )
+        in_profile = hit.kind == "memory" and hit.doc_id in profile_ids
+        if in_hot or in_profile or (hit.kind, hit.doc_id) in seen:
+            continue
+        seen.add((hit.kind, hit.doc_id))
+        fresh_hits.append(hit)
+    recall_kept = 0
+    for hit in fresh_hits:
+        line = _hit_line(hit)
+        text = f"{RECALL_HEADER}\n{line}" if recall_kept == 0 else line
+        cost = message_tokens((TextBlock(text=text),), counter)
+        if cost > room():
+            continue
+        used += b.add("recall", text, _hit_provenance(hit), name=hit.kind)
+        recall_kept += 1
+
+    # 4. Hot turns and the current message.
+    plan = plan_eviction(
+        planned,
+        optional_room=max(0, fill - static_used - used),
+        required_room=total_budget - static_used - used,
+        counter=counter,
+    )
+    messages: list[tuple[str, tuple[ContentBlock, ...]]] = []
+    truncated_set = set(plan.truncated)
+    for position in plan.kept:
+        message = planned[position]
+        is_turn = message.turn_index is not None
+        b.items.append(
+            ContextItem(
+                kind="turn" if is_turn else "current",
+                role=message.role,
+                content=plan.content[position],
+                tokens=plan.tokens[position],
+                provenance=ItemProvenance(
+                    tier="hot" if is_turn else "request",
+                    session_id=session_id,
+                    turn_indexes=(message.turn_index,) if message.turn_index is not None else (),
+                ),
+                truncated=position in truncated_set,
+            )
+        )
+        messages.append((message.role, plan.content[position]))
+
+    return _window(
+        b,
+        static_end=static_end,
+        slow_end=slow_end,
+        manifest=manifest,
+        messages=_merge_messages(messages),
+        total_budget=total_budget,
+        spec=spec,
+        stats_extra={
+            "total_turns": total_turns
+            if total_turns is not None
+            else (turns[-1].index + 1 if turns else 0),
+            "allocation_tokens": {
+                "hot": total_budget - buffer - memory_cap,
+                "memory": memory_cap,
+                "buffer": buffer,
+            },
+            "hot_turns": len(turns),
+            "kept_turns": sum(1 for i in plan.kept if planned[i].turn_index is not None),
+            "evicted_count": len(plan.evicted),
+            "evicted_turn_indexes": tuple(
+                planned[i].turn_index for i in plan.evicted if planned[i].turn_index is not None
+            ),
+            "truncated_turn_indexes": tuple(
+                planned[i].turn_index for i in plan.truncated if planned[i].turn_index is not None
+            ),
+            "current_truncated": any(planned[i].turn_index is None for i in plan.truncated),
+            "recall_hits": recall_kept,
+            "recall_dropped": len(fresh_hits) - recall_kept,
+            "sections_dropped": b.sections_dropped,
+            "structured_memory": _structured_counts(structured),
+        },
+    )
+
+
+def _structured_counts(sections: Sequence[ContextSection]) -> dict[str, int] | None:
+    if not sections:
+        return None
+    counts: dict[str, int] = {}
+    for section in sections:
+        for key, value in section.counts.items():
+            counts[key] = counts.get(key, 0) + value
+    return counts
+
+
+def _window(
+    b: _Builder,
+    *,
+    static_end: int,
+    slow_end: int,
+    manifest: tuple[ToolDefinition, ...],
+    messages: list[Message],
+    total_budget: int,
+    spec: ModelSpec | None,
+    stats_extra: dict[str, Any],
+) -> ContextWindow:
+    items = b.items
+    system: list[SystemBlock] = []
+    cache_points: list[CachePoint] = []
+    prefix: list[Any] = []
+    has_static_text = False
+    for position, item in enumerate(items):
+        if item.role != "system":
+            break
+        if item.kind == "tools":
+            prefix.append({"tools": [t.canonical() for t in manifest]})
+        else:
+            if position <= slow_end:
+                prefix.append({item.kind: item.text})
+            system.extend(b for b in item.content if isinstance(b, TextBlock))
+            has_static_text = has_static_text or item.kind == "system"
+        if position == static_end:
+            cache_points.append(
+                CachePoint(name="static", after_item=position, fingerprint=_fingerprint(prefix))
+            )
+            if has_static_text:
+                system.append(CachePointBlock())
+        elif position == slow_end and position > static_end:
+            cache_points.append(
+                CachePoint(name="slow", after_item=position, fingerprint=_fingerprint(prefix))
+            )
+            system.append(CachePointBlock())
+    total = sum(item.tokens for item in items)
+    if total > total_budget:  # pragma: no cover -- the plan guarantees it; kept as a guard
+        raise BudgetExceededError(
+            f"assembled {total} tokens over the budget of {total_budget}; this is a bug"
+        )
+    by_kind: dict[str, int] = {}
+    summary_tiers: dict[str, int] = {}
+    for item in items:
+        by_kind[item.kind] = by_kind.get(item.kind, 0) + item.tokens
+        if item.kind == "summary":
+            key = item.name or "summary"
+            summary_tiers[key] = summary_tiers.get(key, 0) + item.tokens
+    stats = ContextStats(
+        total_tokens=total,
+        budget_tokens=total_budget,
+        context_window_percent=round(
+            100 * total / (spec.context_window if spec is not None else total_budget), 2
+        ),
+        tokens_by_tier=by_kind,
+        summary_active=bool(summary_tiers),
+        summary_tiers=summary_tiers,
+        **stats_extra,
+    )
+    return ContextWindow(
+        system=tuple(system),
+        tools=manifest,
+        messages=tuple(messages),
+        items=tuple(items),
+        cache_points=tuple(cache_points),
+        prefix_fingerprint=cache_points[-1].fingerprint if cache_points else _fingerprint([]),
+        tools_cache_point=bool(manifest) and not has_static_text and static_end >= 0,
+        budget_tokens=total_budget,
+        total_tokens=total,
+        stats=stats,
+    )

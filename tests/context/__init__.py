@@ -1,0 +1,1 @@
+"""Tests of context assembly and pre-save optimization."""
