@@ -43,7 +43,7 @@ if [ "${TIERMEM_TEST_SKIP_INSTALL:-0}" = 1 ]; then
 elif [ -f pyproject.toml ]; then
     python -m pip install -q --upgrade pip
     # The constraints pin what the published metadata must not (the CPU build of torch).
-    python -m pip install -q -c .ci/constraints.txt -e '.[dev,redis,dynamodb,api,mcp,llm,documents,embeddings]'
+    python -m pip install -q -c .ci/constraints.txt -e '.[dev,redis,dynamodb,api,mcp,llm,documents,embeddings,strands]'
 elif [ "$SERVICES_ONLY" = 1 ]; then
     echo "no pyproject.toml yet: skipping project install (services-only mode)"
 else

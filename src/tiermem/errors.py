@@ -11,6 +11,8 @@ layers (redis-py, botocore, sqlite3) are mapped to these at the backend boundary
     ├── ConflictError               a compare-and-set lost: carries expected / actual
     ├── UnsupportedCapabilityError  the backend does not offer this capability
     ├── BudgetExceededError         content cannot fit the token budget; a task ran out of time
+    │   └── ContextOverflowError    no step of a conversation manager can shrink it further
+    │                               (tiermem.managers)
     ├── CorruptDataError            stored data cannot be decoded (skipped in lists, raised alone)
     ├── ToolError                   a tool call failed (tiermem.tools.errors)
     │   ├── ToolCallError           the tool answered with an error

@@ -227,6 +227,14 @@ class SyncMemory(_Blocking):
             raise
         super().__init__(service, portal)
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The portal's event loop, where the service lives. For adapters called on another
+        loop (a framework's async hooks), which hand coroutines of the service to it with
+        ``asyncio.run_coroutine_threadsafe`` instead of blocking their own loop."""
+        loop: asyncio.AbstractEventLoop = self._portal.loop
+        return loop
+
     @classmethod
     def from_settings(cls, settings: TierMemSettings | None = None, **engines: Any) -> SyncMemory:
         """A facade over :meth:`MemoryService.from_settings` (same arguments)."""

@@ -18,6 +18,7 @@ OPTIONAL = (
     "knowledge",
     "extract_text",
     "mcp_invoker",
+    "strands",
 )
 
 
