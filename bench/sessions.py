@@ -47,18 +47,25 @@ def percentile(values: list[float], q: float) -> float:
 
 async def settings_for(pairing: str, tmp: Path) -> TierMemSettings:
     if pairing == "embedded":
-        return TierMemSettings(hot_backend="memory", durable_backend="sqlite",
-                               sqlite_path=tmp / f"{uuid.uuid4().hex}.db")
+        return TierMemSettings(
+            hot_backend="memory",
+            durable_backend="sqlite",
+            sqlite_path=tmp / f"{uuid.uuid4().hex}.db",
+        )
     from tiermem.store.backends.dynamodb import create_table
 
     table = f"tiermem-bench-{uuid.uuid4().hex[:6]}"
     endpoint = os.environ["TIERMEM_TEST_DYNAMODB_URL"]
     await create_table(table, endpoint_url=endpoint, region_name="us-east-1")
-    return TierMemSettings(hot_backend="redis", durable_backend="dynamodb",
-                           redis_url=os.environ["TIERMEM_TEST_REDIS_URL"],
-                           redis_prefix=f"bench{uuid.uuid4().hex[:6]}",
-                           dynamodb_table=table, dynamodb_endpoint_url=endpoint,
-                           aws_region="us-east-1")
+    return TierMemSettings(
+        hot_backend="redis",
+        durable_backend="dynamodb",
+        redis_url=os.environ["TIERMEM_TEST_REDIS_URL"],
+        redis_prefix=f"bench{uuid.uuid4().hex[:6]}",
+        dynamodb_table=table,
+        dynamodb_endpoint_url=endpoint,
+        aws_region="us-east-1",
+    )
 
 
 async def run(pairing: str, concurrency: int, turns_per_session: int, tmp: Path) -> dict[str, Any]:
@@ -130,9 +137,11 @@ async def collect() -> tuple[argparse.Namespace, dict[str, Any]]:
                 per_session = max(1, args.turns // concurrency)
                 stats = await run(pairing, concurrency, per_session, Path(tmp))
                 results["runs"].append({"pairing": pairing, "concurrency": concurrency, **stats})
-                print(f"{pairing:16s} {concurrency:3d} sessions  p50 {stats['p50_ms']:7.2f} ms"
-                      f"  p99 {stats['p99_ms']:7.2f} ms  {stats['turns_per_s']:8.1f} turns/s",
-                      flush=True)
+                print(
+                    f"{pairing:16s} {concurrency:3d} sessions  p50 {stats['p50_ms']:7.2f} ms"
+                    f"  p99 {stats['p99_ms']:7.2f} ms  {stats['turns_per_s']:8.1f} turns/s",
+                    flush=True,
+                )
     return args, results
 
 

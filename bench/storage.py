@@ -83,15 +83,22 @@ async def timed(samples: list[float], op: Callable[[], Awaitable[Any]]) -> None:
 
 
 async def run_backend(
-    name: str, hot: HotStore, durable: DurableStore, *, sessions: int, appends: int,
-    concurrency: int, window: int,
+    name: str,
+    hot: HotStore,
+    durable: DurableStore,
+    *,
+    sessions: int,
+    appends: int,
+    concurrency: int,
+    window: int,
 ) -> dict[str, Any]:
     clock = SystemClock()
     rng = random.Random(42)
     run = uuid.uuid4().hex[:8]
     session_ids = [f"bench-{run}-{i}" for i in range(sessions)]
-    ops: dict[str, list[float]] = {k: [] for k in ("hot_append", "hot_load", "durable_append",
-                                                   "durable_tail")}
+    ops: dict[str, list[float]] = {
+        k: [] for k in ("hot_append", "hot_load", "durable_append", "durable_tail")
+    }
     walls: dict[str, float] = {}
     per_task = appends // concurrency
 
@@ -109,8 +116,12 @@ async def run_backend(
 
     async def hot_append(w: int, i: int) -> None:
         turn = make_turn(rng, clock)
-        await timed(ops["hot_append"], lambda: hot.append_turns(
-            sid(w, i), [turn], window=window, expires_at=clock.now() + timedelta(minutes=30)))
+        await timed(
+            ops["hot_append"],
+            lambda: hot.append_turns(
+                sid(w, i), [turn], window=window, expires_at=clock.now() + timedelta(minutes=30)
+            ),
+        )
 
     async def hot_load(w: int, i: int) -> None:
         await timed(ops["hot_load"], lambda: hot.load(sid(w, i)))
@@ -137,21 +148,29 @@ async def open_pair(name: str, tmp: Path) -> tuple[HotStore, DurableStore]:
     if name == "memory":
         settings = TierMemSettings(hot_backend="memory", durable_backend="memory")
     elif name == "sqlite":
-        settings = TierMemSettings(hot_backend="sqlite", durable_backend="sqlite",
-                                   sqlite_path=tmp / "bench.db")
+        settings = TierMemSettings(
+            hot_backend="sqlite", durable_backend="sqlite", sqlite_path=tmp / "bench.db"
+        )
     elif name == "redis":
-        settings = TierMemSettings(hot_backend="redis", durable_backend="redis",
-                                   redis_url=env["TIERMEM_TEST_REDIS_URL"],
-                                   redis_prefix=f"bench{uuid.uuid4().hex[:6]}")
+        settings = TierMemSettings(
+            hot_backend="redis",
+            durable_backend="redis",
+            redis_url=env["TIERMEM_TEST_REDIS_URL"],
+            redis_prefix=f"bench{uuid.uuid4().hex[:6]}",
+        )
     else:
         from tiermem.store.backends.dynamodb import create_table
 
         table = f"tiermem-bench-{uuid.uuid4().hex[:6]}"
         endpoint = env["TIERMEM_TEST_DYNAMODB_URL"]
         await create_table(table, endpoint_url=endpoint, region_name="us-east-1")
-        settings = TierMemSettings(hot_backend="dynamodb", durable_backend="dynamodb",
-                                   dynamodb_table=table, dynamodb_endpoint_url=endpoint,
-                                   aws_region="us-east-1")
+        settings = TierMemSettings(
+            hot_backend="dynamodb",
+            durable_backend="dynamodb",
+            dynamodb_table=table,
+            dynamodb_endpoint_url=endpoint,
+            aws_region="us-east-1",
+        )
     return open_hot_store(settings), open_durable_store(settings)
 
 
@@ -164,9 +183,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
     backends = list(results["backends"])
     ops = ["hot_append", "hot_load", "durable_append", "durable_tail"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    panels = [("latency", "p50_ms", "p50 latency, 1 task (ms, log)"),
-              ("latency", "p99_ms", "p99 latency, 1 task (ms, log)"),
-              ("throughput", "ops_per_s", f"ops/s, {results['params']['concurrency']} tasks (log)")]
+    panels = [
+        ("latency", "p50_ms", "p50 latency, 1 task (ms, log)"),
+        ("latency", "p99_ms", "p99 latency, 1 task (ms, log)"),
+        ("throughput", "ops_per_s", f"ops/s, {results['params']['concurrency']} tasks (log)"),
+    ]
     width = 0.8 / len(backends)
     for ax, (label, stat, title) in zip(axes, panels, strict=True):
         for b_i, backend in enumerate(backends):
@@ -190,11 +211,19 @@ async def collect() -> tuple[argparse.Namespace, dict[str, Any]]:
     parser.add_argument("--backends", default="memory,sqlite,redis,dynamodb")
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--appends", type=int, default=100_000)
-    parser.add_argument("--dynamodb-appends", type=int, default=10_000,
-                        help="DynamoDB Local is a slow Java emulator; fewer ops keep the run short")
+    parser.add_argument(
+        "--dynamodb-appends",
+        type=int,
+        default=10_000,
+        help="DynamoDB Local is a slow Java emulator; fewer ops keep the run short",
+    )
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--latency-appends", type=int, default=5000,
-                        help="appends of the one-task latency pass (DynamoDB: a fifth)")
+    parser.add_argument(
+        "--latency-appends",
+        type=int,
+        default=5000,
+        help="appends of the one-task latency pass (DynamoDB: a fifth)",
+    )
     parser.add_argument("--window", type=int, default=20)
     parser.add_argument("--out", default=str(RESULTS / "storage.json"))
     args = parser.parse_args()
@@ -202,12 +231,19 @@ async def collect() -> tuple[argparse.Namespace, dict[str, Any]]:
     import tempfile
 
     results: dict[str, Any] = {
-        "params": {"sessions": args.sessions, "appends": args.appends,
-                   "dynamodb_appends": args.dynamodb_appends,
-                   "concurrency": args.concurrency, "window": args.window,
-                   "latency_appends": args.latency_appends},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform()},
+        "params": {
+            "sessions": args.sessions,
+            "appends": args.appends,
+            "dynamodb_appends": args.dynamodb_appends,
+            "concurrency": args.concurrency,
+            "window": args.window,
+            "latency_appends": args.latency_appends,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "backends": {},
     }
@@ -217,27 +253,42 @@ async def collect() -> tuple[argparse.Namespace, dict[str, Any]]:
             # Two passes: one task at a time gives each operation's latency (service time);
             # many tasks give throughput, where latency is mostly queueing in this process.
             passes = {
-                "latency": (args.latency_appends if name != "dynamodb"
-                            else args.latency_appends // 5, 1),
-                "throughput": (args.dynamodb_appends if name == "dynamodb" else args.appends,
-                               args.concurrency),
+                "latency": (
+                    args.latency_appends if name != "dynamodb" else args.latency_appends // 5,
+                    1,
+                ),
+                "throughput": (
+                    args.dynamodb_appends if name == "dynamodb" else args.appends,
+                    args.concurrency,
+                ),
             }
             for label, (appends, concurrency) in passes.items():
                 hot, durable = await open_pair(name, Path(tmp))
-                print(f"== {name} {label}: {appends} appends over {args.sessions} sessions, "
-                      f"{concurrency} tasks", flush=True)
+                print(
+                    f"== {name} {label}: {appends} appends over {args.sessions} sessions, "
+                    f"{concurrency} tasks",
+                    flush=True,
+                )
                 try:
                     stats = await run_backend(
-                        name, hot, durable, sessions=args.sessions, appends=appends,
-                        concurrency=concurrency, window=args.window,
+                        name,
+                        hot,
+                        durable,
+                        sessions=args.sessions,
+                        appends=appends,
+                        concurrency=concurrency,
+                        window=args.window,
                     )
                 finally:
                     await hot.aclose()
                     await durable.aclose()
                 results["backends"][name][label] = stats
                 for op, row in stats.items():
-                    print(f"   {op:15s} p50 {row['p50_ms']:8.3f} ms  p99 {row['p99_ms']:8.3f} ms"
-                          f"  {row['ops_per_s']:9.1f} ops/s", flush=True)
+                    print(
+                        f"   {op:15s} p50 {row['p50_ms']:8.3f} ms  p99 {row['p99_ms']:8.3f} ms"
+                        f"  {row['ops_per_s']:9.1f} ops/s",
+                        flush=True,
+                    )
     return args, results
 
 

@@ -259,4 +259,3 @@ class SyncMemory(_Blocking):
         tb: TracebackType | None,
     ) -> None:
         self.close()
-

@@ -472,8 +472,10 @@ async def test_append_that_cannot_be_one_transaction_is_rejected_before_writing(
     sid = fresh_id("s")
     # 20 incompressible turns of 300 KB: over DynamoDB's 4 MB per transaction.
     rng = random.Random(5)
-    big = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(300_000))
-           for _ in range(20)]
+    big = [
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(300_000))
+        for _ in range(20)
+    ]
     with pytest.raises(ValidationError, match="Split the batch"):
         await durable.append_turns(sid, [text_turn(b) for b in big])
     assert await durable.next_index(sid) == 0

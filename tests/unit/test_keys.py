@@ -9,9 +9,7 @@ from hypothesis import strategies as st
 from tiermem.errors import ValidationError
 from tiermem.store.keys import MAX_ID_LENGTH, escape_segment, unescape_segment, validate_id
 
-ids = st.text(
-    alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=64
-)
+ids = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=64)
 
 
 @given(ids, ids)

@@ -84,8 +84,10 @@ def test_redaction_keeps_index_and_timestamp() -> None:
 def test_text_of_covers_tool_inputs() -> None:
     turn = NewTurn(
         role="assistant",
-        content=(TextBlock(text="checking"), ToolUseBlock(tool_use_id="t", name="search",
-                                                          input={"q": "ベルセルク"})),
+        content=(
+            TextBlock(text="checking"),
+            ToolUseBlock(tool_use_id="t", name="search", input={"q": "ベルセルク"}),
+        ),
         timestamp=NOW,
     )
     assert "checking" in turn.text
@@ -94,7 +96,11 @@ def test_text_of_covers_tool_inputs() -> None:
 
 def test_memory_record_round_trip() -> None:
     record = MemoryRecord(
-        memory_id="m1", user_id="u1", memory_type="preference", content="seinen",
-        created_at=NOW, tags=("genre",),
+        memory_id="m1",
+        user_id="u1",
+        memory_type="preference",
+        content="seinen",
+        created_at=NOW,
+        tags=("genre",),
     )
     assert MemoryRecord.model_validate_json(record.model_dump_json()) == record

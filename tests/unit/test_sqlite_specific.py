@@ -74,8 +74,14 @@ def memory(
     clock: FakeClock, user_id: str, memory_id: str, content: str, **extra: object
 ) -> MemoryRecord:
     return MemoryRecord.model_validate(
-        {"memory_id": memory_id, "user_id": user_id, "memory_type": "preference",
-         "content": content, "created_at": clock.now(), **extra}
+        {
+            "memory_id": memory_id,
+            "user_id": user_id,
+            "memory_type": "preference",
+            "content": content,
+            "created_at": clock.now(),
+            **extra,
+        }
     )
 
 
@@ -112,10 +118,12 @@ async def test_stores_opening_a_new_file_at_once_migrate_it_once(db_path: Path) 
     ]
     try:
         # Each store opens (and would migrate) on its own thread, all at the same time.
-        await asyncio.gather(*(
-            s.load("s-1") if isinstance(s, SQLiteHotStore) else s.next_index("s-1")
-            for s in stores
-        ))
+        await asyncio.gather(
+            *(
+                s.load("s-1") if isinstance(s, SQLiteHotStore) else s.next_index("s-1")
+                for s in stores
+            )
+        )
     finally:
         for store in stores:
             await store.aclose()
@@ -178,8 +186,12 @@ async def test_a_file_at_migration_2_gets_session_headers_with_owners_and_lifeti
     turn = text_turn("a").with_index(0).model_dump_json()
     refs = {
         (sid, user): SessionRef(session_id=sid, user_id=user, created_at=now - age * HOUR)
-        for sid, user, age in [("s-live", "u-1", 2), ("s-live", "u-2", 1),
-                               ("s-registered", "u-3", 0), ("s-collected", "u-1", 0)]
+        for sid, user, age in [
+            ("s-live", "u-1", 2),
+            ("s-live", "u-2", 1),
+            ("s-registered", "u-3", 0),
+            ("s-collected", "u-1", 0),
+        ]
     }
     with raw(db_path) as conn:
         at_migration(conn, 2)
@@ -201,11 +213,14 @@ async def test_a_file_at_migration_2_gets_session_headers_with_owners_and_lifeti
         )
         conn.executemany(
             "INSERT INTO session_records (session_id, kind, version, payload, expires_at_us) "
-            "VALUES (?, ?, 1, '{\"kind\": \"x\", \"data\": {}, \"version\": 1, "
-            "\"updated_at\": \"2030-01-01T00:00:00Z\"}', ?)",
-            [("s-live", "summary", us(now + 2 * HOUR)), ("s-forever", "summary", us(now)),
-             # Expired by the wall clock at migration time: it must not come back to life.
-             ("s-forever", "stale", us(datetime(2001, 1, 1, tzinfo=UTC)))],
+            'VALUES (?, ?, 1, \'{"kind": "x", "data": {}, "version": 1, '
+            '"updated_at": "2030-01-01T00:00:00Z"}\', ?)',
+            [
+                ("s-live", "summary", us(now + 2 * HOUR)),
+                ("s-forever", "summary", us(now)),
+                # Expired by the wall clock at migration time: it must not come back to life.
+                ("s-forever", "stale", us(datetime(2001, 1, 1, tzinfo=UTC))),
+            ],
         )
         conn.execute("COMMIT")
     store = SQLiteDurableStore(db_path, clock=clock)
@@ -263,13 +278,15 @@ async def test_a_file_from_a_newer_tiermem_is_refused(db_path: Path) -> None:
 
 async def test_data_survives_reopening_the_file(db_path: Path, clock: FakeClock) -> None:
     hot, durable = SQLiteHotStore(db_path, clock=clock), SQLiteDurableStore(db_path, clock=clock)
-    await hot.append_turns("s-1", [text_turn("こんにちは")], window=5,
-                           expires_at=clock.now() + HOUR)
+    await hot.append_turns(
+        "s-1", [text_turn("こんにちは")], window=5, expires_at=clock.now() + HOUR
+    )
     await hot.put_state("s-1", "dialogue", {"phase": "greeting"}, expires_at=clock.now() + HOUR)
     await durable.append_turns("s-1", [text_turn("a"), text_turn("b")])
     await durable.put_record("s-1", "summary", {"text": "greeted"})
-    await durable.register_session(SessionRef(session_id="s-1", user_id="u-1",
-                                              created_at=clock.now()))
+    await durable.register_session(
+        SessionRef(session_id="s-1", user_id="u-1", created_at=clock.now())
+    )
     stored = await durable.put_memory(memory(clock, "u-1", "m-1", "likes seinen manga"))
     await hot.aclose()
     await durable.aclose()
@@ -320,13 +337,15 @@ def install_failure(path: Path, table: str, event: str, when: str) -> None:
 async def test_a_failed_hot_write_leaves_earlier_data_intact(
     hot: SQLiteHotStore, clock: FakeClock, db_path: Path
 ) -> None:
-    before = await hot.append_turns("s-1", [text_turn("a"), text_turn("b")], window=10,
-                                    expires_at=clock.now() + HOUR)
+    before = await hot.append_turns(
+        "s-1", [text_turn("a"), text_turn("b")], window=10, expires_at=clock.now() + HOUR
+    )
     install_failure(db_path, "hot_turns", "INSERT", "NEW.idx = 3")
     with pytest.raises(BackendError, match="injected failure"):
         # Turn 2 is written and the session row updated before turn 3 fails.
-        await hot.append_turns("s-1", [text_turn("c"), text_turn("d")], window=10,
-                               expires_at=clock.now() + 2 * HOUR)
+        await hot.append_turns(
+            "s-1", [text_turn("c"), text_turn("d")], window=10, expires_at=clock.now() + 2 * HOUR
+        )
     snap = await hot.load("s-1")
     assert snap is not None
     assert snap.turns == before.turns
@@ -349,8 +368,9 @@ async def test_a_failed_purge_leaves_sessions_and_memories_intact(
     durable: SQLiteDurableStore, clock: FakeClock, db_path: Path
 ) -> None:
     await durable.append_turns("s-1", [text_turn("a")])
-    await durable.register_session(SessionRef(session_id="s-1", user_id="u-1",
-                                              created_at=clock.now()))
+    await durable.register_session(
+        SessionRef(session_id="s-1", user_id="u-1", created_at=clock.now())
+    )
     stored = await durable.put_memory(memory(clock, "u-1", "m-1", "likes seinen"))
     install_failure(db_path, "memories", "DELETE", "1")
     with pytest.raises(BackendError, match="injected failure"):
@@ -408,8 +428,9 @@ async def test_timestamps_compare_at_microsecond_precision(
     base = datetime(2030, 1, 1, 12, 0, 0, 500, tzinfo=UTC)
     # Same millisecond, different microseconds: the order must still be exact.
     for i, micro in enumerate([100, 900, 500]):
-        await durable.put_memory(memory(clock, "u-1", f"m-{i}", f"c{i}",
-                                        created_at=base.replace(microsecond=micro)))
+        await durable.put_memory(
+            memory(clock, "u-1", f"m-{i}", f"c{i}", created_at=base.replace(microsecond=micro))
+        )
     newest_first = await durable.query_memories("u-1")
     assert [r.memory_id for r in newest_first] == ["m-1", "m-2", "m-0"]
     since = await durable.query_memories("u-1", since=base.replace(microsecond=500))
@@ -418,10 +439,12 @@ async def test_timestamps_compare_at_microsecond_precision(
 
 def count_rows(path: Path, table: str, session_id: str) -> int:
     with raw(path) as conn:
-        return int(conn.execute(
-            f"SELECT count(*) FROM {table} WHERE session_id = ?",  # noqa: S608 -- test constant
-            (session_id,),
-        ).fetchone()[0])
+        return int(
+            conn.execute(
+                f"SELECT count(*) FROM {table} WHERE session_id = ?",  # noqa: S608 -- test constant
+                (session_id,),
+            ).fetchone()[0]
+        )
 
 
 async def test_long_expired_hot_sessions_are_collected_but_stay_claimable(
@@ -433,13 +456,15 @@ async def test_long_expired_hot_sessions_are_collected_but_stay_claimable(
         clock.advance(HOUR + timedelta(minutes=5))
         for _ in range(64):  # within the grace: nothing collected yet
             await hot.touch("nobody", expires_at=clock.now() + HOUR)
-            await hot.append_turns("busy", [text_turn("x")], window=1,
-                                   expires_at=clock.now() + HOUR)
+            await hot.append_turns(
+                "busy", [text_turn("x")], window=1, expires_at=clock.now() + HOUR
+            )
         assert count_rows(db_path, "hot_turns", "old") == 1
         clock.advance(timedelta(minutes=6))
         for _ in range(64):
-            await hot.append_turns("busy", [text_turn("x")], window=1,
-                                   expires_at=clock.now() + HOUR)
+            await hot.append_turns(
+                "busy", [text_turn("x")], window=1, expires_at=clock.now() + HOUR
+            )
         assert count_rows(db_path, "hot_turns", "old") == 0
         assert count_rows(db_path, "hot_sessions", "old") == 0
         assert await hot.claim_expired(owner="w", lease=timedelta(minutes=1)) == ["old"]
@@ -466,8 +491,9 @@ async def test_a_long_dead_session_is_collected_whole_and_its_id_starts_at_0(
     ref = SessionRef(session_id="old", user_id="u-1", created_at=clock.now())
     try:
         await durable.register_session(ref, expires_at=clock.now() + HOUR)
-        await durable.append_turns("old", [text_turn("a")], expires_at=clock.now() + HOUR,
-                                   idempotency_key="k-1")
+        await durable.append_turns(
+            "old", [text_turn("a")], expires_at=clock.now() + HOUR, idempotency_key="k-1"
+        )
         await durable.put_record("old", "summary", {"text": "a"}, expires_at=clock.now() + HOUR)
         clock.advance(HOUR + timedelta(minutes=5))
         for _ in range(64):  # dead, but within the grace: only its expired turn goes
@@ -495,8 +521,9 @@ async def test_collecting_a_dead_session_takes_bounded_steps(
     durable = SQLiteDurableStore(db_path, clock=clock, gc_grace=timedelta(0))
     try:
         for i in range(120):
-            await durable.append_turns("big", [text_turn(f"t{i}")],
-                                       expires_at=clock.now() + HOUR, idempotency_key=f"k-{i}")
+            await durable.append_turns(
+                "big", [text_turn(f"t{i}")], expires_at=clock.now() + HOUR, idempotency_key=f"k-{i}"
+            )
         clock.advance(HOUR)
         for _ in range(64):  # exactly one collection pass: 100 keys at most
             await durable.append_turns("busy", [text_turn("x")])
@@ -516,13 +543,15 @@ async def test_a_write_to_a_dead_session_drops_what_it_left_before_collection(
         SessionRef(session_id="s-1", user_id="u-1", created_at=clock.now()),
         expires_at=clock.now() + HOUR,
     )
-    await durable.append_turns("s-1", [text_turn("a")], expires_at=clock.now() + HOUR,
-                               idempotency_key="k")
+    await durable.append_turns(
+        "s-1", [text_turn("a")], expires_at=clock.now() + HOUR, idempotency_key="k"
+    )
     await durable.put_record("s-1", "summary", {"text": "a"}, expires_at=clock.now() + HOUR)
     clock.advance(HOUR)
     # Not collected yet (within the grace), and written to again by a stranger.
-    again = await durable.append_turns("s-1", [text_turn("b")], expires_at=clock.now() + HOUR,
-                                       idempotency_key="k")
+    again = await durable.append_turns(
+        "s-1", [text_turn("b")], expires_at=clock.now() + HOUR, idempotency_key="k"
+    )
     assert [(t.index, t.text) for t in again] == [(1, "b")]  # a new append, not a retry
     assert await durable.get_session("s-1") is None
     assert await durable.get_record("s-1", "summary") is None  # the new lifetime is not its
@@ -545,8 +574,7 @@ async def test_an_idempotency_key_is_written_with_the_turns_or_not_at_all(
         conn.execute("DROP TRIGGER injected_failure")
     assert await durable.next_index("s-1") == 1
     # Neither failure left the key behind: the retry appends.
-    retry = await durable.append_turns("s-1", [text_turn("b"), text_turn("c")],
-                                       idempotency_key="k")
+    retry = await durable.append_turns("s-1", [text_turn("b"), text_turn("c")], idempotency_key="k")
     assert [t.index for t in retry] == [1, 2]
 
 
@@ -567,20 +595,35 @@ async def test_an_append_costs_one_header_read_and_one_header_upsert(
 ) -> None:
     await durable.append_turns("warm-up", [text_turn("x")])  # opens the file; the GC's turn
     statements = await traced(durable)
-    await durable.append_turns("s-1", [text_turn("a"), text_turn("b")],
-                               expires_at=datetime(2031, 1, 1, tzinfo=UTC))
-    assert statements == ["BEGIN IMMEDIATE", "SELECT s.next_index, s.expires_at_us,",
-                          "INSERT INTO turns", "INSERT INTO turns", "INSERT INTO sessions",
-                          "COMMIT"]
+    await durable.append_turns(
+        "s-1", [text_turn("a"), text_turn("b")], expires_at=datetime(2031, 1, 1, tzinfo=UTC)
+    )
+    assert statements == [
+        "BEGIN IMMEDIATE",
+        "SELECT s.next_index, s.expires_at_us,",
+        "INSERT INTO turns",
+        "INSERT INTO turns",
+        "INSERT INTO sessions",
+        "COMMIT",
+    ]
     statements.clear()
     await durable.append_turns("s-1", [text_turn("c")], idempotency_key="k")
-    assert statements == ["BEGIN IMMEDIATE", "SELECT s.next_index, s.expires_at_us,",
-                          "INSERT INTO turns", "INSERT INTO sessions",
-                          "INSERT INTO idempotency_keys", "COMMIT"]
+    assert statements == [
+        "BEGIN IMMEDIATE",
+        "SELECT s.next_index, s.expires_at_us,",
+        "INSERT INTO turns",
+        "INSERT INTO sessions",
+        "INSERT INTO idempotency_keys",
+        "COMMIT",
+    ]
     statements.clear()
     await durable.append_turns("s-1", [text_turn("c")], idempotency_key="k")  # a retry
-    assert statements == ["BEGIN IMMEDIATE", "SELECT s.next_index, s.expires_at_us,",
-                          "SELECT payload FROM", "COMMIT"]
+    assert statements == [
+        "BEGIN IMMEDIATE",
+        "SELECT s.next_index, s.expires_at_us,",
+        "SELECT payload FROM",
+        "COMMIT",
+    ]
 
 
 # -- hot: entities, restore ---------------------------------------------------------------
@@ -590,30 +633,40 @@ async def test_entities_on_an_absent_session_leave_no_activity_entry(
     hot: SQLiteHotStore, clock: FakeClock, db_path: Path
 ) -> None:
     entity = ActiveEntity(kind="series", value="Berserk", updated_at=clock.now())
-    assert await hot.update_entities("s-1", {"series": entity},
-                                     expires_at=clock.now() + HOUR) is None
+    assert (
+        await hot.update_entities("s-1", {"series": entity}, expires_at=clock.now() + HOUR) is None
+    )
     assert [count_rows(db_path, t, "s-1") for t in ("hot_sessions", "activity")] == [0, 0]
     clock.advance(2 * HOUR)
     assert await hot.claim_expired(owner="w", lease=timedelta(minutes=1)) == []
 
 
 def metadata(clock: FakeClock, session_id: str) -> SessionMetadata:
-    return SessionMetadata(session_id=session_id, user_id="u-1", created_at=clock.now(),
-                           last_activity=clock.now())
+    return SessionMetadata(
+        session_id=session_id, user_id="u-1", created_at=clock.now(), last_activity=clock.now()
+    )
 
 
 async def test_a_failed_restore_leaves_the_session_as_it_was(
     hot: SQLiteHotStore, clock: FakeClock, db_path: Path
 ) -> None:
-    before = await hot.append_turns("s-1", [text_turn("a")], window=5,
-                                    expires_at=clock.now() + HOUR)
+    before = await hot.append_turns(
+        "s-1", [text_turn("a")], window=5, expires_at=clock.now() + HOUR
+    )
     install_failure(db_path, "hot_state", "INSERT", "1")
     blob = StateBlob(name="dialogue", data={"phase": "x"}, version=4, updated_at=clock.now())
     with pytest.raises(BackendError, match="injected failure"):
         # The old rows are deleted and the new session row written before the state fails.
-        await hot.restore("s-1", turns=[], next_index=7, metadata=metadata(clock, "s-1"),
-                          entities={}, state={"dialogue": blob}, window=5,
-                          expires_at=clock.now() + 2 * HOUR)
+        await hot.restore(
+            "s-1",
+            turns=[],
+            next_index=7,
+            metadata=metadata(clock, "s-1"),
+            entities={},
+            state={"dialogue": blob},
+            window=5,
+            expires_at=clock.now() + 2 * HOUR,
+        )
     snap = await hot.load("s-1")
     assert snap is not None
     assert (snap.turns, snap.version, snap.next_index) == (before.turns, 1, 1)
@@ -626,8 +679,16 @@ async def test_restore_is_a_write_for_the_activity_index(
     await hot.append_turns("s-1", [text_turn("a")], window=5, expires_at=clock.now() + HOUR)
     clock.advance(HOUR)
     assert await hot.claim_expired(owner="w-1", lease=timedelta(minutes=1)) == ["s-1"]
-    await hot.restore("s-1", turns=[], next_index=1, metadata=metadata(clock, "s-1"),
-                      entities={}, state={}, window=5, expires_at=clock.now() + HOUR)
+    await hot.restore(
+        "s-1",
+        turns=[],
+        next_index=1,
+        metadata=metadata(clock, "s-1"),
+        entities={},
+        state={},
+        window=5,
+        expires_at=clock.now() + HOUR,
+    )
     # The write cleared the lease, and the entry carries the new expiry.
     assert await hot.release_expired("s-1", owner="w-1") is False
     assert await hot.claim_expired(owner="w-2", lease=timedelta(minutes=1)) == []
@@ -654,10 +715,16 @@ def test_default_data_dir_honours_xdg_data_home(
         ("linux", {}, "/home/alice/.local/share/tiermem"),
         ("linux", {"XDG_DATA_HOME": "relative/dir"}, "/home/alice/.local/share/tiermem"),
         ("linux", {"XDG_DATA_HOME": "/data/alice"}, "/data/alice/tiermem"),
-        ("darwin", {"XDG_DATA_HOME": "/ignored"},
-         "/home/alice/Library/Application Support/tiermem"),
-        ("win32", {"LOCALAPPDATA": r"C:\Users\alice\AppData\Local"},
-         r"C:\Users\alice\AppData\Local\tiermem"),
+        (
+            "darwin",
+            {"XDG_DATA_HOME": "/ignored"},
+            "/home/alice/Library/Application Support/tiermem",
+        ),
+        (
+            "win32",
+            {"LOCALAPPDATA": r"C:\Users\alice\AppData\Local"},
+            r"C:\Users\alice\AppData\Local\tiermem",
+        ),
     ],
 )
 def test_data_dir_is_per_user_and_never_temporary(

@@ -203,7 +203,7 @@ async def _demo(settings: TierMemSettings, keep: bool) -> None:
             typer.echo(f"  {record.memory_type:11} {record.content[:50]:50}  [turn {turns}]")
         hits = await memory.longterm.recall("demo-user", "horror", k=1)
         if hits:
-            typer.echo(f"recall \"horror\" -> {hits[0].text}")
+            typer.echo(f'recall "horror" -> {hits[0].text}')
         if not keep:
             await memory.purge_user("demo-user")
             typer.echo("demo user purged from every tier (run with --keep to keep it)")

@@ -102,8 +102,13 @@ def map_sqlite_error(exc: sqlite3.Error, *, path: str, busy_timeout: timedelta) 
 class SQLiteDatabase:
     """A lazily opened connection to a tiermem SQLite file, used from one worker thread."""
 
-    def __init__(self, path: str | os.PathLike[str], *, role: str,
-                 busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        role: str,
+        busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT,
+    ) -> None:
         text = os.fspath(path)
         if not text or text == ":memory:" or text.startswith("file:"):
             raise ValidationError(
@@ -220,4 +225,3 @@ def _enable_wal(conn: sqlite3.Connection, seconds: float) -> str:
                 raise
             time.sleep(0.01)
     return mode
-

@@ -139,8 +139,7 @@ def _start_afresh(conn: sqlite3.Connection, session_id: str) -> None:
     conn.execute("DELETE FROM session_records WHERE session_id = ?", (session_id,))
     conn.execute("DELETE FROM idempotency_keys WHERE session_id = ?", (session_id,))
     conn.execute(
-        "UPDATE sessions SET user_id = NULL, created_at_us = NULL, ref = NULL "
-        "WHERE session_id = ?",
+        "UPDATE sessions SET user_id = NULL, created_at_us = NULL, ref = NULL WHERE session_id = ?",
         (session_id,),
     )
 
@@ -389,9 +388,14 @@ class SQLiteDurableStore:
                 "ON CONFLICT (session_id) DO UPDATE SET expires_at_us = excluded.expires_at_us, "
                 "user_id = excluded.user_id, created_at_us = excluded.created_at_us, "
                 "ref = excluded.ref",
-                (session_id, header.next_index if header else 0,
-                 _lifetime_after(header, now_us, expires_at_us), ref.user_id, created_at_us,
-                 ref.model_dump_json()),
+                (
+                    session_id,
+                    header.next_index if header else 0,
+                    _lifetime_after(header, now_us, expires_at_us),
+                    ref.user_id,
+                    created_at_us,
+                    ref.model_dump_json(),
+                ),
             )
             _list_for_user(conn, ref)
             self._collect_garbage(conn, now_us)
@@ -530,8 +534,7 @@ class SQLiteDurableStore:
 
         def op(conn: sqlite3.Connection) -> MemoryRecord:
             row = conn.execute(
-                "SELECT version, expires_at_us FROM memories "
-                "WHERE user_id = ? AND memory_id = ?",
+                "SELECT version, expires_at_us FROM memories WHERE user_id = ? AND memory_id = ?",
                 (record.user_id, record.memory_id),
             ).fetchone()
             actual = int(row[0]) if row and _is_live(row[1], self._now_us()) else 0
@@ -549,8 +552,15 @@ class SQLiteDurableStore:
                 "memory_type = excluded.memory_type, created_at_us = excluded.created_at_us, "
                 "expires_at_us = excluded.expires_at_us, version = excluded.version, "
                 "payload = excluded.payload",
-                (record.user_id, record.memory_id, record.memory_type, created_at_us,
-                 expires_at_us, record.version, payload),
+                (
+                    record.user_id,
+                    record.memory_id,
+                    record.memory_type,
+                    created_at_us,
+                    expires_at_us,
+                    record.version,
+                    payload,
+                ),
             )
             return record
 

@@ -120,8 +120,7 @@ def _check_version(head: _Head | None, expected: int | None, session_id: str) ->
     actual = head.version if head else 0
     if expected is not None and expected != actual:
         raise ConflictError(
-            f"session {session_id!r} is at version {actual}, not {expected}; "
-            "reload it and retry",
+            f"session {session_id!r} is at version {actual}, not {expected}; reload it and retry",
             expected=expected,
             actual=actual,
         )
@@ -265,8 +264,14 @@ class SQLiteHotStore:
             indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
             payloads = [encode_turn(turn) for turn in indexed]  # size check before writing
             next_index = start + len(indexed)
-            version = _write(conn, session_id, head, expires_at_us=expires_at_us,
-                             next_index=next_index, metadata=metadata_json)
+            version = _write(
+                conn,
+                session_id,
+                head,
+                expires_at_us=expires_at_us,
+                next_index=next_index,
+                metadata=metadata_json,
+            )
             conn.executemany(
                 "INSERT INTO hot_turns (session_id, idx, payload) VALUES (?, ?, ?)",
                 [(session_id, t.index, p) for t, p in zip(indexed, payloads, strict=True)],
@@ -335,8 +340,9 @@ class SQLiteHotStore:
             now_us = self._now_us()
             head = _live_head(conn, session_id, now_us)
             _check_version(head, expected_version, session_id)
-            version = _write(conn, session_id, head, expires_at_us=expires_at_us,
-                             metadata=metadata_json)
+            version = _write(
+                conn, session_id, head, expires_at_us=expires_at_us, metadata=metadata_json
+            )
             self._collect_garbage(conn, now_us)
             return version
 
@@ -551,9 +557,7 @@ class SQLiteHotStore:
 
         await self._db.write(op)
 
-    async def claim_expired(
-        self, *, owner: str, lease: timedelta, limit: int = 100
-    ) -> list[str]:
+    async def claim_expired(self, *, owner: str, lease: timedelta, limit: int = 100) -> list[str]:
         validate_id(owner, what="owner")
         if limit < 0:
             raise ValidationError(f"limit must be >= 0, got {limit}")

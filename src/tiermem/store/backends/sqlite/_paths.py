@@ -13,8 +13,13 @@ from pathlib import Path, PurePath, PureWindowsPath
 
 from tiermem.errors import ValidationError
 
-__all__ = ["APP_DIR_NAME", "DATABASE_FILE_NAME", "data_dir_for", "default_data_dir",
-           "default_database_path"]
+__all__ = [
+    "APP_DIR_NAME",
+    "DATABASE_FILE_NAME",
+    "data_dir_for",
+    "default_data_dir",
+    "default_database_path",
+]
 
 APP_DIR_NAME = "tiermem"
 DATABASE_FILE_NAME = "tiermem.db"

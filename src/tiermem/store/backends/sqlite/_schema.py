@@ -143,8 +143,7 @@ _V3_SESSION_HEADERS = (
         ref           TEXT
     ) WITHOUT ROWID""",
     # Partial: sessions that live forever are never collected.
-    "CREATE INDEX sessions_by_expiry ON sessions (expires_at_us) "
-    "WHERE expires_at_us IS NOT NULL",
+    "CREATE INDEX sessions_by_expiry ON sessions (expires_at_us) WHERE expires_at_us IS NOT NULL",
     """CREATE TABLE idempotency_keys (
         session_id      TEXT NOT NULL,
         idempotency_key TEXT NOT NULL,
