@@ -16,11 +16,12 @@ from tiermem.longterm.memory_core import _PAGE, MemoryCore
 from tiermem.longterm.recall import turn_doc_id
 from tiermem.longterm.records import (
     Sources,
+    is_bookkeeping,
     is_preference_slot,
     plan_forget_session,
     preference_history_id,
+    public_type,
 )
-from tiermem.longterm.types import is_internal_type
 from tiermem.models import MemoryRecord, Provenance
 from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.keys import validate_id
@@ -46,7 +47,7 @@ class MemoryForgetting(MemoryCore):
         validate_id(user_id, what="user_id")
         validate_id(memory_id, what="memory_id")
         record = await self.durable.get_memory(user_id, memory_id)
-        if record is not None and is_internal_type(record.memory_type):
+        if record is not None and is_bookkeeping(record):
             raise ValidationError(
                 f"{memory_id!r} is a change-log entry; it goes with purge_user or its retention"
             )
@@ -56,7 +57,7 @@ class MemoryForgetting(MemoryCore):
         deleted = await asyncio.gather(*(self.durable.delete_memory(user_id, i) for i in doomed))
         await self.index.remove(user_id, doomed)
         if deleted[0]:
-            kind = record.memory_type if record is not None else "unknown"
+            kind = public_type(record.memory_type) if record is not None else "unknown"
             await self._log_raw(user_id, "forget", memory_id, kind, "forgotten")
         return deleted[0]
 
@@ -98,7 +99,7 @@ class MemoryForgetting(MemoryCore):
         summary = f"forgotten with session {session_id}"
         await asyncio.gather(
             *(
-                self._log_raw(user_id, "forget", i, records[i].memory_type, summary)
+                self._log_raw(user_id, "forget", i, public_type(records[i].memory_type), summary)
                 for i in sorted(plan.forgotten)
             )
         )
@@ -114,6 +115,7 @@ class MemoryForgetting(MemoryCore):
             restored = history.model_copy(
                 update={
                     "memory_id": slot.memory_id,
+                    "memory_type": slot.memory_type,
                     "version": current.version + 1,
                     "invalid_from": None,
                     "valid_from": self.clock.now(),

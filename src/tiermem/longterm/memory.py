@@ -36,14 +36,16 @@ from tiermem.longterm.preferences import MemoryPreferences
 from tiermem.longterm.recall import turn_docs
 from tiermem.longterm.records import (
     CHANGE_LOG_TYPE,
+    PREFERENCE_HISTORY_TYPE,
     ChangeEntry,
     UserMemoryStats,
     check_limit,
     check_time,
+    is_bookkeeping,
     is_hidden,
     is_live,
+    public_record,
 )
-from tiermem.longterm.types import is_internal_type
 from tiermem.longterm.writes import MemoryWrites
 from tiermem.models import MemoryRecord, Turn
 from tiermem.store.keys import validate_id
@@ -70,7 +72,8 @@ class LongTermMemory(MemoryWrites, MemoryPreferences, MemoryForgetting):
         """One memory (current, superseded or history), or None if absent or expired."""
         validate_id(user_id, what="user_id")
         validate_id(memory_id, what="memory_id")
-        return await self.durable.get_memory(user_id, memory_id)
+        record = await self.durable.get_memory(user_id, memory_id)
+        return None if record is None else public_record(record)
 
     async def list(
         self,
@@ -92,14 +95,16 @@ class LongTermMemory(MemoryWrites, MemoryPreferences, MemoryForgetting):
         # Ask for the registered types, so that the change log is never read here.
         names = self.types.names() if types is None else types
         wanted = [self._user_type(t).name for t in names]
+        if include_superseded and "preference" in wanted:
+            wanted.append(PREFERENCE_HISTORY_TYPE)  # one scan keeps newest-first order
         now = self.clock.now()
         out: Records = []
         async for page in self._scan(user_id, memory_types=wanted):
             for record in page:
-                if is_internal_type(record.memory_type):
+                if is_bookkeeping(record):
                     continue
                 if include_superseded or not is_hidden(record, now):
-                    out.append(record)
+                    out.append(public_record(record))
                     if len(out) == limit:
                         return out
         return out

@@ -7,6 +7,10 @@
   ``preference_history_id`` (``<slot>-v<v>``, ``invalid_from`` = now). The id is
   deterministic, so two writers racing on one version write one history record; the race
   seed 000's read-then-write ``store_preference`` lost is a retry here.
+* **History is stored apart.** History records have the internal type
+  ``PREFERENCE_HISTORY_TYPE`` (shown to users as ``preference``), so reading the current
+  preferences, a query by type, never reads a key's history, however often it changed.
+  They keep the slot's ``created_at`` and ``expires_at`` (they are copies).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from tiermem.longterm.records import (
     MAX_CONTENT_BYTES,
     MAX_KEY_CHARS,
     MAX_VALUE_BYTES,
+    PREFERENCE_HISTORY_TYPE,
     check_importance,
     check_limit,
     check_metadata,
@@ -31,6 +36,7 @@ from tiermem.longterm.records import (
     normalize_preference_key,
     preference_history_id,
     preference_slot_id,
+    public_record,
 )
 from tiermem.models import JsonValue, MemoryRecord, Provenance
 from tiermem.retry import CAS_ATTEMPTS, pause
@@ -159,6 +165,7 @@ class MemoryPreferences(MemoryCore):
         history = current.model_copy(
             update={
                 "memory_id": preference_history_id(current.memory_id, current.version),
+                "memory_type": PREFERENCE_HISTORY_TYPE,
                 "version": 1,
                 "invalid_from": now,
                 "metadata": {
@@ -212,7 +219,7 @@ class MemoryPreferences(MemoryCore):
                 for v in versions
             )
         )
-        return [r for r in found if r is not None]
+        return [public_record(r) for r in found if r is not None]
 
     async def preferences(self, user_id: str, *, limit: int = 100) -> Records:
         """The user's current preferences (slots and plainly remembered ones), newest first."""

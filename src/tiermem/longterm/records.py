@@ -30,6 +30,7 @@ __all__ = [
     "MAX_TAGS",
     "MAX_TAG_CHARS",
     "MAX_VALUE_BYTES",
+    "PREFERENCE_HISTORY_TYPE",
     "RESERVED_METADATA_KEYS",
     "ChangeEntry",
     "ChangeOp",
@@ -45,6 +46,7 @@ __all__ = [
     "check_text",
     "check_time",
     "dedup_memory_id",
+    "is_bookkeeping",
     "is_hidden",
     "is_live",
     "is_preference_slot",
@@ -54,6 +56,8 @@ __all__ = [
     "plan_forget_session",
     "preference_history_id",
     "preference_slot_id",
+    "public_record",
+    "public_type",
     "same_source",
     "slot_version",
 ]
@@ -64,6 +68,11 @@ Sources = list[dict[str, JsonValue]]
 CHANGE_LOG_TYPE = "_change"
 """The internal memory type of change-log entries (never recalled, never indexed)."""
 CHANGE_LOG_RETENTION = timedelta(days=365)
+PREFERENCE_HISTORY_TYPE = "_preference_history"
+"""The stored memory type of preference history records, shown to users as ``preference``
+(:func:`public_record`). Internal, so that the store's type filter keeps a key's history
+out of every read of the current preferences. History written before this type existed
+has type ``preference``; it is hidden by ``invalid_from`` all the same."""
 MAX_CONTENT_BYTES = 32 * 1024
 """Largest memory content (UTF-8); a memory is a sentence or a summary, not a document."""
 MAX_METADATA_BYTES = 32 * 1024
@@ -162,6 +171,24 @@ def is_hidden(record: MemoryRecord, now: datetime) -> bool:
     if is_internal_type(record.memory_type):
         return True
     return record.invalid_from is not None and record.invalid_from <= now
+
+
+def is_bookkeeping(record: MemoryRecord) -> bool:
+    """tiermem's own records (change log, knowledge documents): not a memory of the user,
+    not even a hidden one. Preference history is internal but is the user's."""
+    return is_internal_type(record.memory_type) and record.memory_type != PREFERENCE_HISTORY_TYPE
+
+
+def public_type(memory_type: str) -> str:
+    """The memory type users see: ``preference`` for preference history."""
+    return "preference" if memory_type == PREFERENCE_HISTORY_TYPE else memory_type
+
+
+def public_record(record: MemoryRecord) -> MemoryRecord:
+    """The record as users see it: preference history as type ``preference``."""
+    if record.memory_type == PREFERENCE_HISTORY_TYPE:
+        return record.model_copy(update={"memory_type": public_type(record.memory_type)})
+    return record
 
 
 def is_live(record: MemoryRecord, now: datetime) -> bool:
@@ -360,7 +387,7 @@ def plan_forget_session(records: Mapping[str, MemoryRecord], session_id: str) ->
     """
     plan = ForgetPlan()
     for record in records.values():
-        if is_internal_type(record.memory_type):
+        if is_bookkeeping(record):
             continue
         also = also_from_sources(record)
         others = [a for a in also if a.get("session_id") != session_id]
