@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -40,6 +39,7 @@ from tiermem.longterm.records import (
 )
 from tiermem.models import JsonValue, MemoryRecord, Provenance
 from tiermem.retry import CAS_ATTEMPTS, pause
+from tiermem.store.contract import MAX_MEMORY_IDS_PER_GET
 from tiermem.store.keys import validate_id
 
 __all__ = ["MemoryPreferences"]
@@ -205,21 +205,22 @@ class MemoryPreferences(MemoryCore):
     async def preference_history(self, user_id: str, key: str, *, limit: int = 100) -> Records:
         """The earlier values of preference ``key``, newest first (not the current one).
 
-        Reads history records by their ids (no query over the partition); values that
-        expired, or were forgotten with their session, are left out.
+        Reads history records by their ids, in batched reads of at most
+        ``MAX_MEMORY_IDS_PER_GET`` (no query over the partition, no read per record);
+        values that expired, or were forgotten with their session, are left out.
         """
         current = await self.get_preference(user_id, key)
         check_limit(limit)
         if current is None:
             return []
         versions = range(current.version - 1, max(0, current.version - 1 - limit), -1)
-        found = await asyncio.gather(
-            *(
-                self.durable.get_memory(user_id, preference_history_id(current.memory_id, v))
-                for v in versions
+        ids = [preference_history_id(current.memory_id, v) for v in versions]
+        found: dict[str, MemoryRecord] = {}
+        for start in range(0, len(ids), MAX_MEMORY_IDS_PER_GET):
+            found |= await self.durable.get_memories(
+                user_id, ids[start : start + MAX_MEMORY_IDS_PER_GET]
             )
-        )
-        return [public_record(r) for r in found if r is not None]
+        return [public_record(found[i]) for i in ids if i in found]
 
     async def preferences(self, user_id: str, *, limit: int = 100) -> Records:
         """The user's current preferences (slots and plainly remembered ones), newest first."""
