@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -25,17 +24,9 @@ from typing import Any
 from tiermem.service import MemoryService
 from tiermem.session import TurnInput
 from tiermem.settings import TierMemSettings
+from workload import MESSAGES, RESULTS, write_results
 
-RESULTS = Path(__file__).parent / "results"
-MESSAGES = [
-    "Hello!",
-    "I prefer seinen, nothing with horror please.",
-    "Do you have Berserk vol 42 in stock?",
-    "好きなジャンルはセイネンです。ベルセルク42巻はありますか？",
-    "Your order ORD-12345 ships tomorrow.",
-    "My budget for the Vagabond box set is 120 EUR.",
-    "ok thanks",
-]
+MESSAGES = [*MESSAGES[:-1], "My budget for the Vagabond box set is 120 EUR.", MESSAGES[-1]]
 QUERIES = ["What was my budget for the box set?", "Is Berserk in stock?", "order status"]
 
 
@@ -107,17 +98,14 @@ async def main() -> None:
         print(json.dumps(result))
         results.append(result)
     flat = [r["no_query"]["p50_ms"] for r in results]
-    report = {
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "deployment": "embedded (in-process hot tier + SQLite, BM25 recall, no embeddings)",
-        "budget_tokens": 8_000,
-        "runs": args.runs,
-        "results": results,
-        "no_query_p50_ratio_largest_to_smallest": round(flat[-1] / flat[0], 2) if flat else None,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "context.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_results(
+        RESULTS / "context.json",
+        results,
+        deployment="embedded (in-process hot tier + SQLite, BM25 recall, no embeddings)",
+        budget_tokens=8_000,
+        runs=args.runs,
+        no_query_p50_ratio_largest_to_smallest=round(flat[-1] / flat[0], 2) if flat else None,
+    )
 
 
 if __name__ == "__main__":

@@ -28,16 +28,7 @@ from typing import Any
 
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
-
-RESULTS = Path(__file__).parent / "results"
-MESSAGES = [
-    "Hello!",
-    "I prefer seinen, nothing with horror please.",
-    "Do you have Berserk vol 42 in stock?",
-    "好きなジャンルはセイネンです。ベルセルク42巻はありますか？",
-    "Your order ORD-12345 ships tomorrow.",
-    "ok thanks",
-]
+from workload import MESSAGES, RESULTS
 
 
 def percentile(values: list[float], q: float) -> float:

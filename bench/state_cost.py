@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -36,8 +35,8 @@ from typing import Any
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
 from tiermem.state import Cart, CartItem, Promotion, Slot, StateCoordinator, Step
+from workload import RESULTS, write_results
 
-RESULTS = Path(__file__).parent / "results"
 ROUNDS = 5
 
 
@@ -175,13 +174,7 @@ async def main() -> None:
             f"(2 saves), load {r['cpu_us_per_load']:.1f} µs, context "
             f"{r['cpu_us_per_agent_context']:.1f} µs ({r['agent_context_tokens']} tokens)"
         )
-    report = {
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    await asyncio.to_thread(args.out.write_text, json.dumps(report, indent=2) + "\n")
+    await asyncio.to_thread(write_results, args.out, results)
 
 
 if __name__ == "__main__":

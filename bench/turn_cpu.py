@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -23,16 +21,7 @@ from typing import Any
 
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
-
-RESULTS = Path(__file__).parent / "results"
-MESSAGES = [
-    "Hello!",
-    "I prefer seinen, nothing with horror please.",
-    "Do you have Berserk vol 42 in stock?",
-    "好きなジャンルはセイネンです。ベルセルク42巻はありますか？",
-    "Your order ORD-12345 ships tomorrow.",
-    "ok thanks",
-]
+from workload import MESSAGES, RESULTS, write_results
 
 
 def _service(pairing: str, tmp: Path) -> MemoryService:
@@ -81,13 +70,7 @@ async def main() -> None:
             f"{r['pairing']:>14}: {r['cpu_us_per_turn']:8.1f} µs CPU/turn, "
             f"{r['turns_per_s']:7.1f} turns/s"
         )
-    report = {
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    await asyncio.to_thread(args.out.write_text, json.dumps(report, indent=2) + "\n")
+    await asyncio.to_thread(write_results, args.out, results)
 
 
 if __name__ == "__main__":
