@@ -76,6 +76,26 @@ class Reduction:
         """The input as it is: every message its own origin, no steps."""
         return cls(tuple(messages), tuple(range(len(messages))), (), tokens, tokens)
 
+    @classmethod
+    def by_step(
+        cls,
+        step: StepName,
+        before: Sequence[Message],
+        after: Sequence[Message],
+        origins: Sequence[int | None],
+        tokens: TokenCounter,
+        summary: Message | None = None,
+    ) -> Reduction:
+        """What one step made of ``before``, with both token counts."""
+        return cls(
+            messages=tuple(after),
+            origins=tuple(origins),
+            steps=(step,),
+            tokens_before=conversation_tokens(before, tokens),
+            tokens_after=conversation_tokens(after, tokens),
+            summary=summary,
+        )
+
     @property
     def changed(self) -> bool:
         return bool(self.steps)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tiermem.context.tool_pairs import tool_pair_groups
-from tiermem.managers.base import Protection, Reduction, StepName, conversation_tokens
+from tiermem.managers.base import Protection, Reduction, StepName
 from tiermem.models.content import (
     DocumentBlock,
     ImageBlock,
@@ -124,13 +124,7 @@ class Slide:
             origins.append(None)
         out += messages[cut:]
         origins += range(cut, len(messages))
-        return Reduction(
-            messages=tuple(out),
-            origins=tuple(origins),
-            steps=(self.name,),
-            tokens_before=conversation_tokens(messages, self.tokens),
-            tokens_after=conversation_tokens(out, self.tokens),
-        )
+        return Reduction.by_step(self.name, messages, out, origins, self.tokens)
 
 
 @dataclass(slots=True)
@@ -154,13 +148,8 @@ class ShortenToolOutputs:
             shortened = self.shorten(message)
             if shortened is not None:
                 out = (*messages[:position], shortened, *messages[position + 1 :])
-                return Reduction(
-                    messages=out,
-                    origins=tuple(range(len(messages))),
-                    steps=(self.name,),
-                    tokens_before=conversation_tokens(messages, self.tokens),
-                    tokens_after=conversation_tokens(out, self.tokens),
-                )
+                origins = range(len(messages))
+                return Reduction.by_step(self.name, messages, out, origins, self.tokens)
         return "no unpinned tool output is long enough to shorten"
 
     def shorten(self, message: Message) -> Message | None:

@@ -103,14 +103,7 @@ class Summarize:
             origins.append(None)
         out += messages[rest_from:]
         origins += range(rest_from, len(messages))
-        return Reduction(
-            messages=tuple(out),
-            origins=tuple(origins),
-            steps=(self.name,),
-            tokens_before=conversation_tokens(messages, self.tokens),
-            tokens_after=conversation_tokens(out, self.tokens),
-            summary=summary,
-        )
+        return Reduction.by_step(self.name, messages, out, origins, self.tokens, summary)
 
 
 class SummarizingManager:
