@@ -47,6 +47,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from tiermem.context.tool_pairs import answered_ids
 from tiermem.errors import ValidationError
 from tiermem.models.base import FrozenModel
 from tiermem.models.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
@@ -207,7 +208,7 @@ def pair_tool_calls(turns: Sequence[Turn]) -> tuple[ToolCall, ...]:
     """The tool calls of ``turns`` that have their result, ordered by the result's place.
 
     A call is paired when its result sits in a later turn (the rule of
-    :func:`tiermem.context.tool_pairs.close_orphans`) and no other call or result carries
+    :func:`tiermem.context.tool_pairs.answered_ids`) and no other call or result carries
     its id. Anything else (a call still waiting for its result, a result whose call is
     outside the window, an id used twice) is not paired, and no step touches it.
     """
@@ -219,14 +220,13 @@ def pair_tool_calls(turns: Sequence[Turn]) -> tuple[ToolCall, ...]:
                 uses.setdefault(block.tool_use_id, []).append((position, block_at))
             elif isinstance(block, ToolResultBlock):
                 results.setdefault(block.tool_use_id, []).append((position, block_at))
+    answered = answered_ids([turn.content for turn in turns])
     calls: list[ToolCall] = []
     for tool_use_id, result_locs in results.items():
         use_locs = uses.get(tool_use_id, [])
-        if len(use_locs) != 1 or len(result_locs) != 1:
+        if tool_use_id not in answered or len(use_locs) != 1 or len(result_locs) != 1:
             continue
         use_at, result_at = use_locs[0], result_locs[0]
-        if result_at[0] <= use_at[0]:
-            continue
         use = turns[use_at[0]].content[use_at[1]]
         result = turns[result_at[0]].content[result_at[1]]
         if not isinstance(use, ToolUseBlock) or not isinstance(result, ToolResultBlock):

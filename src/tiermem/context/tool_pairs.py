@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from tiermem.models.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock, text_of
 
-__all__ = ["close_orphans", "tool_pair_groups", "tool_use_ids"]
+__all__ = ["answered_ids", "close_orphans", "tool_pair_groups", "tool_use_ids"]
 
 
 def tool_use_ids(blocks: Sequence[ContentBlock]) -> tuple[set[str], set[str]]:
@@ -23,6 +23,18 @@ def tool_use_ids(blocks: Sequence[ContentBlock]) -> tuple[set[str], set[str]]:
     uses = {b.tool_use_id for b in blocks if isinstance(b, ToolUseBlock)}
     results = {b.tool_use_id for b in blocks if isinstance(b, ToolResultBlock)}
     return uses, results
+
+
+def answered_ids(messages: Sequence[Sequence[ContentBlock]]) -> set[str]:
+    """The pairing rule, in one place: the ids of tool calls whose result sits in a later
+    message than the call."""
+    seen_uses: set[str] = set()
+    answered: set[str] = set()
+    for blocks in messages:
+        uses, results = tool_use_ids(blocks)
+        answered |= results & seen_uses
+        seen_uses |= uses
+    return answered
 
 
 def tool_pair_groups(messages: Sequence[Sequence[ContentBlock]]) -> list[tuple[int, ...]]:
@@ -77,12 +89,7 @@ def close_orphans(
     message holds its call. ``open_last`` leaves calls in the last message alone (the
     caller is about to send their results).
     """
-    seen_uses: set[str] = set()
-    answered: set[str] = set()
-    for blocks in messages:
-        uses, results = tool_use_ids(blocks)
-        answered |= results & seen_uses
-        seen_uses |= uses
+    answered = answered_ids(messages)
     out: list[tuple[ContentBlock, ...]] = []
     last = len(messages) - 1
     for position, blocks in enumerate(messages):
