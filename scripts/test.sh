@@ -76,18 +76,19 @@ echo "jar: $DDB_JAR"
 
 # ---------------------------------------------------------------- services
 RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tiermem-test.XXXXXX")"
-REDIS_PID="" DDB_PID=""
+REDIS_PID="" DDB_PID="" CLUSTER_PIDS=""
 stop_services() {
     local rc=$? pid
     trap - EXIT INT TERM
-    for pid in $REDIS_PID $DDB_PID; do kill "$pid" 2>/dev/null || true; done
-    for pid in $REDIS_PID $DDB_PID; do
+    for pid in $REDIS_PID $DDB_PID $CLUSTER_PIDS; do kill "$pid" 2>/dev/null || true; done
+    for pid in $REDIS_PID $DDB_PID $CLUSTER_PIDS; do
         # Give each up to ~10 s to exit cleanly, then force it.
         for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
-    [ -z "$REDIS_PID$DDB_PID" ] || echo "== stopped services (pids $REDIS_PID $DDB_PID)"
+    [ -z "$REDIS_PID$DDB_PID$CLUSTER_PIDS" ] \
+        || echo "== stopped services (pids $REDIS_PID $DDB_PID$CLUSTER_PIDS)"
     rm -rf "$RUN_DIR"
     exit "$rc"
 }
@@ -127,6 +128,45 @@ REDIS_PID=$!
 wait_until redis-server "$REDIS_PID" "$RUN_DIR/redis.log" \
     redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping
 
+# A 3-master Redis Cluster for the cluster backend. A cluster node also listens on its
+# port + 10000 (the cluster bus), so pick ports whose bus port is free too.
+read -r -a CLUSTER_PORTS < <(python3 -c '
+import random, socket
+picked, held = [], []
+while len(picked) < 3:
+    port = random.randint(20000, 29999)
+    try:
+        ss = [socket.socket() for _ in (0, 1)]
+        ss[0].bind(("127.0.0.1", port)); ss[1].bind(("127.0.0.1", port + 10000))
+    except OSError:
+        continue
+    held += ss; picked.append(port)
+print(*picked)')
+[ "${#CLUSTER_PORTS[@]}" -eq 3 ] || die "could not pick free ports for the Redis Cluster"
+say "starting a 3-master Redis Cluster on 127.0.0.1:${CLUSTER_PORTS[*]}"
+CLUSTER_PIDS=""
+for port in "${CLUSTER_PORTS[@]}"; do
+    mkdir -p "$RUN_DIR/cluster-$port"
+    "$REDIS_BIN" --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+        --cluster-enabled yes --cluster-config-file "nodes-$port.conf" \
+        --cluster-node-timeout 5000 --daemonize no --dir "$RUN_DIR/cluster-$port" \
+        >"$RUN_DIR/cluster-$port.log" 2>&1 &
+    CLUSTER_PIDS="$CLUSTER_PIDS $!"
+    wait_until "redis cluster node $port" "$!" "$RUN_DIR/cluster-$port.log" \
+        redis-cli -h 127.0.0.1 -p "$port" ping
+done
+redis-cli --cluster create $(printf '127.0.0.1:%s ' "${CLUSTER_PORTS[@]}") \
+    --cluster-replicas 0 --cluster-yes >"$RUN_DIR/cluster-create.log" 2>&1 \
+    || { cat "$RUN_DIR/cluster-create.log" >&2; die "redis-cli --cluster create failed"; }
+cluster_ok() {
+    local port
+    for port in "${CLUSTER_PORTS[@]}"; do
+        redis-cli -h 127.0.0.1 -p "$port" cluster info | grep -q '^cluster_state:ok' || return 1
+    done
+}
+first_cluster_pid="${CLUSTER_PIDS# }"; first_cluster_pid="${first_cluster_pid%% *}"
+wait_until "redis cluster" "$first_cluster_pid" "$RUN_DIR/cluster-create.log" cluster_ok
+
 say "starting DynamoDB Local on 127.0.0.1:$DDB_PORT"
 # DynamoDB Local has no bind-address option (it listens on all interfaces);
 # clients use 127.0.0.1. -sharedDb: one database whatever the region/creds;
@@ -154,10 +194,11 @@ echo "DynamoDB Local answered after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 
 export TIERMEM_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
 export TIERMEM_TEST_DYNAMODB_URL="http://127.0.0.1:$DDB_PORT"
+export TIERMEM_TEST_REDIS_CLUSTER_URL="redis://127.0.0.1:${CLUSTER_PORTS[0]}/0"
 export TIERMEM_TEST_REDIS_SERVER_BIN="$REDIS_BIN"
 export TIERMEM_REQUIRE_BACKENDS=1
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1
-for v in TIERMEM_TEST_REDIS_URL TIERMEM_TEST_DYNAMODB_URL TIERMEM_TEST_REDIS_SERVER_BIN \
+for v in TIERMEM_TEST_REDIS_URL TIERMEM_TEST_REDIS_CLUSTER_URL TIERMEM_TEST_DYNAMODB_URL TIERMEM_TEST_REDIS_SERVER_BIN \
          TIERMEM_REQUIRE_BACKENDS AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_DEFAULT_REGION; do
     echo "export $v=${!v}"
 done
