@@ -29,6 +29,11 @@ class TierMemSettings(BaseSettings):
 
     sqlite_path: Path | None = None
     """SQLite database file; default: ``tiermem.db`` in the per-user data directory."""
+    sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+    """When SQLite syncs to disk (WAL mode). ``NORMAL`` (default): a committed write survives
+    the process crashing or being killed, but a power loss or OS crash may drop the last
+    transactions. ``FULL``: it survives those too, at one fsync per commit (a group commit
+    shares it). See docs/decisions.md, "SQLite durability"."""
 
     redis_url: str = "redis://localhost:6379/0"
     redis_prefix: str = Field(default="tm", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
@@ -51,3 +56,36 @@ class TierMemSettings(BaseSettings):
     embedding_model: str | None = None
     embedding_base_url: str | None = None
     embedding_api_key: SecretStr | None = None
+
+    llm: Literal["none", "bedrock", "openai", "anthropic"] = "none"
+    """The chat model for summaries and structured memory: ``none`` (the deterministic
+    offline engine, default), ``bedrock`` (Converse), ``openai`` (any OpenAI-compatible
+    server: Ollama, vLLM, llama.cpp, LM Studio, OpenAI) or ``anthropic``; extra ``llm``."""
+    llm_model: str | None = None
+    """The model id the provider knows, e.g. ``us.anthropic.claude-3-5-haiku-20241022-v1:0``
+    (Bedrock), ``llama3.1:8b`` (Ollama) or ``claude-3-5-haiku-latest``; required."""
+    llm_base_url: str | None = None
+    """API root: required for ``openai`` (e.g. ``http://localhost:11434/v1``); optional for
+    ``anthropic`` (default ``https://api.anthropic.com``); unused for Bedrock."""
+    llm_api_key: SecretStr | None = None
+    """Bearer token for ``openai`` (local servers need none); ``x-api-key`` for ``anthropic``
+    (required). Bedrock uses the AWS credential chain and ``aws_region``."""
+    llm_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    """Seconds to wait for one model answer before the attempt counts as failed."""
+    llm_max_attempts: int = Field(default=3, ge=1, le=20)
+    """Attempts per model call: throttling, 5xx, timeouts and unparseable JSON are retried
+    with backoff; after the last one the job fails with ModelFailedError."""
+    llm_json_mode: bool = False
+    """``openai`` only: also send ``response_format={"type": "json_object"}`` (off by default
+    because not every OpenAI-compatible server accepts it)."""
+
+    api_keys_file: Path | None = None
+    """The REST/MCP API keys file (hashed keys per tenant, see
+    :mod:`tiermem.interfaces.tenancy`); default: ``api_keys.json`` next to the SQLite file
+    (the per-user data directory)."""
+    api_max_body_bytes: int = Field(default=1_048_576, ge=1_024, le=1_073_741_824)
+    """Largest request body the REST API accepts; larger ones get a 413."""
+    api_rate_limit_per_minute: int = Field(default=600, ge=1, le=1_000_000)
+    """Requests per minute each API key (or the local tenant) may make; more get a 429."""
+    api_rate_limit_burst: int = Field(default=60, ge=1, le=1_000_000)
+    """Requests a key may make at once before the per-minute rate applies."""

@@ -33,7 +33,11 @@ class ChatMessage:
 @dataclass(frozen=True, slots=True)
 class ChatReply:
     """A model's answer: its text, the parsed JSON object when a schema was asked for, and
-    the token usage the provider reported (0 when it reported none)."""
+    the token usage the provider reported (0 when it reported none).
+
+    ``input_tokens``/``output_tokens`` are summed over every attempt (what was paid for);
+    ``attempts`` is how many calls it took; ``extra`` holds provider details such as the
+    ``stop_reason``."""
 
     text: str
     data: Mapping[str, JsonValue] | None = None
@@ -45,7 +49,21 @@ class ChatReply:
 
 
 class ModelFailedError(TierMemError):
-    """The model was unreachable, refused, or returned unusable output after every retry."""
+    """The model was unreachable, refused, or returned unusable output after every retry.
+
+    ``model`` names the adapter (``provider:model``), ``attempts`` how many calls were made,
+    and ``retryable`` whether the last failure was transient (throttling, 5xx, timeout,
+    unparseable output), so running the job again later may help; False means the
+    configuration is wrong (access denied, unknown model, bad request) and needs fixing.
+    """
+
+    def __init__(
+        self, message: str, *, model: str = "", attempts: int = 0, retryable: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.model = model
+        self.attempts = attempts
+        self.retryable = retryable
 
 
 @runtime_checkable
@@ -71,6 +89,8 @@ class ChatModel(Protocol):
         trailing commas). A reply that cannot be parsed counts as a failed attempt.
 
         Raises:
+            ValidationError: ``messages`` is empty, does not start with a user message, or
+                ``max_tokens``/``temperature`` is out of range (nothing was sent).
             ModelFailedError: after the adapter's retries.
         """
         ...
