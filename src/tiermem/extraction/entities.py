@@ -117,15 +117,17 @@ class EntityRule:
                 "letters; write it in lower case or pass folded=False"
             )
 
-    def find(self, view: TextView) -> Iterator[tuple[int, int, str]]:
+    def find(self, view: TextView) -> list[tuple[int, int, str]]:
         """``(start, end, value)`` of each accepted match in ``view``."""
         text = view.folded if self.folded else view.normal
-        if self.requires and not any(s in text for s in self.requires):
-            return
-        for match in self._regex.finditer(text):
-            value = self.value(match)
-            if value is not None:
-                yield match.start(), match.end(), value
+        if self.requires and not any(map(text.__contains__, self.requires)):
+            return []
+        value = self.value
+        return [
+            (match.start(), match.end(), found)
+            for match in self._regex.finditer(text)
+            if (found := value(match)) is not None
+        ]
 
 
 class PhraseRule:
@@ -357,10 +359,23 @@ class RuleEntityExtractor:
         :mod:`tiermem.policies.turn_text`): entities in the middle of a long paste are not
         reported.
         """
+        seen: set[tuple[str, str]] = set()
+        out: list[Entity] = []
+        for _, _, kind, value in self.find(text):
+            if (kind, value) not in seen:
+                seen.add((kind, value))
+                out.append(Entity(kind=kind, value=value))
+        return tuple(out)
+
+    def find(self, text: str | TurnText) -> list[tuple[int, int, str, str]]:
+        """``(start, end, kind, value)`` of every entity match in the rule window of
+        ``text``, by position, repeats included. Positions index the window's normal form
+        (``as_turn_text(text).view.normal``; for a short plain string, its NFKC form), so a
+        caller can tell where a value was said ("¥8,000, not ¥5,000")."""
         view = as_turn_text(text).view
-        found: list[tuple[int, int, str, str]] = []
+        found: list[tuple[int, int, int, str, str]] = []
         titles = list(self._titles.find(view)) if self._titles else []
-        found += [(start, 0, "series", value) for start, _, value in titles]
+        found += [(start, 0, end, "series", value) for start, end, value in titles]
         # Title spans are sorted and disjoint: the one that could hold a match is the last
         # that starts at or before it.
         starts = [start for start, _, _ in titles]
@@ -368,15 +383,9 @@ class RuleEntityExtractor:
             for start, end, value in rule.find(view):
                 i = bisect_right(starts, start) - 1
                 if i < 0 or titles[i][1] < end:  # not inside a title
-                    found.append((start, len(found), rule.kind, value))
+                    found.append((start, len(found), end, rule.kind, value))
         found.sort()
-        seen: set[tuple[str, str]] = set()
-        out: list[Entity] = []
-        for _, _, kind, value in found:
-            if (kind, value) not in seen:
-                seen.add((kind, value))
-                out.append(Entity(kind=kind, value=value))
-        return tuple(out)
+        return [(start, end, kind, value) for start, _, end, kind, value in found]
 
 
 _DEFAULT_EXTRACTOR = RuleEntityExtractor()

@@ -280,3 +280,172 @@ TRAILING_PLEASE = re.compile(r"[,\s]*please[.!?]*$", re.IGNORECASE)
 PLEASE_AND_AFTER = re.compile(r"[,\s]*please\b.*$", re.IGNORECASE)
 JA_DO_NOT_CALL = re.compile(r"呼ばないで|呼ぶな")
 LEFTOVER_SPLIT = re.compile(r"[\s,、・/]+")
+DIGIT = re.compile(r"[0-9０-９]")
+"""A digit, ASCII or full-width: a sentence with a number is kept by rule summaries."""
+
+
+# ---------------------------------------------------------------- slot statements
+# Read by the structured extraction of summaries (:mod:`tiermem.summaries.structured`): which
+# sentence states the value of a slot ("my budget is ¥8,000"), which values a correction
+# says are wrong ("…, not ¥5,000"), and whose statement it is (a quoted email, a friend).
+
+EN_POSSESSIVE = Gated(
+    re.compile(
+        r"\b(?:my|our)\s+(?P<noun>[a-z][a-z0-9\- ]{0,40}?)\s+(?:is|=|has\s+changed\s+to|"
+        r"changed\s+to)\s+(?:now\s+|actually\s+|still\s+|also\s+)?(?P<obj>.+)"
+    ),
+    ("my ", "our "),
+)
+"""'my <noun> is <value>': the generic slot statement; the slot is the noun."""
+SLOT_NOUNS = {
+    "postal code": "postcode", "zip code": "postcode", "zip": "postcode",
+    "phone": "phone_number", "mobile": "phone_number", "mobile number": "phone_number",
+    "phone number": "phone_number", "telephone number": "phone_number",
+    "shipping address": "address", "delivery address": "address", "mailing address": "address",
+    "home address": "address", "max budget": "budget", "total budget": "budget",
+    "delivery deadline": "delivery_date", "delivery date": "delivery_date",
+}  # fmt: skip
+"""Nouns of one slot written in several ways, and the slot they name."""
+NOUN_ENTITY_KINDS = {
+    "order": "order_id", "order number": "order_id", "order id": "order_id",
+    "order no": "order_id", "asin": "asin", "isbn": "isbn", "email": "email",
+    "email address": "email", "e-mail": "email", "e-mail address": "email",
+    "volume": "volume", "language": "language", "series": "series",
+}  # fmt: skip
+"""Nouns that name an entity kind: the value must be a well-formed entity of that kind
+(a malformed ASIN or order id is rejected, not stored)."""
+NOUN_NEEDS_MONEY = frozenset({"budget", "price", "limit", "spending limit"})
+NOUN_STOP = _word_set(
+    """
+    question point problem issue concern guess bad apologies pleasure understanding hope
+    plan goal mistake fault idea thought worry answer reason favorite favourite fave name
+    preferred all-time absolute current
+    """
+)
+"""Nouns that do not name a slot ("my point is…"), or that other rules read (goals, names,
+favourites)."""
+
+EN_BUDGET = Gated(
+    re.compile(
+        r"\b(?:budget|spend(?:ing)?\s+(?:up\s+to|at\s+most|no\s+more\s+than|max(?:imum)?)|"
+        r"can\s+afford|keep\s+it\s+(?:under|below)|stay\s+(?:under|below)|max(?:imum)?\s+is)\b"
+    ),
+    ("budget", "spend", "afford", "keep it", "stay", "max"),
+)
+EN_DELIVERY = Gated(
+    re.compile(
+        r"\b(?:deliver(?:y|ed)?|arriv(?:e|al)|ship(?:ped|ping)?\s+by|need\s+it\s+(?:by|before|on))\b"
+    ),
+    ("deliver", "arriv", "ship", "need it"),
+)
+EN_LOCATION = Gated(
+    re.compile(r"\bi(?:'m|\s+am)?\s+(?:live|living|based|staying|located)\s+in\s+(?P<obj>.+)"),
+    ("live", "living", "based", "staying", "located"),
+)
+EN_NEGATED_TAIL = Gated(
+    re.compile(r"\b(?:not|instead\s+of|rather\s+than)\b[^,;]*"),
+    ("not", "instead", "rather"),
+)
+"""The part of a sentence that names a wrong value: "¥8,000, not ¥5,000"."""
+EN_SWITCH = Gated(
+    re.compile(
+        r"^(?:(?:ok(?:ay)?|oh|hmm|actually|wait|no|sorry)[,.!]*\s+)*(?:forget\s+(?:that|it|"
+        r"about\s+(?:that|it))|never\s*mind|scratch\s+that|change\s+of\s+plans?|"
+        r"let's\s+switch\s+to|switch(?:ing)?\s+to\s+something\s+else)\b"
+    ),
+    ("forget", "never", "scratch", "change of plan", "switch"),
+)
+"""An explicit change of subject: the active product entities expire (seed 001)."""
+JA_SWITCH = Gated(
+    re.compile(r"^(?:やっぱり|それは)?(?:いいや|もういい|忘れて|やめて)"), ("いい", "忘れ", "やめ")
+)
+EN_THIRD_PARTY = Gated(
+    re.compile(
+        r"\b(?:my|our)\s+(?:[a-z]+\s+)?(?:friend|sister|brother|wife|husband|partner|mom|mum|"
+        r"mother|dad|father|son|daughter|kid|child|colleague|coworker|co-worker|boss|"
+        r"neighbou?r|cousin|nephew|niece|roommate)'s\b|\b(?:another|other|a\s+different)\s+"
+        r"customer|\bsomeone\s+else|\b(?!(?:it|that|let|what|here|there|he|she|who|where)'s)"
+        r"[a-z]+'s\s+(?:order|email|address|budget|account|phone|number|isbn|asin|card)\b|"
+        r"\b(?:his|her|their)\s+(?:order|email|address|budget|account|phone|number|card)\b"
+    ),
+    ("'s", "customer", "someone", "his ", "her ", "their "),
+)
+"""A statement about someone else: its values are not the user's."""
+EN_HYPOTHETICAL = re.compile(
+    r"^(?:[a-z]+[,]?\s+)?(?:if|what\s+if|suppose|supposing|imagine|hypothetically)\b"
+)
+QUOTED_LINE = re.compile(r"^\s*(?:>|\|)")
+"""A quoted line of a pasted email or message."""
+EN_DECISION = Gated(
+    re.compile(
+        r"\b(?:i(?:'ll|\s+will)\s+(?:take|buy|go\s+with|order|get)|let's\s+(?:go\s+with|do)|"
+        r"i(?:'ve|\s+have)?\s+decided|i\s+choose|i'm\s+going\s+with|we(?:'ll|\s+will)\s+go\s+with|"
+        r"decision:|i(?:'ve|\s+have)\s+(?:placed|added|reserved|booked|cancell?ed|ordered|"
+        r"applied)|go\s+ahead\s+(?:and|with))\b"
+    ),
+    ("i'll", "i will", "let's", "decided", "choose", "going with", "we'll", "we will",
+     "decision", "i've", "i have", "go ahead"),
+)  # fmt: skip
+EN_GOAL = Gated(
+    re.compile(
+        r"\b(?:i(?:'m|\s+am)\s+(?:looking\s+for|trying\s+to|hoping\s+to|shopping\s+for|after)|"
+        r"i\s+want\s+to|i\s+need\s+to|my\s+goal\s+is|our\s+goal\s+is|"
+        r"i(?:'d|\s+would)\s+like\s+to|i\s+want\s+(?:a|an|the|some|to)\b)"
+    ),
+    ("looking", "trying", "hoping", "shopping", "after", "want", "need", "goal", "like to"),
+)
+EN_UNRESOLVED = Gated(
+    re.compile(
+        r"\b(?:i(?:'ll|\s+will)\s+(?:think\s+about|decide|come\s+back|get\s+back|let\s+you\s+know|"
+        r"check\s+(?:later|back|with))|remind\s+me|not\s+sure\s+yet|haven't\s+decided|"
+        r"still\s+need\s+to|(?:can|could)\s+you\s+(?:check|find\s+out|look\s+into)\s+.*\blater|"
+        r"decide\s+later|to\s+be\s+decided|tbd|pending)\b"
+    ),
+    ("think", "decide", "come back", "get back", "let you know", "check", "remind", "not sure",
+     "haven't", "still need", "later", "tbd", "pending", "to be decided"),
+)  # fmt: skip
+EN_ASSISTANT_UNRESOLVED = Gated(
+    re.compile(
+        r"\bi(?:'ll|\s+will)\s+(?:check|get\s+back|follow\s+up|let\s+you\s+know|look\s+into|"
+        r"notify|remind)\b"
+    ),
+    ("i'll", "i will"),
+)
+JA_SLOT = Gated(
+    re.compile(
+        r"(?:(?:私|わたし|僕|ぼく|俺)の)?(?P<noun>予算|住所|メールアドレス|メール|電話番号|注文番号|"
+        r"郵便番号|誕生日)は(?P<obj>.+?)(?:です|だよ|だ|になります)?[。.!！]*$"
+    ),
+    ("は",),
+)
+JA_SLOT_NOUNS = {
+    "予算": "budget", "住所": "address", "メールアドレス": "email", "メール": "email",
+    "電話番号": "phone_number", "注文番号": "order", "郵便番号": "postcode",
+    "誕生日": "birthday",
+}  # fmt: skip
+"""Japanese slot nouns, as the English noun they stand for."""
+EN_SLOT_CHANGE = Gated(
+    re.compile(
+        r"\b(?:change|set|update|switch)\s+(?:the\s+|my\s+|our\s+)"
+        r"(?P<noun>[a-z][a-z0-9\- ]{0,40}?)\s+to\s+(?P<obj>.+)"
+    ),
+    ("change", "set", "update", "switch"),
+)
+"""'change the <noun> to <value>' (also set, update, switch): a restatement."""
+EN_SLOT_USE = Gated(
+    re.compile(
+        r"\b(?:use|put)\s+(?P<obj>[^,;]+?)\s+(?:down\s+)?as\s+(?:the\s+|my\s+|our\s+)"
+        r"(?P<noun>[a-z][a-z0-9\- ]{0,40}?)(?:\s+from\s+now\s+on|\s+instead|\s+please)?\s*[.!]*$"
+    ),
+    ("use", "put"),
+)
+"""'use <value> as the <noun>', 'put <value> down as my <noun>'."""
+EN_SLOT_REVERSED = Gated(
+    re.compile(
+        r"^(?P<obj>[^,;]+?)\s+(?:is|will\s+be)\s+(?:my|our)\s+(?:new\s+)?"
+        r"(?P<noun>[a-z][a-z0-9\- ]{0,40}?)\s*[.!]*$"
+    ),
+    (" my ", " our "),
+)
+"""'<value> is my <noun>'."""
+PREFERENCE_HEADS = frozenset({"favorite", "favourite", "fave", "preferred"})

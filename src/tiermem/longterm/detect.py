@@ -70,8 +70,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from tiermem.extraction.entities import DEFAULT_ENTITY_RULES, PhraseRule, RuleEntityExtractor
+from tiermem.extraction.entities import (
+    DEFAULT_ENTITY_RULES,
+    EntityExtractor,
+    PhraseRule,
+    RuleEntityExtractor,
+)
 from tiermem.longterm import _detect_rules as rules
+from tiermem.models.turns import Entity
 from tiermem.policies.phrases import TextView, normal_form
 from tiermem.policies.turn_text import TurnText, as_turn_text
 
@@ -81,7 +87,12 @@ __all__ = [
     "DetectedMemory",
     "MemoryDetector",
     "RuleMemoryDetector",
+    "SentenceSignals",
+    "clean_object",
     "detect_memories",
+    "favorite_key",
+    "is_question",
+    "read_sentences",
     "sentence_spans",
     "split_sentences",
 ]
@@ -134,20 +145,24 @@ class MemoryDetector(Protocol):
 def sentence_spans(normal: str) -> list[tuple[int, int]]:
     """``(start, end)`` of each sentence of ``normal`` (text in
     :func:`~tiermem.policies.phrases.normal_form`), with its end mark and without the
-    whitespace around it. A "." after an abbreviation ("vol. 42") or inside a number
-    ("3.5") does not end a sentence."""
+    whitespace around it. A "." after an abbreviation ("vol. 42"), inside a number ("3.5")
+    or inside a word ("ken@example.com") does not end a sentence, nor does a mark followed
+    by a comma ("I meant Blame!, not Berserk")."""
     pieces = [m for m in rules.PIECE.finditer(normal) if m.end() > m.start()]
     spans: list[tuple[int, int]] = []
     start = 0
     for index, match in enumerate(pieces):
         piece = match.group()
+        following = pieces[index + 1].group() if index + 1 < len(pieces) else ""
+        if piece[-1:] in ".!?" and following[:1] in (",", ";"):
+            continue
         if piece.endswith(".") and not piece.endswith(".."):
             words = piece[:-1].split()
             last = words[-1].lower() if words else ""
-            following = pieces[index + 1].group() if index + 1 < len(pieces) else ""
             initial = len(last) == 1 and last.isalpha()  # "J. K. Rowling", "e.g."
             decimal = last[-1:].isdigit() and following[:1].isdigit()  # "3.5"
-            if last in rules.ABBREVIATIONS or initial or decimal:
+            attached = bool(words) and piece[-2:-1].isalnum() and following[:1].isalnum()
+            if last in rules.ABBREVIATIONS or initial or decimal or attached:
                 continue
         _add_stripped(spans, normal, start, match.end())
         start = match.end()
@@ -183,6 +198,12 @@ def _clauses(folded: str, *, japanese: bool) -> list[tuple[int, int]]:
     return [(s, e) for s, e in spans if e > s]
 
 
+def is_question(sentence: str) -> bool:
+    """``sentence`` (normal form) asks something: it ends with "?" or a Japanese question
+    ending. Statements of fact and preference are not read from questions."""
+    return _is_question(sentence)
+
+
 def _is_question(sentence: str) -> bool:
     s = sentence.rstrip(rules.QUESTION_TRAIL)
     return s.endswith(rules.QUESTION_MARKS) or s.endswith(rules.JA_QUESTION_ENDS)
@@ -205,6 +226,20 @@ def _clean_en_object(raw: str) -> str | None:
     if len(_words(obj)) > MAX_OBJECT_WORDS or len(obj) > MAX_OBJECT_CHARS:
         return None
     return obj
+
+
+def clean_object(raw: str) -> str | None:
+    """The object phrase of an English statement ("¥8,000 by the way" → "¥8,000"), or None
+    when it is vague ("it", "that one") or too long; the clean-up the preference rules use,
+    shared with the slot rules of :mod:`tiermem.summaries.structured`."""
+    return _clean_en_object(raw)
+
+
+def favorite_key(noun: str) -> str:
+    """The preference key of "my favorite <noun>" (``favorite_genre``, ``favorite_author``
+    for "writer" too), as the ``favorite`` rule writes it; for slot rules that read the
+    same preference said another way ("Inoue is my favorite author")."""
+    return f"favorite_{_noun_key(noun)[0]}"
 
 
 def _clean_ja_object(raw: str) -> str | None:
@@ -519,3 +554,50 @@ def detect_memories(
 ) -> tuple[DetectedMemory, ...]:
     """The memory drafts in ``text``, with ``detector`` or the built-in rules."""
     return (detector or _DEFAULT_DETECTOR).detect(text)
+
+
+# ---------------------------------------------------------------- sentence signals
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceSignals:
+    """What the rules found in one sentence: its entities, its memory drafts (preferences,
+    names, corrections, requests to remember) and whether it holds a digit. Rule summaries
+    (:class:`~tiermem.managers.summary.RuleSummarizer`, the offline engine of
+    :mod:`tiermem.summaries`) keep a sentence for these signals."""
+
+    text: str
+    entities: tuple[Entity, ...]
+    memories: tuple[DetectedMemory, ...]
+    has_number: bool
+
+    @property
+    def salient(self) -> bool:
+        """The sentence says something a later turn may need (an entity, a number, a
+        preference, a name or a correction); "Thanks!" and "Let me check." do not."""
+        return bool(self.entities or self.memories or self.has_number)
+
+
+def read_sentences(
+    text: str,
+    *,
+    entities: EntityExtractor | None = None,
+    detector: MemoryDetector | None = None,
+) -> list[SentenceSignals]:
+    """The sentences of ``text`` (:func:`split_sentences`), each with its signals, read with
+    ``entities`` and ``detector`` (default: the built-in rules without a title catalogue).
+    The one place where rule summaries decide what a sentence carries."""
+    extractor = entities or _DEFAULT_ENTITIES
+    memory_detector = detector or _DEFAULT_DETECTOR
+    return [
+        SentenceSignals(
+            text=sentence,
+            entities=extractor.extract(sentence),
+            memories=memory_detector.detect(sentence),
+            has_number=bool(rules.DIGIT.search(sentence)),
+        )
+        for sentence in split_sentences(text)
+    ]
+
+
+_DEFAULT_ENTITIES = RuleEntityExtractor()

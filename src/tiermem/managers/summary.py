@@ -21,7 +21,12 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from tiermem.extraction.entities import EntityExtractor, RuleEntityExtractor
-from tiermem.longterm.detect import MemoryDetector, RuleMemoryDetector, split_sentences
+from tiermem.longterm.detect import (
+    MemoryDetector,
+    RuleMemoryDetector,
+    read_sentences,
+    split_sentences,
+)
 from tiermem.models.content import (
     DocumentBlock,
     ImageBlock,
@@ -36,7 +41,6 @@ __all__ = ["RuleSummarizer", "Summarizer", "summary_header"]
 
 _HEADER = re.compile(r"^\[Summary of (\d+) earlier messages?\]$")
 _ENTITIES_PREFIX = "Entities: "
-_DIGIT = re.compile(r"[0-9０-９]")
 
 
 class Summarizer(Protocol):
@@ -158,13 +162,12 @@ class RuleSummarizer:
 
     def _kept(self, text: str, latest: dict[str, str]) -> list[str]:
         kept = []
-        for sentence in split_sentences(text):
-            entities = self._entities.extract(sentence)
-            for entity in entities:
+        for sentence in read_sentences(text, entities=self._entities, detector=self._detector):
+            for entity in sentence.entities:
                 latest.pop(entity.kind, None)  # re-insert: the newest mention goes last
                 latest[entity.kind] = entity.value
-            if entities or _DIGIT.search(sentence) or self._detector.detect(sentence):
-                kept.append(self._cut(sentence))
+            if sentence.salient:
+                kept.append(self._cut(sentence.text))
         return kept
 
     def _topics(self, messages: Sequence[Message]) -> list[str]:

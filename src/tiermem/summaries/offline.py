@@ -1,0 +1,386 @@
+"""The offline summarizer: extractive summaries of raw turns, with rules, in a token budget.
+
+:class:`ExtractiveSummarizer` is the default :class:`~tiermem.summaries.models.SessionSummarizer`
+when no LLM is configured. It keeps sentences as they were said, one line each, with the
+index of the turn that said them (``- [12] User: My budget is ¥8,000.``), so a reader can
+trace every line to its turn and the next pass can rank it again.
+
+How a summary is made:
+
+1. **Candidates.** Every sentence of the span's turns that carries something a later turn
+   may need (the sentence rules shared with
+   :class:`~tiermem.managers.summary.RuleSummarizer`: an entity, a number, a preference, a
+   name, a correction), plus the decisions, goals and unresolved intentions of the slot
+   rules (:mod:`tiermem.summaries.structured`), each tool call, and the first few such
+   sentences of each tool result. The lines of ``prior`` are candidates too, with their
+   turn indexes: the prior summary is context that is ranked again, not summarized again.
+2. **Stale lines go.** When two lines state the same slot (the budget, the active volume,
+   the postcode), only the latest stays; a line that mentions a value a later line
+   superseded ("options under ¥5,000" after "actually my budget is ¥8,000") goes too,
+   unless it also states the new value. A wrong value named by a correction ("…, not
+   ¥5,000") counts as superseded.
+3. **Ranking.** A line scores by what it carries (a user's slot statement first, then
+   preferences and corrections, decisions and intentions, entities, numbers; the user's
+   words above the assistant's, the assistant's above tool output) plus recency.
+4. **Budget.** ``must_keep`` items are stated first, verbatim, one line each (an item
+   written ``slot: value`` with a structured memory slot name, e.g. ``budget: ¥8,000``, is
+   read as a statement of that slot by the next pass, so a later correction supersedes
+   it); then the best
+   lines that fit ``target_tokens`` (counted with :mod:`tiermem.tokens`), printed in turn
+   order. The summary never exceeds ``target_tokens``, except when the ``must_keep`` items
+   alone exceed it: they are all stated anyway (closed-loop validation asked for them) and
+   nothing else is.
+
+When no sentence qualifies, the first sentence of each user turn is kept, so a summary says
+what was talked about. Deterministic: the same turns, prior and budget give the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tiermem.errors import ValidationError
+from tiermem.longterm.detect import split_sentences
+from tiermem.models.content import TextBlock, ToolResultBlock, ToolUseBlock, text_of
+from tiermem.models.turns import Turn
+from tiermem.summaries.structured import (
+    RuleStructuredExtractor,
+    SentenceReading,
+    states_value,
+    value_key,
+)
+from tiermem.tokens import TiktokenCounter, TokenCounter
+
+__all__ = ["ExtractiveSummarizer"]
+
+_LINE = re.compile(r"^- \[(?P<index>\d+)\] (?P<who>[^:]{1,80}): (?P<text>.*)$")
+_SLOT_LINE = re.compile(r"^(?P<slot>[a-z][a-z0-9_]*(?::[a-z0-9_]+)*): (?P<value>\S.*)$")
+"""A carried "slot: value" line (how closed-loop validation states a lost slot)."""
+_UNINDEXED = -1
+
+# Scores: what a line carries. A user's slot statement is what validation checks and what
+# a later turn most often needs ("what was my budget?").
+_SLOT = 10.0
+_MEMORY = 6.0
+_ITEM = 5.0
+_CARRIED_UNINDEXED = 5.0
+_ENTITY = 4.0
+_NUMBER = 2.0
+_TOOL_CALL = 1.0
+_TOPIC = 0.2
+_RECENCY = 2.0
+_ROLE_WEIGHT = {"user": 1.0, "assistant": 0.5, "tool": 0.25}
+
+
+@dataclass(slots=True)
+class _Candidate:
+    index: int
+    """Turn index; -1 for a carried line without one (an LLM's or validation's line)."""
+    order: int
+    line: str
+    score: float
+    slots: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """slot → (value key, value as written) stated by the line (user statements only)."""
+    wrong: tuple[str, ...] = ()
+
+
+class ExtractiveSummarizer:
+    """The deterministic :class:`~tiermem.summaries.models.SessionSummarizer` (see the
+    module docstring). Pure and cheap; safe to share.
+
+    ``counter`` counts the budget (default: the project's tiktoken counter, built once).
+    ``known_titles`` (alias → canonical title) lets series titles count as entities;
+    ``extractor`` replaces the slot rules (it carries its own titles). A kept sentence
+    longer than ``max_sentence_chars`` is cut with "…"; a tool result gives at most
+    ``max_result_sentences`` lines. Raises :class:`~tiermem.errors.ValidationError` for a
+    limit below 1.
+    """
+
+    name = "extractive"
+
+    def __init__(
+        self,
+        counter: TokenCounter | None = None,
+        *,
+        known_titles: Mapping[str, str] | None = None,
+        extractor: RuleStructuredExtractor | None = None,
+        max_sentence_chars: int = 240,
+        max_result_sentences: int = 2,
+    ) -> None:
+        if max_sentence_chars < 1 or max_result_sentences < 0:
+            raise ValidationError(
+                "max_sentence_chars must be at least 1 and max_result_sentences at least 0"
+            )
+        self._counter = counter or TiktokenCounter()
+        self._reader = extractor or RuleStructuredExtractor(known_titles)
+        self._max_chars = max_sentence_chars
+        self._max_results = max_result_sentences
+
+    async def summarize(
+        self,
+        turns: Sequence[Turn],
+        *,
+        prior: str | None = None,
+        target_tokens: int,
+        must_keep: Sequence[str] = (),
+    ) -> str:
+        return self.summarize_sync(
+            turns, prior=prior, target_tokens=target_tokens, must_keep=must_keep
+        )
+
+    def summarize_sync(
+        self,
+        turns: Sequence[Turn],
+        *,
+        prior: str | None = None,
+        target_tokens: int,
+        must_keep: Sequence[str] = (),
+    ) -> str:
+        """The summary of ``turns`` (oldest first): the sync core of :meth:`summarize`.
+
+        Raises:
+            ValidationError: ``target_tokens`` is below 1.
+        """
+        if target_tokens < 1:
+            raise ValidationError(f"target_tokens must be at least 1, got {target_tokens}")
+        candidates = self._carried(prior or "")
+        candidates += self._from_turns(turns, start=len(candidates))
+        if not any(c.score > _TOPIC for c in candidates):
+            candidates += self._topics(turns, start=len(candidates))
+        candidates = _drop_stale(candidates)
+        _add_recency(candidates)
+        kept_items = [f"- {item.strip()}" for item in must_keep if item.strip()]
+        return self._fit(kept_items, candidates, target_tokens)
+
+    # ------------------------------------------------------------------ candidates
+
+    def _carried(self, prior: str) -> list[_Candidate]:
+        out: list[_Candidate] = []
+        for raw in prior.splitlines():
+            line = raw.strip()
+            if not line:
+                continue
+            match = _LINE.match(line)
+            if match is None:
+                text = line[2:] if line.startswith("- ") else line
+                stated = _SLOT_LINE.match(text)
+                slots = {}
+                if stated:
+                    slot, value = stated.group("slot"), stated.group("value").strip()
+                    slots[slot] = (value_key(value, slot=slot), value)
+                score = _SLOT if stated else _CARRIED_UNINDEXED
+                out.append(_Candidate(_UNINDEXED, len(out), f"- {text}", score, slots=slots))
+                continue
+            who, text = match.group("who"), match.group("text")
+            role = "user" if who == "User" else "assistant"
+            weight = _ROLE_WEIGHT["tool" if who.startswith(("Result of", "Assistant called"))
+                                  else role]  # fmt: skip
+            readings = self._reader.read(text, role=role) if not who.startswith("Result") else []
+            reading = _merge(readings)
+            score = _score(reading, weight) if reading else _TOOL_CALL
+            out.append(
+                _Candidate(
+                    int(match.group("index")),
+                    len(out),
+                    line,
+                    max(score, _TOOL_CALL),
+                    slots=_slot_keys(reading),
+                    wrong=reading.wrong if reading else (),
+                )
+            )
+        return out
+
+    def _from_turns(self, turns: Sequence[Turn], *, start: int) -> list[_Candidate]:
+        out: list[_Candidate] = []
+        tool_names: dict[str, str] = {}
+        for turn in turns:
+            if turn.redacted:
+                continue
+            who = "User" if turn.role == "user" else "Assistant"
+            for block in turn.content:
+                if isinstance(block, TextBlock):
+                    for reading in self._reader.read(block.text, role=turn.role):
+                        score = _score(reading, _ROLE_WEIGHT[turn.role])
+                        if score > 0:
+                            out.append(
+                                self._candidate(turn.index, start + len(out), who, reading, score)
+                            )
+                elif isinstance(block, ToolUseBlock):
+                    tool_names[block.tool_use_id] = block.name
+                    args = json.dumps(block.input, ensure_ascii=False, default=str, sort_keys=True)
+                    line = f"- [{turn.index}] Assistant called {block.name}({self._cut(args)})"
+                    out.append(_Candidate(turn.index, start + len(out), line, _TOOL_CALL))
+                elif isinstance(block, ToolResultBlock):
+                    name = tool_names.get(block.tool_use_id, "a tool")
+                    failed = " (failed)" if block.status == "error" else ""
+                    label = f"Result of {name}{failed}"
+                    readings = self._reader.read(text_of(block.content), role="assistant")
+                    salient = [r for r in readings if r.signals.salient][: self._max_results]
+                    for reading in salient:
+                        score = _score(reading, _ROLE_WEIGHT["tool"])
+                        out.append(
+                            self._candidate(turn.index, start + len(out), label, reading, score)
+                        )
+        return out
+
+    def _candidate(
+        self, index: int, order: int, who: str, reading: SentenceReading, score: float
+    ) -> _Candidate:
+        return _Candidate(
+            index,
+            order,
+            f"- [{index}] {who}: {self._cut(reading.text)}",
+            score,
+            slots=_slot_keys(reading),
+            wrong=reading.wrong,
+        )
+
+    def _topics(self, turns: Sequence[Turn], *, start: int) -> list[_Candidate]:
+        out: list[_Candidate] = []
+        for turn in turns:
+            said = "\n".join(b.text for b in turn.content if isinstance(b, TextBlock))
+            sentences = split_sentences(said) if turn.role == "user" and not turn.redacted else []
+            if sentences:
+                line = f"- [{turn.index}] User: {self._cut(sentences[0])}"
+                out.append(_Candidate(turn.index, start + len(out), line, _TOPIC))
+        return out
+
+    def _cut(self, text: str) -> str:
+        text = " ".join(text.split())
+        return text if len(text) <= self._max_chars else text[: self._max_chars - 1] + "…"
+
+    # ------------------------------------------------------------------ budget
+
+    def _fit(self, kept_items: list[str], candidates: list[_Candidate], target: int) -> str:
+        used = sum(self._line_tokens(line) for line in kept_items)
+        chosen: list[_Candidate] = []
+        for candidate in sorted(candidates, key=lambda c: (-c.score, -c.index, -c.order)):
+            cost = self._line_tokens(candidate.line)
+            if used + cost <= target:
+                chosen.append(candidate)
+                used += cost
+        chosen.sort(key=lambda c: (c.index, c.order))
+        text = "\n".join([*kept_items, *(c.line for c in chosen)])
+        # Tokens of joined lines can differ from the sum of their parts by a token or two:
+        # drop the weakest lines until the whole fits.
+        while chosen and self._counter.count(text) > target:
+            weakest = min(chosen, key=lambda c: (c.score, c.index, c.order))
+            chosen.remove(weakest)
+            text = "\n".join([*kept_items, *(c.line for c in chosen)])
+        return text
+
+    def _line_tokens(self, line: str) -> int:
+        return self._counter.count(line) + 1  # the newline
+
+
+# ---------------------------------------------------------------- pure pieces
+
+
+def _merge(readings: list[SentenceReading]) -> SentenceReading | None:
+    """One carried line is one sentence; a line the sentence splitter cuts in two ("vol.
+    3" is not cut, "e.g." may be) is read as the first reading with the others' slots."""
+    if not readings:
+        return None
+    if len(readings) == 1:
+        return readings[0]
+    first = readings[0]
+    return SentenceReading(
+        signals=first.signals,
+        slots=tuple(s for r in readings for s in r.slots),
+        wrong=tuple(w for r in readings for w in r.wrong),
+        switch=any(r.switch for r in readings),
+        about_user=all(r.about_user for r in readings),
+        decision=any(r.decision for r in readings),
+        goal=any(r.goal for r in readings),
+        unresolved=any(r.unresolved for r in readings),
+    )
+
+
+def _slot_keys(reading: SentenceReading | None) -> dict[str, tuple[str, str]]:
+    if reading is None:
+        return {}
+    return {s.slot: (value_key(s.value, slot=s.slot), s.value) for s in reading.slots}
+
+
+def _score(reading: SentenceReading, weight: float) -> float:
+    """What a sentence carries (0: nothing worth a line), before recency."""
+    signals = reading.signals
+    if reading.slots and weight >= 1.0:
+        carried = _SLOT
+    elif signals.memories:
+        carried = _MEMORY
+    elif reading.decision or reading.goal or reading.unresolved:
+        carried = _ITEM
+    elif signals.entities:
+        carried = _ENTITY
+    elif signals.has_number:
+        carried = _NUMBER
+    else:
+        return 0.0
+    if not reading.about_user:
+        carried /= 4  # a quoted email or someone else's order: context, rarely needed
+    return carried * weight
+
+
+def _drop_stale(candidates: list[_Candidate]) -> list[_Candidate]:
+    """The latest statement of each slot stays; earlier statements of it, and lines that
+    mention a superseded value without the current one, go (see the module docstring)."""
+    latest: dict[str, _Candidate] = {}
+    for candidate in sorted(candidates, key=lambda c: (c.index, c.order)):
+        for slot in candidate.slots:
+            latest[slot] = candidate
+    current = {slot: c.slots[slot] for slot, c in latest.items()}
+    current_keys = {key for key, _ in current.values()}
+    stale: dict[str, str] = {}  # value as written → its slot ("" for a correction's)
+    for candidate in candidates:
+        for slot, (key, written) in candidate.slots.items():
+            if key != current[slot][0]:
+                stale[written] = slot
+        for wrong in candidate.wrong:
+            stale.setdefault(wrong, "")
+    stale = {
+        value: slot
+        for value, slot in stale.items()
+        if value_key(value, slot=slot or None) not in current_keys
+    }
+    kept = []
+    for candidate in candidates:
+        slots = candidate.slots
+        if any(key != current[slot][0] for slot, (key, _) in slots.items()):
+            continue  # it states a value that a later line replaced
+        if slots:
+            if any(latest[slot] is candidate for slot in slots):
+                kept.append(candidate)
+            continue  # else a later line states the same values again
+        if not candidate.wrong and _mentions_stale(_body(candidate.line), stale, current):
+            continue
+        kept.append(candidate)
+    return kept
+
+
+def _mentions_stale(body: str, stale: dict[str, str], current: dict[str, tuple[str, str]]) -> bool:
+    """``body`` names a superseded value and not the current value of its slot."""
+    for value, slot in stale.items():
+        if states_value(body, value, slot=slot or None):
+            if slot and states_value(body, current[slot][1], slot=slot):
+                continue
+            return True
+    return False
+
+
+def _body(line: str) -> str:
+    match = _LINE.match(line)
+    return match.group("text") if match else line
+
+
+def _add_recency(candidates: list[_Candidate]) -> None:
+    indexes = sorted({c.index for c in candidates})
+    if not indexes:
+        return
+    rank = {index: position for position, index in enumerate(indexes)}
+    top = max(len(indexes) - 1, 1)
+    for candidate in candidates:
+        candidate.score += _RECENCY * rank[candidate.index] / top

@@ -1,0 +1,522 @@
+"""The offline structured extractor: structured memory from raw turns, with rules.
+
+:class:`RuleStructuredExtractor` reads each sentence of each turn with the entity rules of
+:mod:`tiermem.extraction.entities`, the detection rules of :mod:`tiermem.longterm.detect`
+and the slot rules of :mod:`tiermem.longterm._detect_rules`, and keeps the latest value of
+each slot. What it reads:
+
+=====================  =========================================  ==========================
+slot                   said                                       kept as
+=====================  =========================================  ==========================
+entity kinds           "Is Berserk vol 42 in stock?",             ``entities``: ``series``,
+                       "order ORD-48213", "B0C4X7K2PQ",           ``volume``, ``order_id``,
+                       "ISBN 978-4-08-851234-1", "¥990"           ``asin``, ``isbn``,
+                                                                  ``price``, ``date`` …
+                                                                  (canonical entity value)
+``<noun>``             "my postcode is 150-0001", "our team       ``facts[noun]``, as said
+                       size is 12", "予算は8000円です"
+``budget``             "my budget is ¥5,000", "I can spend up     ``facts["budget"]``
+                       to ¥5,000", "keep it under ¥5,000"
+``delivery_date``      "I need it delivered by 2026-03-14"        ``facts``
+``location``           "I live in Osaka", "I'm based in Lisbon"   ``facts``
+``name`` …             "my name is Ken Sato", "call me Ken",      ``facts["name"]``,
+``preference:<key>``   "my favorite genre is seinen", "I prefer   ``facts["preference:
+                       Japanese editions" (the detection rules)   favorite_genre"]`` …
+decisions              "I'll take vol 3", "I've placed the order" ``decisions``
+goals                  "I'm looking for a gift", "I want to…"     ``goals``
+unresolved             "I'll think about it", "remind me…",       ``unresolved``
+                       assistant: "I'll check and get back…"
+=====================  =========================================  ==========================
+
+Rules that keep the memory honest:
+
+* **Latest wins.** A new value of a slot replaces the old one, which moves to ``previous``;
+  a correction's wrong value ("actually my budget is ¥8,000, not ¥5,000"; "3巻じゃなくて4巻")
+  is never taken as a value.
+* **Validated ids.** A noun that names an entity kind ("my ASIN is …", "my order number is
+  …") takes only a well-formed entity of that kind: "B07-1234" or an ISBN with a bad check
+  digit is rejected, not stored (the entity rules validate; nothing else matches).
+* **Whose statement.** Slots are read from what the user wrote, in text blocks: not from
+  tool results (a search listing holds forty ASINs that are nobody's choice), not from the
+  assistant (its suggestions are not the user's values), not from quoted lines ("> …" of a
+  pasted email), statements about someone else ("my friend's order is …", "another
+  customer's …") or hypotheticals ("if my budget were …"). Facts are not read from
+  questions; entities are ("is vol 42 in stock?" makes vol 42 active).
+* **Explicit switch.** "Forget that, show me Naruto" expires the active product entities
+  (series, volume, ASIN, ISBN, price) before the sentence's own are set (seed 001).
+
+Items (decisions, goals, unresolved intentions) are kept as said, the newest
+``max_items`` of each. An intention is not marked resolved by a later turn: telling that
+takes understanding the rules do not have.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tiermem.errors import ValidationError
+from tiermem.extraction.entities import RuleEntityExtractor
+from tiermem.longterm import _detect_rules as rules
+from tiermem.longterm.detect import (
+    RuleMemoryDetector,
+    SentenceSignals,
+    clean_object,
+    favorite_key,
+    is_question,
+    read_sentences,
+)
+from tiermem.models.content import TextBlock
+from tiermem.models.turns import Turn
+from tiermem.policies.phrases import TextView, normal_form
+from tiermem.policies.turn_text import rule_window
+from tiermem.summaries.models import Fact, Item, StructuredMemory
+
+__all__ = [
+    "ENTITY_SLOTS",
+    "SUBJECT_SLOTS",
+    "RuleStructuredExtractor",
+    "SentenceReading",
+    "SlotValue",
+    "readable_value",
+    "render_structured",
+    "same_value",
+    "slot_statement",
+    "states_value",
+    "turn_said",
+    "value_key",
+]
+
+logger = logging.getLogger(__name__)
+
+ENTITY_SLOTS: Mapping[str, str] = {"money": "price"}
+"""Entity kinds kept under another slot name (a money amount is a ``price``); every other
+kind is its own slot."""
+_SLOT_KINDS = {"price": "money"}
+_ENTITY_KINDS = frozenset(
+    {"order_id", "asin", "isbn", "email", "money", "date", "volume", "language", "genre", "series"}
+)
+SUBJECT_SLOTS = frozenset({"series", "volume", "asin", "isbn", "price"})
+"""The active entities an explicit switch of subject expires."""
+# Kinds whose canonical value is a name or an id that can be found as written; a volume
+# ("3"), an amount or a date can only be found as an entity.
+_NAMED_KINDS = frozenset({"series", "language", "genre", "email", "order_id", "asin", "isbn"})
+_DIGIT_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3})")
+_COMMA_MASK = "\x00"
+_SPACES = re.compile(r"\s+")
+_LATIN_EDGE = "0-9a-z\u00c0-\u024f"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotValue:
+    """One slot's value stated in a sentence; ``entity`` says which map it goes to."""
+
+    slot: str
+    value: str
+    entity: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SentenceReading:
+    """What the slot rules read in one sentence (see the module docstring)."""
+
+    signals: SentenceSignals
+    slots: tuple[SlotValue, ...]
+    wrong: tuple[str, ...]
+    """Values the sentence says are wrong ("not ¥5,000"), as written."""
+    switch: bool
+    about_user: bool
+    """False for quoted lines, statements about someone else and hypotheticals."""
+    decision: bool
+    goal: bool
+    unresolved: bool
+
+    @property
+    def text(self) -> str:
+        return self.signals.text
+
+
+def turn_said(turn: Turn) -> str:
+    """The text a speaker wrote in ``turn``: its text blocks (not tool calls or results)."""
+    return "\n".join(b.text for b in turn.content if isinstance(b, TextBlock))
+
+
+class RuleStructuredExtractor:
+    """The deterministic :class:`~tiermem.summaries.models.StructuredExtractor` (see the
+    module docstring). Pure and cheap; safe to share.
+
+    ``known_titles`` (alias → canonical title, as for
+    :class:`~tiermem.extraction.entities.RuleEntityExtractor`) lets series titles be read.
+    ``max_items`` bounds each list of items. Raises
+    :class:`~tiermem.errors.ValidationError` for ``max_items`` below 1 or an empty title.
+    """
+
+    name = "rules"
+
+    def __init__(
+        self, known_titles: Mapping[str, str] | None = None, *, max_items: int = 20
+    ) -> None:
+        if max_items < 1:
+            raise ValidationError(f"max_items must be at least 1, got {max_items}")
+        self._entities = RuleEntityExtractor(known_titles)
+        self._detector = RuleMemoryDetector(known_titles)
+        self._max_items = max_items
+
+    @property
+    def entities(self) -> RuleEntityExtractor:
+        """The entity rules this extractor reads with (and its title catalogue)."""
+        return self._entities
+
+    async def extract(
+        self, turns: Sequence[Turn], *, prior: StructuredMemory | None = None
+    ) -> StructuredMemory:
+        return self.extract_sync(turns, prior=prior)
+
+    def extract_sync(
+        self, turns: Sequence[Turn], *, prior: StructuredMemory | None = None
+    ) -> StructuredMemory:
+        """``prior`` updated with ``turns`` (oldest first): the sync core of :meth:`extract`.
+        Turns at or before ``prior.through_index`` are skipped, so a retried job adds
+        nothing twice."""
+        base = prior or StructuredMemory()
+        entities = dict(base.entities)
+        facts = dict(base.facts)
+        items = {"decision": list(base.decisions), "goal": list(base.goals),
+                 "unresolved": list(base.unresolved)}  # fmt: skip
+        through = base.through_index
+        for turn in turns:
+            if turn.index <= base.through_index or turn.redacted:
+                through = max(through, turn.index)
+                continue
+            through = max(through, turn.index)
+            for reading in self.read(turn_said(turn), role=turn.role):
+                if reading.switch:
+                    for slot in SUBJECT_SLOTS:
+                        entities.pop(slot, None)
+                for slot_value in reading.slots:
+                    target = entities if slot_value.entity else facts
+                    _set(target, slot_value.slot, slot_value.value, turn.index)
+                for kind, flag in (("decision", reading.decision), ("goal", reading.goal),
+                                   ("unresolved", reading.unresolved)):  # fmt: skip
+                    if flag:
+                        _add_item(items[kind], reading.text, turn.index)
+        # An item that names a value since superseded ("I want the Japanese edition" after
+        # "make it the French edition") would present the old value as current: it goes.
+        superseded = [
+            (slot, old)
+            for slot, fact in (*entities.items(), *facts.items())
+            for old in fact.previous
+        ]
+        if superseded:
+            for kind in items:
+                items[kind] = [
+                    item
+                    for item in items[kind]
+                    if not any(
+                        states_value(item.text, old, slot=slot, extractor=self._entities)
+                        for slot, old in superseded
+                    )
+                ]
+        return StructuredMemory(
+            entities=entities,
+            facts=facts,
+            decisions=tuple(items["decision"][-self._max_items :]),
+            goals=tuple(items["goal"][-self._max_items :]),
+            unresolved=tuple(items["unresolved"][-self._max_items :]),
+            through_index=through,
+        )
+
+    # ------------------------------------------------------------------ sentences
+
+    def read(self, text: str, *, role: str) -> list[SentenceReading]:
+        """Each sentence of ``text`` said by ``role`` ("user" or "assistant"), read.
+
+        Of a long text only the rule window is read (its first 8,000 and last 4,000
+        characters, :mod:`tiermem.policies.turn_text`), as every rule engine does: the
+        middle of a 200 KB paste or tool output holds someone else's values, and reading it
+        all would cost the rules time in proportion."""
+        user = role == "user"
+        return [
+            self._sentence(signals, user=user)
+            for signals in read_sentences(
+                rule_window(text), entities=self._entities, detector=self._detector
+            )
+        ]
+
+    def _sentence(self, signals: SentenceSignals, *, user: bool) -> SentenceReading:
+        normal = signals.text
+        folded = TextView(normal).folded
+        about_user = not (
+            rules.QUOTED_LINE.match(normal)
+            or rules.EN_THIRD_PARTY.search(folded)
+            or rules.EN_HYPOTHETICAL.match(folded)
+        )
+        question = is_question(normal)
+        spans = self._entities.find(normal)
+        wrong_regions = _wrong_regions(normal, folded)
+        current = [s for s in spans if not _inside(s[0], s[1], wrong_regions)]
+        wrong = tuple(normal[s:e] for s, e, _, _ in spans if _inside(s, e, wrong_regions))
+        slots: list[SlotValue] = []
+        if user and about_user:
+            if not question:
+                slots += self._statements(normal, folded, signals, current)
+            # An entity inside a stated value is that slot's, not an active entity of its
+            # own: "my favorite character is Frieren" does not make Frieren the series.
+            consumed = {_SLOT_KINDS.get(slot.slot, slot.slot) for slot in slots}
+            for slot in slots:
+                consumed.update(kind for _, _, kind, _ in self._entities.find(slot.value))
+            latest: dict[str, str] = {}
+            for _, _, kind, value in current:
+                if kind not in consumed:
+                    latest.pop(kind, None)
+                    latest[kind] = value
+            slots += [SlotValue(ENTITY_SLOTS.get(k, k), v, True) for k, v in latest.items()]
+        statement = about_user and not question
+        return SentenceReading(
+            signals=signals,
+            slots=tuple(slots),
+            wrong=wrong + _wrong_words(normal, wrong_regions, spans),
+            switch=user and bool(rules.EN_SWITCH.match(folded) or rules.JA_SWITCH.match(normal)),
+            about_user=about_user,
+            decision=statement and bool(rules.EN_DECISION.search(folded)),
+            goal=user and statement and bool(rules.EN_GOAL.search(folded)),
+            unresolved=statement
+            and bool(
+                (rules.EN_UNRESOLVED if user else rules.EN_ASSISTANT_UNRESOLVED).search(folded)
+            ),
+        )
+
+    def _statements(
+        self,
+        normal: str,
+        folded: str,
+        signals: SentenceSignals,
+        current: list[tuple[int, int, str, str]],
+    ) -> list[SlotValue]:
+        out: list[SlotValue] = []
+        for memory in signals.memories:
+            if memory.key and memory.value:
+                slot = (
+                    memory.key
+                    if memory.key in ("name", "addressed_as")
+                    else (f"preference:{memory.key}")
+                )
+                out.append(SlotValue(slot, memory.value, False))
+        if match := rules.EN_POSSESSIVE.search(folded):
+            noun = " ".join(match.group("noun").split())
+            found = self._noun_slot(noun, normal[match.start("obj") :])
+            if found is not None:
+                out.append(found)
+        elif match := (
+            rules.EN_SLOT_CHANGE.search(folded)
+            or rules.EN_SLOT_USE.search(folded)
+            or rules.EN_SLOT_REVERSED.match(folded)
+        ):
+            noun = " ".join(match.group("noun").split())
+            raw = normal[match.start("obj") : match.end("obj")]
+            found = self._noun_slot(noun, raw, restated=True)
+            if found is not None:
+                out.append(found)
+        elif match := rules.JA_SLOT.search(normal):
+            noun = rules.JA_SLOT_NOUNS[match.group("noun")]
+            found = self._noun_slot(noun, match.group("obj").strip(rules.END_PUNCT))
+            if found is not None:
+                out.append(found)
+        stated = {slot.slot for slot in out}
+        money = [normal[s:e] for s, e, kind, _ in current if kind == "money"]
+        if "budget" not in stated and money and rules.EN_BUDGET.search(folded):
+            out.append(SlotValue("budget", money[-1], False))
+        dates = [normal[s:e] for s, e, kind, _ in current if kind == "date"]
+        if "delivery_date" not in stated and dates and rules.EN_DELIVERY.search(folded):
+            out.append(SlotValue("delivery_date", dates[-1], False))
+        if match := rules.EN_LOCATION.search(folded):
+            place = _object(normal[match.start("obj") :])
+            if place and place[0].isupper():
+                out.append(SlotValue("location", place, False))
+        return out
+
+    def _noun_slot(self, noun: str, raw: str, *, restated: bool = False) -> SlotValue | None:
+        """The slot of "my <noun> is <raw>", validated; None if it names no slot.
+
+        ``restated``: said another way ("change the <noun> to …", "<raw> is my favorite
+        <noun>"), which the preference rules do not read, so a favourite is read here."""
+        head, _, rest = noun.partition(" ")
+        if restated and head in rules.PREFERENCE_HEADS and rest:
+            value = _object(raw)
+            return SlotValue(f"preference:{favorite_key(rest)}", value, False) if value else None
+        if not noun or noun in rules.NOUN_STOP or head in rules.NOUN_STOP:
+            return None
+        value = _object(raw)
+        if value is None:
+            return None
+        kind = rules.NOUN_ENTITY_KINDS.get(noun)
+        if kind is not None:
+            found = [v for _, _, k, v in self._entities.find(value) if k == kind]
+            if not found:
+                logger.debug("rejected a malformed %s: %r", kind, value)
+                return None
+            return SlotValue(ENTITY_SLOTS.get(kind, kind), found[0], True)
+        slot = rules.SLOT_NOUNS.get(noun, noun.replace(" ", "_").replace("-", "_"))
+        needs_money = noun in rules.NOUN_NEEDS_MONEY or slot == "budget"
+        if needs_money and not any(k == "money" for _, _, k, _ in self._entities.find(value)):
+            return None
+        return SlotValue(slot, value, False)
+
+
+# ---------------------------------------------------------------- values
+
+
+def _object(raw: str) -> str | None:
+    """The value phrase of a statement: the detection rules' clean-up, with the commas of
+    "¥8,000" kept."""
+    masked = _DIGIT_COMMA.sub(_COMMA_MASK, raw)
+    value = clean_object(masked)
+    return value.replace(_COMMA_MASK, ",") if value else None
+
+
+def _wrong_regions(normal: str, folded: str) -> list[tuple[int, int]]:
+    regions = [(m.start(), m.end()) for m in rules.EN_NEGATED_TAIL.finditer(folded)]
+    if rules.CJK.search(normal) and (contrast := rules.JA_CONTRAST.search(normal)):
+        regions.append((contrast.start("a"), contrast.end("a")))
+    return regions
+
+
+def _wrong_words(
+    normal: str, regions: list[tuple[int, int]], spans: list[tuple[int, int, str, str]]
+) -> tuple[str, ...]:
+    """Wrong values without an entity in them ("…, not Aoyama 3-4"), cleaned."""
+    out = []
+    for start, end in regions:
+        if any(_inside(s, e, [(start, end)]) for s, e, _, _ in spans):
+            continue
+        words = re.sub(r"^(?:not|instead\s+of|rather\s+than)\s+", "", normal[start:end], flags=re.I)
+        value = _object(words)
+        if value:
+            out.append(value)
+    return tuple(out)
+
+
+def _inside(start: int, end: int, regions: list[tuple[int, int]]) -> bool:
+    return any(a <= start and end <= b for a, b in regions)
+
+
+def _set(store: dict[str, Fact], slot: str, value: str, turn_index: int) -> None:
+    old = store.get(slot)
+    if old is None:
+        store[slot] = Fact(slot=slot, value=value, turn_index=turn_index)
+    elif same_value(old.value, value, slot=slot):
+        store[slot] = old.model_copy(update={"turn_index": turn_index})
+    else:
+        previous = tuple(v for v in old.previous if not same_value(v, value, slot=slot))
+        store[slot] = Fact(
+            slot=slot, value=value, turn_index=turn_index, previous=(*previous, old.value)
+        )
+
+
+def _add_item(items: list[Item], text: str, turn_index: int) -> None:
+    key = text.casefold()
+    items[:] = [item for item in items if item.text.casefold() != key]
+    items.append(Item(text=text, turn_index=turn_index))
+
+
+_DEFAULT_ENTITIES = RuleEntityExtractor()
+
+
+def _entities_in(text: str, extractor: RuleEntityExtractor) -> set[tuple[str, str]]:
+    """Every ``(kind, value)`` in ``text``, read line by line so that a long text is read
+    whole (the rules read a window of each text they are given)."""
+    found: set[tuple[str, str]] = set()
+    for line in text.splitlines():
+        if line.strip():
+            found.update((e.kind, e.value) for e in extractor.extract(line))
+    return found
+
+
+def value_key(value: str, *, slot: str | None = None) -> str:
+    """A value in the form two statements of it share: ``"kind:canonical"`` when it is one
+    entity ("¥8,000" and "8000円" are both ``money:JPY 8000``; "vol 3" under ``volume`` is
+    ``volume:3``), else its folded text with whitespace collapsed."""
+    kind = _SLOT_KINDS.get(slot, slot) if slot else None
+    found = _DEFAULT_ENTITIES.find(value)
+    if kind in _ENTITY_KINDS:
+        of_kind = [v for _, _, k, v in found if k == kind]
+        return f"{kind}:{(of_kind[0] if of_kind else value).casefold()}"
+    if len(found) == 1:
+        start, end, found_kind, canonical = found[0]
+        if end - start >= len(normal_form(value).strip()) - 1:
+            return f"{found_kind}:{canonical.casefold()}"
+    return _SPACES.sub(" ", normal_form(value).casefold()).strip()
+
+
+def same_value(a: str, b: str, *, slot: str | None = None) -> bool:
+    """``a`` and ``b`` are one value of ``slot`` (see :func:`value_key`)."""
+    return value_key(a, slot=slot) == value_key(b, slot=slot)
+
+
+def states_value(
+    text: str,
+    value: str,
+    *,
+    slot: str | None = None,
+    extractor: RuleEntityExtractor | None = None,
+) -> bool:
+    """``text`` states ``value`` (of ``slot``): as the same entity, or as written (folded,
+    on word boundaries, so "¥8,000" is not found in "¥18,000"). A volume, an amount or a
+    date is found only as an entity: "3" alone is not volume 3. ``extractor`` (with a title
+    catalogue) finds series by any of their names."""
+    reader = extractor or _DEFAULT_ENTITIES
+    key = value_key(value, slot=slot)
+    kind, _, canonical = key.partition(":")
+    if kind in _ENTITY_KINDS and canonical:
+        if any(k == kind and v.casefold() == canonical for k, v in _entities_in(text, reader)):
+            return True
+        if kind not in _NAMED_KINDS:
+            return False
+        needle = canonical
+    else:
+        needle = _SPACES.sub(" ", normal_form(value).casefold()).strip()
+    if not needle:
+        return False
+    haystack = _SPACES.sub(" ", normal_form(text).casefold())
+    pattern = rf"(?<![{_LATIN_EDGE}]){re.escape(needle)}(?![{_LATIN_EDGE}])"
+    return re.search(pattern, haystack) is not None
+
+
+def readable_value(slot: str, value: str) -> str:
+    """``value`` of ``slot`` written so that a reader, and the entity rules, read it back as
+    the same value: a volume's canonical ``"3"`` is ``"vol 3"``, a price's ``"JPY 990"`` is
+    ``"990 JPY"``; any other value as it is."""
+    kind = _SLOT_KINDS.get(slot, slot)
+    if kind == "volume" and value.isdigit():
+        return f"vol {value}"
+    if kind == "money":
+        currency, _, amount = value.partition(" ")
+        if currency.isalpha() and amount:
+            return f"{amount} {currency}"
+    return value
+
+
+def slot_statement(slot: str, value: str) -> str:
+    """``"slot: value"`` (:func:`readable_value`): how to state a lost slot as a
+    ``must_keep`` item. :func:`~tiermem.summaries.quality.lost_items` finds the value in it,
+    and the offline summarizer reads it back as a statement of that slot, so a later
+    correction supersedes it."""
+    return f"{slot}: {readable_value(slot, value)}"
+
+
+def render_structured(memory: StructuredMemory) -> str:
+    """Structured memory as compact text, for a prompt and for counting its tokens: the
+    latest value of each slot (:func:`readable_value`), then the items. Superseded values
+    are not shown."""
+    lines = []
+    for label, slots in (("Active", memory.entities), ("Facts", memory.facts)):
+        if slots:
+            pairs = (f"{k}={readable_value(k, f.value)}" for k, f in slots.items())
+            lines.append(f"{label}: " + "; ".join(pairs))
+    for label, items in (("Decisions", memory.decisions), ("Goals", memory.goals),
+                         ("Unresolved", memory.unresolved)):  # fmt: skip
+        if items:
+            lines.append(f"{label}: " + " | ".join(item.text for item in items))
+    return "\n".join(lines)
