@@ -38,11 +38,20 @@ from tiermem.errors import (
     TierMemError,
     ValidationError,
 )
-from tiermem.models import ActiveEntity, MemoryRecord, SessionMetadata, SessionRef, StateBlob
-from tiermem.store.backends import redis_durable, redis_hot
+from tiermem.models import (
+    ActiveEntity,
+    MemoryRecord,
+    SessionMetadata,
+    SessionRef,
+    StateBlob,
+    Turn,
+)
+from tiermem.service import MemoryService
+from tiermem.store.backends import redis_append, redis_durable, redis_hot
 from tiermem.store.backends.memory import MemoryDurableStore, MemoryHotStore
 from tiermem.store.backends.redis import RedisDurableStore, RedisHotStore
 from tiermem.store.backends.redis_scripts import LuaScript, map_redis_error, to_us
+from tiermem.store.contract import ENTITIES_RECORD, EntityChange, HotAppendResult
 from tiermem.store.keys import escape_segment
 from tiermem.testing import FakeClock
 from tiermem.testing.backend import fresh_id, text_turn
@@ -127,6 +136,42 @@ def _blob(env: Env, *, version: int, name: str = "dialogue") -> StateBlob:
     return StateBlob(name=name, data={"v": version}, version=version, updated_at=env.clock.now())
 
 
+def _second_hot_store(env: Env) -> RedisHotStore:
+    """Another process's hot store on the same keys (and its own cached reads and marks)."""
+    return RedisHotStore(
+        env.hot.client,
+        clock=env.clock,
+        prefix=env.prefix,
+        gc_grace=GRACE,
+        activity_shards=SHARDS,
+    )
+
+
+def _entity(env: Env, value: str, *, kind: str = "series") -> ActiveEntity:
+    return ActiveEntity(kind=kind, value=value, turn_index=0, updated_at=env.clock.now())
+
+
+async def _through(
+    env: Env,
+    sid: str,
+    *texts: str,
+    key: str | None = None,
+    entities: EntityChange | None = None,
+    first_index: int | None = None,
+) -> tuple[list[Turn], HotAppendResult | None]:
+    return await env.hot.append_through(
+        env.durable,
+        sid,
+        [text_turn(text) for text in texts],
+        window=3,
+        hot_expires_at=_later(env, 60),
+        durable_expires_at=_later(env, 3600),
+        idempotency_key=key,
+        entities=entities,
+        first_index=first_index,
+    )
+
+
 # -- round trips ----------------------------------------------------------------------------
 
 
@@ -145,8 +190,74 @@ async def test_append_turns_is_one_round_trip(env: Env) -> None:
     )
     after_stats = await env.commands_run()
     assert env.trips.count - before_trips == 1
-    # Two commands in that one request: the session script and the activity-index mark.
-    assert after_stats["evalsha"] - before_stats["evalsha"] == 2
+    # One command: the session script. The warm-up marked the session active; the activity
+    # index is not touched again until that mark falls due.
+    assert after_stats["evalsha"] - before_stats["evalsha"] == 1
+    assert after_stats.get("zadd", 0) == before_stats.get("zadd", 0)
+
+
+async def test_an_append_with_an_entity_change_is_one_round_trip(env: Env) -> None:
+    sid = fresh_id("s")
+    await env.hot.append_turns(sid, [text_turn("warm-up")], window=10, expires_at=_later(env, 60))
+    await env.durable.append_turns(sid, [text_turn("warm-up")])
+    change = EntityChange(upsert={"series": _entity(env, "Berserk")})
+    before = env.trips.count
+    await env.hot.append_turns(
+        sid, [text_turn("a")], window=10, expires_at=_later(env, 60), entities=change
+    )
+    await env.durable.append_turns(sid, [text_turn("a")], entities=change)
+    assert env.trips.count - before == 2
+    snap = await env.hot.load(sid)
+    assert snap is not None
+    assert snap.entities == {"series": _entity(env, "Berserk")}
+    record = await env.durable.get_record(sid, ENTITIES_RECORD)
+    assert record is not None
+    assert record.data == {"series": _entity(env, "Berserk").model_dump(mode="json")}
+
+
+async def test_append_through_is_one_round_trip_and_one_command(env: Env) -> None:
+    sid = fresh_id("s")
+    await _through(env, sid, "warm-up")  # loads the script, marks the session active
+    before_trips, before_stats = env.trips.count, await env.commands_run()
+    change = EntityChange(upsert={"series": _entity(env, "Berserk")})
+    stored, hot = await _through(env, sid, "a", entities=change)
+    after_stats = await env.commands_run()
+    assert env.trips.count - before_trips == 1
+    assert after_stats["evalsha"] - before_stats["evalsha"] == 1
+    assert [t.index for t in stored] == [1]
+    assert hot is not None
+    assert (hot.version, hot.next_index) == (2, 2)
+
+
+async def test_a_turn_through_the_service_is_one_round_trip_and_a_read_one(env: Env) -> None:
+    """The response path of Redis + Redis: ``add_turn`` is one request (both tiers, in one
+    script), also when the turn changes an active entity, and ``history()`` one more.
+    Background work (indexing, detection, summaries) is off: it is not on that path."""
+    memory = MemoryService(
+        env.hot,
+        env.durable,
+        clock=env.clock,
+        auto_detect=False,
+        index_turns=False,
+        auto_summarize=False,
+    )
+    session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
+    await session.add_turn("user", "warm-up: loads the scripts, marks the session active")
+    await session.history()
+    before = env.trips.count
+    await session.add_turn("user", "a plain turn")
+    assert env.trips.count - before == 1
+    before = env.trips.count
+    await session.add_turn("user", "write to alice@example.com")
+    assert env.trips.count - before == 1
+    assert set(await session.active_entities()) == {"email"}
+    before = env.trips.count
+    history = await session.history()
+    assert env.trips.count - before == 1
+    assert [t.text for t in history][-2:] == ["a plain turn", "write to alice@example.com"]
+    record = await env.durable.get_record(session.id, ENTITIES_RECORD)
+    assert record is not None
+    assert set(record.data) == {"email"}
 
 
 async def test_load_is_one_round_trip(env: Env) -> None:
@@ -224,6 +335,410 @@ async def test_writes_refused_by_an_absent_hot_session_cost_one_more_round_trip(
     assert await env.hot.copy_state(sid, _blob(env, version=1), expires_at=_later(env, 60)) is False
     assert env.trips.count - before == 4
     assert await env.keys_under_prefix() == []
+
+
+# -- appends: entity changes, both tiers in one script, retries ------------------------------
+
+
+async def test_entity_changes_merge_into_both_tiers_with_the_append(env: Env) -> None:
+    sid = fresh_id("s")
+    first = EntityChange(
+        upsert={"series": _entity(env, "Berserk"), "topic": _entity(env, "ink", kind="topic")}
+    )
+    await env.hot.append_turns(sid, [text_turn("a")], window=5, expires_at=_later(env, 60))
+    await env.hot.append_turns(
+        sid, [text_turn("b")], window=5, expires_at=_later(env, 60), entities=first
+    )
+    await env.durable.append_turns(sid, [text_turn("a")], entities=first)
+    second = EntityChange(upsert={"series": _entity(env, "Vagabond")}, remove=("topic", "none"))
+    result = await env.hot.append_turns(
+        sid, [text_turn("c")], window=5, expires_at=_later(env, 60), entities=second
+    )
+    await env.durable.append_turns(sid, [text_turn("b")], entities=second)
+    assert result.version == 3
+    snap = await env.hot.load(sid)
+    assert snap is not None
+    assert snap.entities == {"series": _entity(env, "Vagabond")}
+    record = await env.durable.get_record(sid, ENTITIES_RECORD)
+    assert record is not None
+    assert record.version == 2
+    assert record.data == {"series": _entity(env, "Vagabond").model_dump(mode="json")}
+    # The record is an ordinary session record: a compare-and-set on it sees version 2.
+    with pytest.raises(ConflictError):
+        await env.durable.put_record(sid, ENTITIES_RECORD, {}, expected_version=1)
+
+
+async def test_a_refused_append_writes_no_entity_change(env: Env) -> None:
+    sid = fresh_id("s")
+    change = EntityChange(upsert={"series": _entity(env, "Berserk")})
+    await env.durable.append_turns(sid, [text_turn("a")])
+    with pytest.raises(ConflictError):
+        await env.durable.append_turns(sid, [text_turn("b")], first_index=5, entities=change)
+    assert await env.durable.get_record(sid, ENTITIES_RECORD) is None
+    await env.hot.append_turns(sid, [text_turn("a")], window=5, expires_at=_later(env, 60))
+    with pytest.raises(ConflictError):
+        await env.hot.append_turns(
+            sid,
+            [text_turn("b")],
+            window=5,
+            expires_at=_later(env, 60),
+            expected_version=9,
+            entities=change,
+        )
+    snap = await env.hot.load(sid)
+    assert snap is not None
+    assert snap.entities == {}
+
+
+async def test_a_retried_append_applies_no_entity_change(env: Env) -> None:
+    sid = fresh_id("s")
+    change = EntityChange(upsert={"series": _entity(env, "Berserk")})
+    first = await env.durable.append_turns(
+        sid, [text_turn("a")], idempotency_key="k", entities=change
+    )
+    other = EntityChange(upsert={"series": _entity(env, "Vagabond")})
+    again = await env.durable.append_turns(
+        sid, [text_turn("x")], idempotency_key="k", entities=other
+    )
+    assert again == first
+    record = await env.durable.get_record(sid, ENTITIES_RECORD)
+    assert record is not None
+    assert (record.version, record.data["series"]) == (
+        1,
+        change.upsert["series"].model_dump(mode="json"),
+    )
+
+
+async def test_a_blind_resend_of_a_durable_append_is_recognised_by_its_write_id(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a client that retries by itself (the cluster client) does after a lost reply:
+    the very same EVALSHA again. The store gives every call a write id, so the second one
+    writes nothing and answers with what the first stored."""
+    sid = fresh_id("s")
+    sent: list[tuple[Any, ...]] = []
+    call = env.durable._io.call
+
+    async def recording(script: LuaScript, keys: Any, args: Any) -> Any:
+        sent.append((script, keys, args))
+        return await call(script, keys, args)
+
+    monkeypatch.setattr(env.durable._io, "call", recording)
+    change = EntityChange(upsert={"series": _entity(env, "Berserk")})
+    stored = await env.durable.append_turns(sid, [text_turn("a"), text_turn("b")], entities=change)
+    reply = await call(*sent[-1])  # the resend
+    assert reply[0] == b"repeat"
+    assert await env.durable.next_index(sid) == 2
+    assert await env.durable.get_turns(sid) == stored
+    record = await env.durable.get_record(sid, ENTITIES_RECORD)
+    assert record is not None
+    assert record.version == 1
+    # Two calls with the same content are two appends: each has its own write id.
+    await env.durable.append_turns(sid, [text_turn("a"), text_turn("b")])
+    assert await env.durable.next_index(sid) == 4
+
+
+async def test_a_blind_resend_of_a_hot_append_appends_nothing(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unpinned hot append (the write-behind path) resent as it was: the write id it
+    carries makes the second arrival answer as the first, with nothing appended."""
+    sid = fresh_id("s")
+    sent: list[tuple[Any, ...]] = []
+    call, send = env.hot._io.call, env.hot._io.send
+
+    async def recording(script: LuaScript, keys: Any, args: Any) -> Any:
+        sent.append((script, keys, args))
+        return await call(script, keys, args)
+
+    async def recording_send(commands: Any) -> Any:
+        sent.append((commands[0].script, commands[0].args[3:7], commands[0].args[7:]))
+        return await send(commands)
+
+    monkeypatch.setattr(env.hot._io, "call", recording)
+    monkeypatch.setattr(env.hot._io, "send", recording_send)
+    await env.hot.append_turns(sid, [text_turn("a")], window=5, expires_at=_later(env, 60))
+    result = await env.hot.append_turns(
+        sid, [text_turn("b"), text_turn("c")], window=5, expires_at=_later(env, 60)
+    )
+    script, keys, args = sent[-1]
+    reply = await call(script, list(keys), list(args))  # the resend
+    assert reply[:3] == [b"ok", result.version, result.turns[0].index]
+    snap = await env.hot.load(sid)
+    assert snap is not None
+    assert [t.text for t in snap.turns] == ["a", "b", "c"]
+    assert (snap.version, snap.next_index) == (2, 3)
+
+
+async def test_a_resend_is_recognised_after_a_few_later_appends(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = fresh_id("s")
+    sent: list[tuple[Any, ...]] = []
+    call = env.durable._io.call
+
+    async def recording(script: LuaScript, keys: Any, args: Any) -> Any:
+        sent.append((script, keys, args))
+        return await call(script, keys, args)
+
+    monkeypatch.setattr(env.durable._io, "call", recording)
+    await env.durable.append_turns(sid, [text_turn("first")])
+    for i in range(redis_append.RECENT_WRITES - 1):
+        await env.durable.append_turns(sid, [text_turn(f"t{i}")])
+    assert (await call(*sent[0]))[0] == b"repeat"
+    await env.durable.append_turns(sid, [text_turn("one too many")])
+    # Past RECENT_WRITES later appends the first one's id is forgotten: only a retry that
+    # arrives within that many appends of the session is recognised.
+    assert (await call(*sent[0]))[0] == b"ok"
+
+
+async def test_append_through_writes_both_tiers_atomically(env: Env) -> None:
+    sid = fresh_id("s")
+    change = EntityChange(upsert={"series": _entity(env, "Berserk")})
+    stored, hot = await _through(env, sid, "a", "b", key="k-1", entities=change)
+    assert [t.index for t in stored] == [0, 1]
+    assert hot is not None
+    assert (hot.version, hot.next_index, hot.turns) == (1, 2, tuple(stored))
+    await _through(env, sid, "c", "d")
+    assert [t.text for t in await env.durable.get_turns(sid)] == ["a", "b", "c", "d"]
+    snap = await env.hot.load(sid)
+    assert snap is not None
+    assert [t.text for t in snap.turns] == ["b", "c", "d"]  # window 3
+    assert (snap.version, snap.next_index) == (2, 4)
+    assert snap.entities == {"series": _entity(env, "Berserk")}
+    record = await env.durable.get_record(sid, ENTITIES_RECORD)
+    assert record is not None
+    assert record.data == {"series": _entity(env, "Berserk").model_dump(mode="json")}
+    # The durable session's lifetime and the activity index were written too.
+    assert (
+        await env.admin.hget(env.hot.keys.durable_meta(sid), "h")
+        == str(to_us(_later(env, 3600))).encode()
+    )
+    index = env.hot.keys.activity_of(sid)[0]
+    assert await env.admin.zscore(index, sid) == to_us(_later(env, 60))
+
+
+async def test_append_through_answers_a_retry_from_the_archive_and_skips_the_hot_tier(
+    env: Env,
+) -> None:
+    sid = fresh_id("s")
+    first, _ = await _through(env, sid, "a", key="k-1")
+    await _through(env, sid, "b")
+    again, hot = await _through(env, sid, "a-again", key="k-1")
+    assert (again, hot) == (first, None)
+    snap = await env.hot.load(sid)
+    assert snap is not None
+    assert [t.text for t in snap.turns] == ["a", "b"]
+    assert snap.version == 2
+
+
+async def test_append_through_skips_a_hot_session_that_lost_a_write(env: Env) -> None:
+    sid = fresh_id("s")
+    await _through(env, sid, "a")
+    await env.durable.append_turns(sid, [text_turn("durable only")])  # the hot tier missed it
+    stored, hot = await _through(env, sid, "b")
+    assert hot is None
+    assert [t.index for t in stored] == [2]
+    snap = await env.hot.load(sid)
+    assert snap is not None
+    assert (snap.next_index, snap.version) == (1, 1)
+
+
+async def test_a_skipped_hot_half_leaves_the_activity_index_as_it_was(env: Env) -> None:
+    sid = fresh_id("s")
+    await _through(env, sid, "a")
+    await env.durable.append_turns(sid, [text_turn("durable only")])  # the hot tier missed it
+    index = env.hot.keys.activity_of(sid)[0]
+    score = await env.admin.zscore(index, sid)
+    other = _second_hot_store(env)  # it has not marked the session: its write sends a mark
+    env.clock.advance(10)
+    stored, hot = await other.append_through(
+        env.durable,
+        sid,
+        [text_turn("b")],
+        window=3,
+        hot_expires_at=_later(env, 60),
+        durable_expires_at=None,
+    )
+    assert hot is None
+    assert [t.index for t in stored] == [2]
+    assert await env.admin.zscore(index, sid) == score
+
+
+async def test_append_through_starts_an_absent_hot_session_at_the_archive_index(
+    env: Env,
+) -> None:
+    sid = fresh_id("s")
+    await env.durable.append_turns(sid, [text_turn("a"), text_turn("b")])
+    stored, hot = await _through(env, sid, "c")
+    assert hot is not None
+    assert (hot.version, hot.next_index) == (1, 3)  # version 1: the caller rebuilds it
+    assert [t.index for t in stored] == [2]
+
+
+async def test_append_through_with_a_wrong_first_index_writes_nothing(env: Env) -> None:
+    sid = fresh_id("s")
+    await _through(env, sid, "a")
+    with pytest.raises(ConflictError) as info:
+        await _through(env, sid, "b", first_index=5, entities=EntityChange(remove=("x",)))
+    assert info.value.actual == 1
+    assert await env.durable.next_index(sid) == 1
+    assert await env.durable.get_record(sid, ENTITIES_RECORD) is None
+    snap = await env.hot.load(sid)
+    assert snap is not None
+    assert snap.version == 1
+
+
+async def test_append_through_needs_a_redis_durable_store_on_the_same_server(env: Env) -> None:
+    assert env.hot.can_append_through(env.durable)
+    url = server_url("redis")
+    separate = RedisDurableStore.from_url(url, prefix=env.prefix)
+    elsewhere = RedisDurableStore.from_url(url, prefix=fresh_prefix())
+    other_db = RedisDurableStore.from_url(url.rsplit("/", 1)[0] + "/9", prefix=env.prefix)
+    try:
+        assert env.hot.can_append_through(separate)  # its own client, the same server
+        assert not env.hot.can_append_through(elsewhere)
+        assert not env.hot.can_append_through(other_db)
+        assert not env.hot.can_append_through(MemoryDurableStore())
+        with pytest.raises(ValidationError, match="same Redis server"):
+            await env.hot.append_through(
+                elsewhere,
+                fresh_id("s"),
+                [text_turn("a")],
+                window=3,
+                hot_expires_at=_later(env, 60),
+                durable_expires_at=None,
+            )
+    finally:
+        for store in (separate, elsewhere, other_db):
+            await store.aclose()
+
+
+# -- reads decode only what changed ---------------------------------------------------------
+
+
+async def test_a_read_of_an_unchanged_session_sends_no_turns(env: Env) -> None:
+    sid = fresh_id("s")
+    await env.hot.append_turns(
+        sid, [text_turn(f"t{i}") for i in range(5)], window=5, expires_at=_later(env, 60)
+    )
+    first = await env.hot.load(sid)
+    before = (await env.admin.info("commandstats")).get("cmdstat_lrange", {}).get("calls", 0)
+    again = await env.hot.load(sid)
+    after = (await env.admin.info("commandstats")).get("cmdstat_lrange", {}).get("calls", 0)
+    assert again == first
+    assert after == before  # the script answered "unchanged" without reading the turns
+
+
+async def test_reads_see_what_another_store_wrote(env: Env) -> None:
+    """Two stores (two processes) on one session: each read is current, whatever the other
+    wrote since -- appends, entities, state, a restore, a delete and a fresh start."""
+    sid = fresh_id("s")
+    other = _second_hot_store(env)
+    later = _later(env, 60)
+    await env.hot.append_turns(sid, [text_turn("a"), text_turn("b")], window=3, expires_at=later)
+    assert await env.hot.load(sid) == await other.load(sid)
+    await other.append_turns(sid, [text_turn("c"), text_turn("d")], window=3, expires_at=later)
+    await other.update_entities(sid, {"series": _entity(env, "Berserk")}, expires_at=later)
+    await other.put_state(sid, "dialogue", {"p": 1}, expires_at=later)
+    mine, theirs = await env.hot.load(sid), await other.load(sid)
+    assert mine == theirs
+    assert mine is not None
+    assert [t.text for t in mine.turns] == ["b", "c", "d"]
+    assert set(mine.entities) == {"series"}
+    await env.hot.append_turns(sid, [text_turn("e")], window=3, expires_at=later)
+    await other.touch(sid, expires_at=_later(env, 90))
+    mine, theirs = await env.hot.load(sid), await other.load(sid)
+    assert mine == theirs
+    assert mine is not None
+    assert mine.expires_at == _later(env, 90)
+    await other.restore(
+        sid,
+        turns=[text_turn("r").with_index(9)],
+        next_index=10,
+        metadata=_metadata(env, sid),
+        entities={},
+        state={},
+        window=3,
+        expires_at=later,
+    )
+    mine = await env.hot.load(sid)
+    assert mine == await other.load(sid)
+    assert mine is not None
+    assert [t.text for t in mine.turns] == ["r"]
+    # Gone and started afresh at the same version numbers: a new epoch, not a stale copy.
+    await other.delete(sid)
+    assert await env.hot.load(sid) is None
+    await env.hot.append_turns(sid, [text_turn("x")], window=3, expires_at=later)
+    await other.delete(sid)
+    await other.append_turns(sid, [text_turn("y")], window=3, expires_at=later)
+    mine = await env.hot.load(sid)
+    assert mine is not None
+    assert [t.text for t in mine.turns] == ["y"]
+
+
+async def test_a_read_after_many_appends_by_another_store_gets_the_window(env: Env) -> None:
+    sid = fresh_id("s")
+    other = _second_hot_store(env)
+    later = _later(env, 60)
+    await env.hot.append_turns(sid, [text_turn("a")], window=3, expires_at=later)
+    await env.hot.load(sid)
+    for text in "bcdef":
+        await other.append_turns(sid, [text_turn(text)], window=3, expires_at=later)
+    snap = await env.hot.load(sid)
+    assert snap is not None
+    assert [t.text for t in snap.turns] == ["d", "e", "f"]
+    assert [t.index for t in snap.turns] == [3, 4, 5]
+
+
+async def test_a_returned_snapshot_cannot_change_the_next_read(env: Env) -> None:
+    sid = fresh_id("s")
+    later = _later(env, 60)
+    await env.hot.append_turns(sid, [text_turn("a")], window=3, expires_at=later)
+    await env.hot.update_entities(sid, {"series": _entity(env, "Berserk")}, expires_at=later)
+    snap = await env.hot.load(sid)
+    assert snap is not None
+    snap.entities.clear()
+    again = await env.hot.load(sid)
+    assert again is not None
+    assert set(again.entities) == {"series"}
+
+
+# -- activity marks -------------------------------------------------------------------------
+
+
+async def test_a_write_that_restarts_a_deleted_session_marks_it_active(env: Env) -> None:
+    """This store marked the session, so its next write sends no mark; but another store
+    deleted the session meanwhile, so the write starts it afresh and must mark it (one
+    more round trip), or the sweeper would never find it."""
+    sid = fresh_id("s")
+    other = _second_hot_store(env)
+    await env.hot.append_turns(sid, [text_turn("a")], window=3, expires_at=_later(env, 60))
+    await other.delete(sid)
+    index = env.hot.keys.activity_of(sid)[0]
+    assert await env.admin.zscore(index, sid) is None
+    before = env.trips.count
+    await env.hot.append_turns(sid, [text_turn("b")], window=3, expires_at=_later(env, 61))
+    assert env.trips.count - before == 2
+    assert await env.admin.zscore(index, sid) == to_us(_later(env, 61))
+
+
+async def test_a_mark_falls_due_and_a_stale_entry_is_still_claimed_right(env: Env) -> None:
+    sid = fresh_id("s")
+    index = env.hot.keys.activity_of(sid)[0]
+    await env.hot.append_turns(sid, [text_turn("a")], window=3, expires_at=_later(env, 600))
+    marked = await env.admin.zscore(index, sid)
+    env.clock.advance(60)
+    await env.hot.append_turns(sid, [text_turn("b")], window=3, expires_at=_later(env, 600))
+    assert await env.admin.zscore(index, sid) == marked  # not due yet: the entry lags
+    env.clock.advance(540)  # the entry's time has come, the session's has not
+    assert await env.hot.claim_expired(owner="w", lease=LEASE) == []
+    assert await env.admin.zscore(index, sid) == to_us(env.clock.now() + timedelta(seconds=60))
+    env.clock.advance(200)
+    await env.hot.append_turns(sid, [text_turn("c")], window=3, expires_at=_later(env, 600))
+    assert await env.admin.zscore(index, sid) == to_us(_later(env, 600))  # due: marked again
+    env.clock.advance(601)
+    assert await env.hot.claim_expired(owner="w", lease=LEASE) == [sid]
 
 
 # -- key layout -----------------------------------------------------------------------------
@@ -584,14 +1099,18 @@ def _strict_slots(monkeypatch: pytest.MonkeyPatch) -> None:
     """Give every script a shebang: the server then refuses, in cluster mode, a script that
     touches a key outside the slot of the keys it declared (without one, Redis allows it
     for compatibility, and a cross-slot script would pass here and fail on a real cluster)."""
-    for module in (redis_hot, redis_durable):
-        for script in vars(module).values():
-            if isinstance(script, LuaScript):
-                source = "#!lua\n" + script.source
-                monkeypatch.setattr(script, "source", source)
-                monkeypatch.setattr(
-                    script, "sha", hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
-                )
+    scripts = {
+        id(script): script
+        for module in (redis_hot, redis_durable, redis_append)
+        for script in vars(module).values()
+        if isinstance(script, LuaScript)
+    }
+    for script in scripts.values():
+        source = "#!lua\n" + script.source
+        monkeypatch.setattr(script, "source", source)
+        monkeypatch.setattr(
+            script, "sha", hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
+        )
 
 
 async def test_every_operation_runs_on_a_cluster_within_its_slots(
@@ -693,6 +1212,26 @@ async def _every_operation(
     await durable.put_memory(memory)
     assert await durable.purge_user(user) == 2
     assert await durable.get_session(sid) is None
+
+    # Appends that carry an entity change, and both tiers in one script.
+    sid = f"s{{z}}:{fresh_id()}"
+    change = EntityChange(upsert={"series": entity}, remove=("topic",))
+    through = {"window": 5, "hot_expires_at": later, "durable_expires_at": later}
+    stored, result = await hot.append_through(
+        durable, sid, [text_turn("t")], idempotency_key="k", entities=change, **through
+    )
+    assert result is not None
+    assert result.version == 1
+    again = await hot.append_through(durable, sid, [text_turn("t")], idempotency_key="k", **through)
+    assert again == (stored, None)
+    await hot.append_turns(sid, [text_turn("u")], window=5, expires_at=later, entities=change)
+    await durable.append_turns(sid, [text_turn("u")], entities=change)
+    snap = await hot.load(sid)
+    assert snap is not None
+    assert snap.entities == {"series": entity}
+    record = await durable.get_record(sid, ENTITIES_RECORD)
+    assert record is not None
+    assert record.version == 2
 
 
 # -- errors and ownership -------------------------------------------------------------------

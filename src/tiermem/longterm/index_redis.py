@@ -33,8 +33,10 @@ keys' slot, which is what Redis Cluster requires. (Declaring the posting keys in
 cost a read before every replacing write: only the server knows a replaced document's old
 terms.)
 
-Round trips: ``upsert`` 1 (one script per user and per 200 documents, and the users' due
-marks, pipelined; one upsert in :data:`COLLECT_EVERY_WRITES` adds a ``collect_expired``),
+Round trips: ``upsert`` 1 (one script per user and per 200 documents, and, pipelined, the
+due mark of a user this process has not marked in the last 5 minutes at or before the new
+documents' earliest expiry -- so a user writing turns costs one command per upsert; one
+upsert in :data:`COLLECT_EVERY_WRITES` adds a ``collect_expired``),
 ``remove`` 1, ``search`` 1, ``purge_user`` 2 (+1 per 500 documents beyond the first 500),
 ``collect_expired`` 1 when nothing is due, else 4 per round.
 ``search`` reads the posting lists of the query's terms (at most
@@ -114,7 +116,7 @@ from tiermem.store.backends.redis_scripts import (
 )
 from tiermem.store.keys import validate_id
 
-__all__ = ["COLLECT_EVERY_WRITES", "RedisIndex", "RedisIndexKeys"]
+__all__ = ["COLLECT_EVERY_WRITES", "DUE_MARK_MEMORY_US", "RedisIndex", "RedisIndexKeys"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +125,9 @@ _REMOVE_BATCH = 500
 _PURGE_ATTEMPTS = 5
 COLLECT_EVERY_WRITES = 32
 """One ``upsert`` in this many (per process) also runs a ``collect_expired``."""
+DUE_MARK_MEMORY_US = 300_000_000
+"""How long (µs) an index remembers the due mark it sent for a user (``upsert``)."""
+_DUE_MARKS_KEPT = 65_536
 
 
 class RedisIndexKeys(RedisKeys):
@@ -172,6 +177,8 @@ class RedisIndex:
         self._clock: Clock = clock or SystemClock()
         self._owns_client = False
         self._writes = 0
+        self._due_marks: dict[str, tuple[int, int]] = {}
+        """User → (the due time this process last marked, when): see _due_mark_needed."""
         self.collect_failures = 0
         """Amortised collections (in ``upsert``) that failed; logged, and retried later."""
 
@@ -197,6 +204,7 @@ class RedisIndex:
         now = self._clock.now()
         now_us = to_us(now)
         commands: list[Command] = []
+        marked: list[tuple[str, int]] = []
         for user_id, user_docs in by_user.items():
             keys = self._keys.index(user_id)
             for start in range(0, len(user_docs), _DOCS_PER_SCRIPT):
@@ -216,11 +224,14 @@ class RedisIndex:
                         args += [term, tf]
                 commands.append(INDEX_UPSERT.command(keys, args))
             expiries = [d.expires_at for d in user_docs if d.expires_at and d.expires_at > now]
-            if expiries:
+            if expiries and self._due_mark_needed(user_id, to_us(min(expiries)), now_us):
                 commands.append(self._mark_due(user_id, to_us(min(expiries))))
+                marked.append((user_id, to_us(min(expiries))))
         if not commands:
             return
         await self._io.batch(commands)
+        for user_id, when_us in marked:
+            self._due_marks[user_id] = (when_us, now_us)
         self._writes += 1
         if self._writes >= COLLECT_EVERY_WRITES:
             self._writes = 0
@@ -273,6 +284,8 @@ class RedisIndex:
             ]
         )
         users = [raw.decode() for page in popped for raw in page]
+        for user in users:
+            self._due_marks.pop(user, None)  # popped: the next write must mark it again
         if not users:
             return 0  # other collectors took them
         # Shares of ``limit`` that add up to it, each at least 1 (len(users) <= limit).
@@ -303,6 +316,23 @@ class RedisIndex:
         if marks:
             await self._io.batch(marks)
         return removed
+
+    def _due_mark_needed(self, user_id: str, when_us: int, now_us: int) -> bool:
+        """Whether an upsert must send the user's due mark (a second command).
+
+        A mark only ever lowers the user's due time, so one at or before ``when_us`` that
+        this process sent recently already covers the new documents: turns of a session
+        expire in order, so a user writing turns needs one mark, not one per turn. The
+        memory of a mark lasts :data:`DUE_MARK_MEMORY_US`: a collector elsewhere may have
+        popped the user meanwhile and died before marking it again, and the next write
+        after that repairs it.
+        """
+        held = self._due_marks.get(user_id)
+        if held is not None and held[0] <= when_us and now_us - held[1] < DUE_MARK_MEMORY_US:
+            return False
+        if len(self._due_marks) >= _DUE_MARKS_KEPT:
+            self._due_marks.clear()
+        return True
 
     def _mark_due(self, user_id: str, when_us: int) -> Command:
         return INDEX_DUE_MARK.command(
@@ -363,6 +393,7 @@ class RedisIndex:
     async def purge_user(self, user_id: str) -> None:
         validate_id(user_id, what="user_id")
         keys = self._keys.index(user_id)
+        self._due_marks.pop(user_id, None)
         for _ in range(_PURGE_ATTEMPTS):
             ids = [raw.decode() for raw in await self._io.execute("HKEYS", keys[0])]
             if not ids:

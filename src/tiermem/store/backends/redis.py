@@ -3,7 +3,9 @@
 :class:`RedisHotStore` is the production hot tier; :class:`RedisDurableStore` keeps the
 archive, session records and long-term memory in Redis, durable only as far as the server's
 AOF/RDB configuration makes it. The code lives in ``redis_hot`` (hot tier and activity
-index), ``redis_durable`` (durable tier) and ``redis_scripts`` (key builder, command
+index), ``redis_durable`` (durable tier), ``redis_append`` (the append scripts, the hot and
+the durable one and both in one), ``redis_snapshots`` (the hot store's copy of the sessions
+it read, so a read decodes only what changed) and ``redis_scripts`` (key builder, command
 runner, error boundary); this module is the public entry point.
 
 Key layout (``tm`` is the ``prefix``; ``<sid>``, ``<uid>``, ``<type>`` are ids escaped with
@@ -12,7 +14,10 @@ its hash tag; keys are built only by :class:`RedisKeys`)::
 
     tm:
     ├── {s=<sid>}:                      one session = one hash tag = one cluster slot
-    │   ├── meta      hash   v version · n next turn index · x expires_us · m metadata json
+    │   ├── meta      hash   v version · n next turn index · x expires_us · m metadata json ·
+    │   │                    e epoch (a token set when the session starts afresh or is
+    │   │                    restored: readers' cached copies key on epoch and version) ·
+    │   │                    w write ids of the last 8 hot appends (" id:version:start ...")
     │   ├── turns     list   the last `window` turns (Turn json)
     │   ├── ent       hash   kind → ActiveEntity json
     │   ├── state     hash   name → "version|updated_us|data json"
@@ -22,8 +27,10 @@ its hash tag; keys are built only by :class:`RedisKeys`)::
     │   │                    the session's lifetime when the record was written, "" forever)
     │   ├── dmeta     hash   the session header: h lifetime (latest expires_at of any durable
     │   │                    write, "inf" = forever) · o owner user_id · c created_at µs of
-    │   │                    the owner's registration · u=<user_id> for each user whose list
-    │   │                    may name the session (read by delete_session)
+    │   │                    the owner's registration · w the write ids of the last 8 appends
+    │   │                    (" id:first:count ...", for blind retries) · u=<user_id> for
+    │   │                    each user whose list may name the session (read by
+    │   │                    delete_session)
     │   └── idem      hash   idempotency key → "first index|count" of the append that used it
     │             (durable keys: native TTL = lifetime − now + gc_grace, re-set on every
     │              durable write; none while "inf")
@@ -47,15 +54,21 @@ as arguments (never the server's TIME), so ``expires_at`` round-trips exactly an
 clock governs expiry. No request path uses KEYS or SCAN.
 
 Round trips per call (once a script is in the server's cache; a NOSCRIPT costs one
-SCRIPT LOAD and a resend):
+SCRIPT LOAD and a resend). Counted by ``tests/integration/test_redis_specific.py``:
 
-* 1: hot ``append_turns``, ``put_metadata``, ``update_entities``, ``put_state``,
-  ``restore``, ``copy_state``, ``touch`` (the session script and the activity mark in one
-  pipeline; +1 to undo the mark when the session refuses the write: a conflict, or
-  ``update_entities``/``copy_state``/``touch`` of an absent session, or ``copy_state`` of
-  a version the session holds), ``load`` (also with ``include_expired``), ``get_state``,
-  ``delete``, ``release_expired``; durable ``append_turns`` (one EVALSHA: turns, index
-  allocation, idempotency key, lifetime and TTLs; a repeated key is answered by the same
+* 1 (one EVALSHA): hot ``append_turns`` (with its entity change, when it has one),
+  ``put_metadata``, ``update_entities``, ``put_state``, ``copy_state``, ``touch``, while the
+  session's activity mark is not due (see "Activity index": +1 command in the same round
+  trip when it is, and always for ``restore``; +1 round trip when a write that sent no
+  mark starts the session afresh, or to undo a mark when the session refuses the write);
+  :meth:`RedisHotStore.append_through` -- the durable append and the hot append of a
+  turn, idempotency key, write id, lifetime, entity change on both tiers and window trim,
+  in one script: **a plain turn of a Redis + Redis deployment is one round trip**, and so
+  is one that changes an entity; ``load`` (also with ``include_expired``; it answers only
+  what changed since this store's last read or write of the session, see
+  ``redis_snapshots``), ``get_state``, ``delete``, ``release_expired``; durable
+  ``append_turns`` (one EVALSHA: turns, index allocation, idempotency key, write id,
+  entity change, lifetime and TTLs; a repeated key or write id is answered by the same
   script), ``next_index``, ``get_turn``, ``get_turns``, ``tail_turns``, ``get_session``,
   ``list_sessions``, ``get_record``, ``put_record``, ``put_memory`` (+1 when a memory
   changes type), ``get_memory``, ``query_memories``; durable ``register_session`` refused
@@ -65,6 +78,15 @@ SCRIPT LOAD and a resend):
   ``purge_user`` (+2 per retry when the user gains a session or a memory type meanwhile).
 * 3 per round: hot ``claim_expired`` (due entries of every shard; the candidates' real
   expiries; the leases), at most 8 rounds.
+
+Retried writes. Every durable append (alone or in ``append_through``) carries a write id
+the store makes for the call; the script records the last few in the session header and
+answers a second arrival of the same id as it answers a repeated idempotency key: nothing
+written, the stored turns returned. So a client that resends a script after a lost reply
+(redis-py's retries, which the clients built here keep off, or a cluster client's) cannot
+append a turn twice. A hot ``append_turns`` does the same with its own write id (meta
+``w``). The other hot writes rewrite the same values when resent (their version grows by
+one more); the clients built here keep redis-py's automatic retries off all the same.
 
 Expiry. A hot session past ``expires_at`` reads as absent; with ``include_expired`` it is
 still returned until ``expires_at + gc_grace``, which is also when its native TTL fires.
@@ -92,14 +114,21 @@ is the user's history: an entry stays after the session dies (``purge_user`` the
 deletes the session only if no other user has registered the id since).
 
 Activity index. A session's keys and its activity shard hash to different slots, and in a
-cluster neither a Lua script nor MULTI may span slots. A write therefore sends two commands
-in one non-transactional pipeline: the session script, which decides, and then the shard's
-mark script (score = new expiry, lease cleared, previous entry returned). If the session
-refused the write, the mark is put back, guarded by a token so that a later write's mark
-is never undone. If the mark is lost (the connection drops between the two), the entry is
-stale; ``claim_expired`` reads each candidate session's real expiry before leasing it and
-repairs entries whose session is in fact live, and the session's next write rewrites it.
-A session whose very first mark is lost is found only after its next write.
+cluster neither a Lua script nor MULTI may span slots. The entry need not follow every
+write: ``claim_expired`` reads each due candidate's real expiry before leasing it and
+moves the entry of a session that is in fact live. So a write leaves the index alone
+unless a mark is due: the store has not marked the session yet, the expiry moves earlier
+than its last mark, or that mark falls due within half the remaining time (with a sliding
+30-minute expiry: about one mark per session every 15 minutes). A due mark goes in the
+same non-transactional pipeline as the session script (mark score = new expiry, lease
+cleared, previous entry returned); if the session refused the write, the mark is put back,
+guarded by a token so that a later write's mark is never undone. A write that starts the
+session afresh (it had expired, been claimed or been deleted) must clear any lease and
+always marks, in a second round trip when the store did not expect it. A lost mark (the
+connection drops between the commands) leaves a stale entry that the session's next due
+mark or ``claim_expired`` repairs. Caveat: the "last mark" is remembered per process, so
+when several processes write one session and one of them moves the expiry earlier than
+another's latest mark, the handoff waits for that later mark.
 """
 
 from tiermem.store.backends.redis_durable import RedisDurableStore

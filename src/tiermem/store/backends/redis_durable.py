@@ -31,6 +31,12 @@ from tiermem.models import (
     SessionRef,
     Turn,
 )
+from tiermem.store.backends.redis_append import (
+    ARCHIVE_APPEND,
+    DURABLE_PRELUDE,
+    HORIZON_PRELUDE,
+    bind_durable,
+)
 from tiermem.store.backends.redis_scripts import (
     BACKEND_NAME,
     Arg,
@@ -40,7 +46,9 @@ from tiermem.store.backends.redis_scripts import (
     RedisKeys,
     RedisStoreBase,
     client_from_url,
+    entity_args,
     from_us,
+    new_write_id,
     optional_int,
     optional_us,
     redis_boundary,
@@ -65,7 +73,7 @@ from tiermem.store.codec import (
     encode_memory,
     encode_turn,
 )
-from tiermem.store.contract import DEFAULT_GC_GRACE, Capability
+from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, EntityChange
 from tiermem.store.keys import escape_segment, unescape_segment, validate_id
 
 __all__ = ["RedisDurableStore"]
@@ -76,96 +84,11 @@ _ATTEMPTS = 5
 
 # -- Lua (see the conventions in redis_scripts) -------------------------------------
 
-_HORIZON_PRELUDE = """
--- Native TTL of a group of keys that share one logical lifetime: they live until the
--- latest expiry of anything in them (field 'h' of the group's meta hash, 'inf' once
--- anything is kept forever) plus the grace period. A script calls extend_horizon after
--- creating its keys: PEXPIRE does nothing to a key that does not exist yet.
-local function later_horizon(meta, expires)
-  -- The horizon once data kept until expires ('' = forever) is added.
-  local h = redis.call('HGET', meta, 'h')
-  if h == 'inf' or expires == '' then return 'inf' end
-  if h and tonumber(h) > tonumber(expires) then return h end
-  return expires
-end
-local function extend_horizon(meta, keys, now, grace, expires)
-  local h = redis.call('HGET', meta, 'h')
-  if h == 'inf' then return end
-  h = later_horizon(meta, expires)
-  redis.call('HSET', meta, 'h', h)
-  if h == 'inf' then
-    for _, key in ipairs(keys) do redis.call('PERSIST', key) end
-    return
-  end
-  local ttl = math.ceil((tonumber(h) - now) / 1000) + grace
-  if ttl < 1 then ttl = 1 end
-  for _, key in ipairs(keys) do redis.call('PEXPIRE', key, string.format('%d', ttl)) end
-end
-"""
-
-_SESSION_PRELUDE = (
-    _HORIZON_PRELUDE
-    + """
--- KEYS: 1 archive, 2 records, 3 dmeta, 4 idem (one durable session, one hash tag).
--- The session's lifetime is its horizon: it lives while 'h' is 'inf' or after now.
-local function session_live(now)
-  local h = redis.call('HGET', KEYS[3], 'h')
-  return h == 'inf' or (h ~= false and tonumber(h) > now)
-end
-local function session_begin(live)
-  -- The write goes ahead on a session whose lifetime has passed (or that never was):
-  -- what is left of its last life is dropped first, so nothing of it reappears (records,
-  -- idempotency keys, owner; its turns had all expired). The 'u=' notes of users whose
-  -- lists name the session stay, for delete_session.
-  if not live then
-    redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
-    redis.call('HDEL', KEYS[3], 'h', 'o', 'c')
-  end
-end
-local function session_extend(now, grace, expires)
-  extend_horizon(KEYS[3], KEYS, now, grace, expires)
-end
-"""
-)
-
 # Durable session scripts. KEYS: 1 archive (list of 'expires_us|turn json', list position =
 # turn index), 2 records (kind -> 'version|lifetime_us|updated_us|data json'), 3 dmeta
-# (h lifetime, o owner, c created_us, u=<user> notes), 4 idem (key -> 'first|count').
-
-ARCHIVE_APPEND = LuaScript(
-    "archive_append",
-    _SESSION_PRELUDE
-    + """
--- ARGV: 1 now, 2 grace_ms, 3 expires_us|'', 4 first_index|'', 5 idempotency key|'',
---       6.. turn templates
-local now = tonumber(ARGV[1])
-local live = session_live(now)
-if live and ARGV[5] ~= '' then
-  local seen = redis.call('HGET', KEYS[4], ARGV[5])
-  if seen then
-    -- A retry: write nothing, answer with what the first append stored, as it is now.
-    local first, count = string.match(seen, '^(%d+)|(%d+)$')
-    local out = {'repeat'}
-    local stored = redis.call('LRANGE', KEYS[1], first, tonumber(first) + tonumber(count) - 1)
-    for _, raw in ipairs(stored) do out[#out + 1] = raw end
-    return out
-  end
-end
-local start = 0
-if live then start = redis.call('LLEN', KEYS[1]) end
-if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= start then return {'index', start} end
-session_begin(live)
-for i = 6, #ARGV do
-  redis.call('RPUSH', KEYS[1],
-             ARGV[3] .. '|' .. ARGV[i] .. ',"index":' .. string.format('%d', start + i - 6) .. '}')
-end
-if ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[4], ARGV[5], string.format('%d|%d', start, #ARGV - 5))
-end
-session_extend(now, tonumber(ARGV[2]), ARGV[3])
-return {'ok', start}
-""",
-)
+# (h lifetime, o owner, c created_us, w recent write ids, u=<user> notes), 4 idem
+# (key -> 'first|count'). The append script lives in redis_append, beside the hot one.
+_SESSION_PRELUDE = bind_durable + DURABLE_PRELUDE
 
 ARCHIVE_TAIL = LuaScript(
     "archive_tail",
@@ -267,7 +190,7 @@ local owner = redis.call('HGET', KEYS[3], 'o')
 redis.call('HDEL', KEYS[3], 'u=' .. ARGV[2])
 if live and owner and owner ~= ARGV[2] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
-redis.call('HDEL', KEYS[3], 'h', 'o', 'c')
+redis.call('HDEL', KEYS[3], 'h', 'o', 'c', 'w')
 return 1
 """,
 )
@@ -311,7 +234,7 @@ return 1
 
 MEMORY_PUT = LuaScript(
     "memory_put",
-    _HORIZON_PRELUDE
+    HORIZON_PRELUDE
     + """
 -- KEYS: 1 mem hash (id -> 'version|expires_us|type|json'), 2 all-types zset, 3 types set,
 --       4 umeta, 5 zset of the record's type, [6 zset of the stored record's type]
@@ -423,7 +346,12 @@ class RedisDurableStore(RedisStoreBase):
 
     name = BACKEND_NAME
     capabilities = frozenset(
-        {Capability.PERSISTENT, Capability.NATIVE_TTL, Capability.CLUSTER_SAFE}
+        {
+            Capability.PERSISTENT,
+            Capability.NATIVE_TTL,
+            Capability.CLUSTER_SAFE,
+            Capability.ENTITIES_IN_APPEND,
+        }
     )
 
     def __init__(
@@ -463,9 +391,12 @@ class RedisDurableStore(RedisStoreBase):
         first_index: int | None = None,
         expires_at: datetime | None = None,
         idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
     ) -> list[Turn]:
-        """One EVALSHA: index allocation, the idempotency key, the session's lifetime and
-        the native TTLs in one script; a repeated key is answered by the same script."""
+        """One EVALSHA: index allocation, the idempotency key, the entity change, the
+        session's lifetime and the native TTLs in one script; a repeated key (or a blind
+        resend of this very call, recognised by its write id) is answered by the same
+        script and writes nothing."""
         check_append(session_id, turns, first_index=first_index)
         key = check_idempotency_key(idempotency_key)
         templates = [turn_template(turn) for turn in turns]
@@ -479,11 +410,13 @@ class RedisDurableStore(RedisStoreBase):
                 optional_us(expires_at),
                 optional_int(first_index),
                 key or "",
+                new_write_id(),
+                *entity_args(entities),
                 *templates,
             ],
         )
         if reply[0] == b"repeat":
-            return _live_turns(reply[1:], now_us, session_id)
+            return live_turns(reply[1:], now_us, session_id)
         if reply[0] == b"index":
             actual = int(reply[1])
             raise ConflictError(
@@ -520,7 +453,7 @@ class RedisDurableStore(RedisStoreBase):
         raws = await self._io.execute(
             "LRANGE", self._keys.archive(session_id), start, -1 if end is None else end - 1
         )
-        return _live_turns(raws, self._now_us(), session_id)
+        return live_turns(raws, self._now_us(), session_id)
 
     @redis_boundary
     async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
@@ -881,7 +814,7 @@ class RedisDurableStore(RedisStoreBase):
         )
 
 
-def _live_turns(raws: Sequence[bytes], now_us: int, session_id: str) -> list[Turn]:
+def live_turns(raws: Sequence[bytes], now_us: int, session_id: str) -> list[Turn]:
     """The live turns of archive frames; an undecodable one is skipped and logged."""
     frames = [split_frame(raw, 1) for raw in raws]
     return decode_turns(

@@ -6,6 +6,13 @@ keys in one script, and ``copy_state`` compares and writes in one. The activity 
 sharded and lives in other slots: see "Activity index" in
 :mod:`tiermem.store.backends.redis`, which also lists the round trips of each call.
 
+The store also implements :class:`~tiermem.store.contract.CombinedAppend`: with a
+:class:`~tiermem.store.backends.redis_durable.RedisDurableStore` on the same server and
+prefix (a session's hot and durable keys share its hash tag), :meth:`RedisHotStore.
+append_through` archives a turn and appends it to the hot session in one script. Reads
+decode only what changed since the store last saw the session
+(:mod:`~tiermem.store.backends.redis_snapshots`).
+
 The shared keyspace (blobs of no session, such as circuit breakers) is one string key per
 name, ``<prefix>:shared:<escaped name>``, holding ``version|expires_us|updated_us|data
 json`` (``expires_us`` empty: forever). A single key is one cluster slot, and no session
@@ -21,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Self
@@ -29,7 +35,7 @@ from typing import Any, Self
 from redis.exceptions import NoScriptError
 
 from tiermem.clock import Clock
-from tiermem.errors import ConflictError
+from tiermem.errors import ConflictError, ValidationError
 from tiermem.models import (
     ActiveEntity,
     JsonValue,
@@ -39,6 +45,8 @@ from tiermem.models import (
     StateBlob,
     Turn,
 )
+from tiermem.store.backends.redis_append import APPEND_THROUGH, HOT_APPEND, HOT_PRELUDE, bind_hot
+from tiermem.store.backends.redis_durable import RedisDurableStore, live_turns
 from tiermem.store.backends.redis_scripts import (
     BACKEND_NAME,
     Arg,
@@ -48,24 +56,36 @@ from tiermem.store.backends.redis_scripts import (
     RedisKeys,
     RedisStoreBase,
     client_from_url,
+    entity_args,
     from_us,
+    new_write_id,
     optional_int,
+    optional_us,
     redis_boundary,
+    same_server,
     split_frame,
     to_us,
     turn_template,
 )
+from tiermem.store.backends.redis_snapshots import SnapshotCache, decode_state
 from tiermem.store.codec import (
     check_append,
+    check_aware,
+    check_idempotency_key,
     check_kind,
     check_limit,
     check_restore,
-    decode_turns,
     encode_data,
     encode_shared,
     encode_turn,
 )
-from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
+from tiermem.store.contract import (
+    DEFAULT_GC_GRACE,
+    Capability,
+    DurableStore,
+    EntityChange,
+    HotAppendResult,
+)
 from tiermem.store.keys import validate_id
 
 __all__ = ["RedisHotStore"]
@@ -74,99 +94,70 @@ logger = logging.getLogger(__name__)
 
 _CLAIM_ROUNDS = 8
 """claim_expired gives up after this many candidate rounds, even if it claimed fewer."""
+_MARKS_KEPT = 65_536
+"""Sessions whose last activity mark a store remembers (see ``_mark_due``)."""
 
 
-# -- Lua (see the conventions in redis_scripts) -------------------------------------
+# -- Lua (see the conventions in redis_scripts; the append script is in redis_append) ----
 
-_HOT_PRELUDE = """
--- KEYS: 1 meta, 2 turns, 3 entities, 4 state (one session, one hash tag)
-local function hot_live(now)
-  local x = redis.call('HGET', KEYS[1], 'x')
-  return x ~= false and tonumber(x) > now
-end
-local function hot_begin(live)
-  -- The write goes ahead: an expired, not yet collected session is dropped first, so the
-  -- write starts afresh. (A refused write leaves it, readable with include_expired.)
-  if not live then redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) end
-end
-local function hot_version(live)
-  if not live then return 0 end
-  return tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
-end
-local function hot_commit(version, expires, ttl)
-  redis.call('HSET', KEYS[1], 'v', string.format('%d', version), 'x', expires)
-  for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
-end
-"""
-
-HOT_APPEND = LuaScript(
-    "hot_append",
-    _HOT_PRELUDE
-    + """
--- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 window, 5 expected_version|'', 6 first_index|'',
---       7 metadata json|'', 8.. turn templates
-local live = hot_live(tonumber(ARGV[1]))
-local version = hot_version(live)
-if ARGV[5] ~= '' and tonumber(ARGV[5]) ~= version then return {'conflict', version} end
-local start = 0
-if live then start = tonumber(redis.call('HGET', KEYS[1], 'n') or '0') end
-if ARGV[6] ~= '' then
-  local first = tonumber(ARGV[6])
-  if live and first ~= start then return {'index', start} end
-  start = first
-end
-hot_begin(live)
-for i = 8, #ARGV do
-  redis.call('RPUSH', KEYS[2], ARGV[i] .. ',"index":' .. string.format('%d', start + i - 8) .. '}')
-end
-redis.call('LTRIM', KEYS[2], -tonumber(ARGV[4]), -1)
-redis.call('HSET', KEYS[1], 'n', string.format('%d', start + #ARGV - 7))
-if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'm', ARGV[7]) end
-hot_commit(version + 1, ARGV[2], ARGV[3])
-return {'ok', version + 1, start}
-""",
-)
+_HOT = bind_hot + HOT_PRELUDE
 
 HOT_LOAD = LuaScript(
     "hot_load",
     """
 -- KEYS: meta, turns, entities, state. ARGV: 1 now, 2 grace_us to include an expired session
--- until it is collected (now < expires + grace), or ''. Read-only.
+-- until it is collected (now < expires + grace), or '', 3 epoch the caller has cached|'',
+-- 4 its version, 5 its next index. Read-only.
+-- Answers false (absent), or version, next index, expires, epoch -- and nothing more when
+-- the caller's copy is current -- then metadata, the index of the first turn held, the
+-- index of the first turn sent (the caller holds those before it when its epoch is the
+-- session's), the turns from there, entities and state (flat field/value lists).
 local visible_after = tonumber(ARGV[1])
 if ARGV[2] ~= '' then visible_after = visible_after - tonumber(ARGV[2]) end
-local m = redis.call('HMGET', KEYS[1], 'v', 'n', 'x', 'm')
+local m = redis.call('HMGET', KEYS[1], 'v', 'n', 'x', 'm', 'e')
 if not m[3] or tonumber(m[3]) <= visible_after then return false end
-return {m[1] or '0', m[2] or '0', m[3], m[4] or '', redis.call('LRANGE', KEYS[2], 0, -1),
+local version, next_index, epoch = m[1] or '0', m[2] or '0', m[5] or ''
+local same_epoch = ARGV[3] ~= '' and ARGV[3] == epoch
+if same_epoch and ARGV[4] == version then return {version, next_index, m[3], epoch} end
+local n = tonumber(next_index)
+local first = n - redis.call('LLEN', KEYS[2])
+local from = first
+if same_epoch then
+  local have = tonumber(ARGV[5])
+  if have >= first and have <= n then from = have end
+end
+return {version, next_index, m[3], epoch, m[4] or '', first, from,
+        redis.call('LRANGE', KEYS[2], from - first, -1),
         redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4])}
 """,
 )
 
 HOT_PUT_METADATA = LuaScript(
     "hot_put_metadata",
-    _HOT_PRELUDE
+    _HOT
     + """
--- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 expected_version|'', 5 metadata json
+-- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 expected_version|'', 5 metadata json, 6 epoch.
+-- Answers 'ok', version, 1 if it started the session afresh else 0.
 local live = hot_live(tonumber(ARGV[1]))
 local version = hot_version(live)
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= version then return {'conflict', version} end
-hot_begin(live)
+hot_begin(live, ARGV[6])
 redis.call('HSET', KEYS[1], 'm', ARGV[5])
 hot_commit(version + 1, ARGV[2], ARGV[3])
-return {'ok', version + 1}
+return {'ok', version + 1, live and 0 or 1}
 """,
 )
 
 HOT_UPDATE_ENTITIES = LuaScript(
     "hot_update_entities",
-    _HOT_PRELUDE
+    _HOT
     + """
--- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 n removed, then removed kinds, then kind/json pairs.
--- Entities never start a session: an absent or expired one is left as it is.
+-- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 n removed, 5 n upserts, then removed kinds, then
+-- kind/json pairs. Entities never start a session: an absent or expired one is left as
+-- it is.
 if not hot_live(tonumber(ARGV[1])) then return {'absent'} end
 local version = hot_version(true)
-local removed = tonumber(ARGV[4])
-for i = 5, 4 + removed do redis.call('HDEL', KEYS[3], ARGV[i]) end
-for i = 5 + removed, #ARGV, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
+hot_entities(6, tonumber(ARGV[4]), tonumber(ARGV[5]))
 hot_commit(version + 1, ARGV[2], ARGV[3])
 return {'ok', version + 1}
 """,
@@ -174,43 +165,46 @@ return {'ok', version + 1}
 
 HOT_PUT_STATE = LuaScript(
     "hot_put_state",
-    _HOT_PRELUDE
+    _HOT
     + """
--- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 name, 5 expected_version|'', 6 updated_us, 7 data json
--- A state value is framed 'version|updated_us|json'.
+-- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 name, 5 expected_version|'', 6 updated_us, 7 data json,
+-- 8 epoch. A state value is framed 'version|updated_us|json'. Answers 'ok', the blob's
+-- version, 1 if it started the session afresh else 0.
 local live = hot_live(tonumber(ARGV[1]))
 local version = hot_version(live)
 local raw = live and redis.call('HGET', KEYS[4], ARGV[4])
 local actual = 0
 if raw then actual = tonumber(string.match(raw, '^(%d+)|')) end
 if ARGV[5] ~= '' and tonumber(ARGV[5]) ~= actual then return {'conflict', actual} end
-hot_begin(live)
+hot_begin(live, ARGV[8])
 redis.call('HSET', KEYS[4], ARGV[4],
            string.format('%d', actual + 1) .. '|' .. ARGV[6] .. '|' .. ARGV[7])
 hot_commit(version + 1, ARGV[2], ARGV[3])
-return {'ok', actual + 1}
+return {'ok', actual + 1, live and 0 or 1}
 """,
 )
 
 HOT_RESTORE = LuaScript(
     "hot_restore",
-    _HOT_PRELUDE
+    _HOT
     + """
 -- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 expected_version|'', 5 next_index, 6 metadata json,
---       7 n turns, 8 n entities, then turn jsons (already indexed, the last `window`),
---       then entity kind/json pairs, then state name/'version|updated_us|json' pairs.
--- Replaces the whole session; state blobs keep the versions the caller framed.
+--       7 n turns, 8 n entities, 9 epoch, then turn jsons (already indexed, the last
+--       `window`), then entity kind/json pairs, then state name/'version|updated_us|json'
+--       pairs.
+-- Replaces the whole session, under a new epoch; state blobs keep the versions the
+-- caller framed.
 local live = hot_live(tonumber(ARGV[1]))
 local version = hot_version(live)
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= version then return {'conflict', version} end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 local turns, entities = tonumber(ARGV[7]), tonumber(ARGV[8])
-local first_entity = 9 + turns
+local first_entity = 10 + turns
 local first_state = first_entity + 2 * entities
-for i = 9, first_entity - 1 do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+for i = 10, first_entity - 1 do redis.call('RPUSH', KEYS[2], ARGV[i]) end
 for i = first_entity, first_state - 1, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
 for i = first_state, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
-redis.call('HSET', KEYS[1], 'n', ARGV[5], 'm', ARGV[6])
+redis.call('HSET', KEYS[1], 'n', ARGV[5], 'm', ARGV[6], 'e', ARGV[9])
 hot_commit(version + 1, ARGV[2], ARGV[3])
 return {'ok', version + 1}
 """,
@@ -218,7 +212,7 @@ return {'ok', version + 1}
 
 HOT_COPY_STATE = LuaScript(
     "hot_copy_state",
-    _HOT_PRELUDE
+    _HOT
     + """
 -- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 name, 5 blob version, 6 framed blob
 -- ('version|updated_us|json'). Writes unless the live session holds the blob at that
@@ -247,7 +241,7 @@ return redis.call('HGET', KEYS[2], ARGV[2])
 
 HOT_TOUCH = LuaScript(
     "hot_touch",
-    _HOT_PRELUDE
+    _HOT
     + """
 -- ARGV: 1 now, 2 expires, 3 ttl_ms. Moves the expiry; the version stays. An expired
 -- session is left as it is, for handoff.
@@ -421,7 +415,9 @@ class RedisHotStore(RedisStoreBase):
     """
 
     name = BACKEND_NAME
-    capabilities = frozenset({Capability.NATIVE_TTL, Capability.CLUSTER_SAFE})
+    capabilities = frozenset(
+        {Capability.NATIVE_TTL, Capability.CLUSTER_SAFE, Capability.ENTITIES_IN_APPEND}
+    )
 
     def __init__(
         self,
@@ -431,6 +427,7 @@ class RedisHotStore(RedisStoreBase):
         prefix: str = "tm",
         gc_grace: timedelta = DEFAULT_GC_GRACE,
         activity_shards: int = 16,
+        snapshot_cache: int = 1024,
     ) -> None:
         super().__init__(
             client,
@@ -439,6 +436,9 @@ class RedisHotStore(RedisStoreBase):
             gc_grace=gc_grace,
         )
         self._grace_us = gc_grace // timedelta(microseconds=1)
+        self._snapshots = SnapshotCache(snapshot_cache)
+        self._marks: dict[str, int] = {}
+        """Session → the expiry this process last wrote to its activity entry."""
 
     @classmethod
     def from_url(
@@ -449,15 +449,21 @@ class RedisHotStore(RedisStoreBase):
         prefix: str = "tm",
         gc_grace: timedelta = DEFAULT_GC_GRACE,
         activity_shards: int = 16,
+        snapshot_cache: int = 1024,
         **client_options: Any,
     ) -> Self:
-        """A store on a new client for ``url`` (see :func:`client_from_url`); it owns it."""
+        """A store on a new client for ``url`` (see :func:`client_from_url`); it owns it.
+
+        ``snapshot_cache``: how many sessions' last-read snapshots to keep so that a read
+        decodes only what changed (0: none; see :mod:`redis_snapshots
+        <tiermem.store.backends.redis_snapshots>`)."""
         store = cls(
             client_from_url(url, **client_options),
             clock=clock,
             prefix=prefix,
             gc_grace=gc_grace,
             activity_shards=activity_shards,
+            snapshot_cache=snapshot_cache,
         )
         return store._own_client()
 
@@ -465,25 +471,67 @@ class RedisHotStore(RedisStoreBase):
         """Native TTL: the logical remaining time, rounded up, plus the grace period."""
         return max(1, -((now_us - expires_us) // 1000) + self._grace_ms)
 
-    async def _write_session(
-        self, session_id: str, script: LuaScript, args: Sequence[Arg], expires_us: int
-    ) -> list[Any]:
-        """Run a session write script and mark the session active, in one round trip.
+    def _mark_due(self, session_id: str, now_us: int, expires_us: int) -> bool:
+        """Whether a write should also move the session's activity entry.
 
-        The session's keys and its activity shard are in different slots, so they cannot
-        share a script or a MULTI in a cluster. The two commands go in one non-transactional
-        pipeline, session first. When the session refuses the write (conflict, touch of an
-        absent session), the mark is undone with a second round trip; a lost mark (the
-        shard failed) is logged and repaired by the session's next write or by
+        The entry need not follow every write: :meth:`claim_expired` re-reads the real
+        expiry of a due entry and moves it on when the session is in fact live. So a write
+        marks when this process has not marked the session yet, when the expiry moves
+        earlier than the mark, or when the mark would fall due within half the remaining
+        time; a write that starts the session afresh always marks (it must clear a lease).
+        """
+        marked = self._marks.get(session_id)
+        return marked is None or expires_us < marked or 2 * (marked - now_us) < expires_us - now_us
+
+    def _marked(self, session_id: str, expires_us: int) -> None:
+        if len(self._marks) >= _MARKS_KEPT:
+            self._marks.clear()  # forgetting only costs a few extra marks
+        self._marks[session_id] = expires_us
+
+    async def _write_session(
+        self,
+        session_id: str,
+        script: LuaScript,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        expires_us: int,
+        *,
+        now_us: int,
+        fresh_at: int | None,
+        always_mark: bool = False,
+        wrote_at: int = 0,
+    ) -> list[Any]:
+        """Run a session write script, marking the session active when it is due.
+
+        A script's reply says at ``wrote_at`` whether it wrote the hot session (``ok``)
+        and at ``fresh_at`` whether it started the session afresh (1). When no mark is due
+        (:meth:`_mark_due`) this is one EVALSHA, followed by a mark, a second round trip,
+        only when the script started the session afresh. Otherwise the session's keys and
+        its activity shard, which are in different slots (no script or MULTI may span them
+        in a cluster), go as two commands in one non-transactional pipeline, session first.
+        When the session refuses the write (conflict, touch of an absent session, a skipped
+        hot half of ``append_through``), the mark is undone with a second round trip; a lost
+        mark (the shard failed) is logged and repaired by a later write or by
         :meth:`claim_expired`'s re-check.
         """
-        session = script.command(self._keys.hot_session(session_id), args)
+        if not always_mark and not self._mark_due(session_id, now_us, expires_us):
+            answer = list(await self._io.call(script, keys, args))
+            wrote = len(answer) > wrote_at and answer[wrote_at] == b"ok"
+            if wrote and fresh_at is not None and answer[fresh_at] == 1:
+                await self._io.call(
+                    ACTIVITY_MARK,
+                    self._keys.activity_of(session_id),
+                    [session_id, expires_us, new_write_id()],
+                )
+                self._marked(session_id, expires_us)
+            return answer
+        session = script.command(keys, args)
         shard = self._keys.activity_of(session_id)
         for _ in range(3):
-            token = secrets.token_hex(8)
+            token = new_write_id()
             mark = ACTIVITY_MARK.command(shard, [session_id, expires_us, token])
             reply, marked = await self._io.send([session, mark])
-            wrote = isinstance(reply, list) and reply[0] == b"ok"
+            wrote = isinstance(reply, list) and len(reply) > wrote_at and reply[wrote_at] == b"ok"
             if not wrote and not isinstance(marked, Exception):
                 await self._io.call(
                     ACTIVITY_RESTORE, shard, [session_id, token, marked[0], marked[1]]
@@ -497,13 +545,16 @@ class RedisHotStore(RedisStoreBase):
                 raise reply
             if wrote and isinstance(marked, NoScriptError):
                 await self._io.call(ACTIVITY_MARK, shard, [session_id, expires_us, token])
+                self._marked(session_id, expires_us)
             elif wrote and isinstance(marked, Exception):
                 logger.warning(
                     "redis hot store: session %r was written but its activity-index update "
-                    "failed (%s); its next write repairs the index",
+                    "failed (%s); a later write repairs the index",
                     session_id,
                     marked,
                 )
+            elif wrote:
+                self._marked(session_id, expires_us)
             return list(reply)
         raise reply
 
@@ -528,13 +579,17 @@ class RedisHotStore(RedisStoreBase):
         first_index: int | None = None,
         metadata: SessionMetadata | None = None,
         expected_version: int | None = None,
+        entities: EntityChange | None = None,
     ) -> HotAppendResult:
+        """One EVALSHA (see :meth:`_write_session` for when the activity mark rides along)."""
         check_append(session_id, turns, window=window, first_index=first_index)
         templates = [turn_template(turn) for turn in turns]
         now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
+        metadata_json = "" if metadata is None else metadata.model_dump_json()
         reply = await self._write_session(
             session_id,
             HOT_APPEND,
+            self._keys.hot_session(session_id),
             [
                 now_us,
                 expires_us,
@@ -542,10 +597,14 @@ class RedisHotStore(RedisStoreBase):
                 window,
                 optional_int(expected_version),
                 optional_int(first_index),
-                "" if metadata is None else metadata.model_dump_json(),
+                metadata_json,
+                new_write_id(),
+                *entity_args(entities),
                 *templates,
             ],
             expires_us,
+            now_us=now_us,
+            fresh_at=3,
         )
         if reply[0] == b"conflict":
             raise self._version_conflict(session_id, expected_version, int(reply[1]))
@@ -557,41 +616,139 @@ class RedisHotStore(RedisStoreBase):
                 actual=actual,
             )
         version, start = int(reply[1]), int(reply[2])
-        return HotAppendResult(
-            turns=tuple(turn.with_index(start + i) for i, turn in enumerate(turns)),
+        stored = tuple(turn.with_index(start + i) for i, turn in enumerate(turns))
+        self._snapshots.appended(
+            session_id,
+            epoch=reply[4],
             version=version,
-            next_index=start + len(turns),
+            fresh=reply[3] == 1,
+            turns=stored,
+            window=window,
+            expires_us=expires_us,
+            metadata=None if metadata is None else (metadata_json, metadata),
+            change=entities,
         )
+        return HotAppendResult.trusted(
+            {"turns": stored, "version": version, "next_index": start + len(turns)}
+        )
+
+    # -- CombinedAppend ---------------------------------------------------------------------
+
+    def can_append_through(self, durable: DurableStore) -> bool:
+        """True for a :class:`RedisDurableStore` on the same server and key prefix (so a
+        session's hot and durable keys share one hash tag, hence one cluster slot)."""
+        return (
+            isinstance(durable, RedisDurableStore)
+            and durable.keys.prefix == self._keys.prefix
+            and same_server(durable.client, self.client)
+        )
+
+    @redis_boundary
+    async def append_through(
+        self,
+        durable: DurableStore,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        window: int,
+        hot_expires_at: datetime,
+        durable_expires_at: datetime | None,
+        idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
+        first_index: int | None = None,
+    ) -> tuple[list[Turn], HotAppendResult | None]:
+        """One EVALSHA for both tiers (see :data:`~tiermem.store.backends.redis_append.
+        APPEND_THROUGH`); the activity mark rides along as in :meth:`_write_session`.
+
+        Raises:
+            ValidationError: as either tier's ``append_turns``, or ``durable`` is not one
+                :meth:`can_append_through` accepts.
+            ConflictError: ``first_index`` is not the archive's next index; nothing was
+                written.
+        """
+        if not self.can_append_through(durable):
+            raise ValidationError(
+                "append_through needs a RedisDurableStore on the same Redis server and key "
+                "prefix as the hot store; check can_append_through first"
+            )
+        assert isinstance(durable, RedisDurableStore)
+        check_append(session_id, turns, window=window, first_index=first_index)
+        key = check_idempotency_key(idempotency_key)
+        check_aware(durable_expires_at, what="durable_expires_at")
+        templates = [turn_template(turn) for turn in turns]
+        now_us, expires_us = self._now_us(), to_us(hot_expires_at, what="hot_expires_at")
+        reply = await self._write_session(
+            session_id,
+            APPEND_THROUGH,
+            [*self._keys.durable_session(session_id), *self._keys.hot_session(session_id)],
+            [
+                now_us,
+                durable.grace_ms,
+                optional_us(durable_expires_at),
+                optional_int(first_index),
+                key or "",
+                new_write_id(),
+                expires_us,
+                self._ttl_ms(now_us, expires_us),
+                window,
+                new_write_id(),
+                *entity_args(entities),
+                *templates,
+            ],
+            expires_us,
+            now_us=now_us,
+            fresh_at=5,
+            wrote_at=3,
+        )
+        if reply[0] == b"index":
+            actual = int(reply[1])
+            raise ConflictError(
+                f"session {session_id!r}: next archived turn index is {actual}, not {first_index}",
+                expected=first_index,
+                actual=actual,
+            )
+        if reply[0] == b"repeat":
+            return live_turns(reply[7:], now_us, session_id), None
+        start = int(reply[1])
+        stored = tuple(turn.with_index(start + i) for i, turn in enumerate(turns))
+        if reply[3] != b"ok":
+            self._snapshots.drop(session_id)
+            return list(stored), None
+        version = int(reply[4])
+        self._snapshots.appended(
+            session_id,
+            epoch=reply[6],
+            version=version,
+            fresh=reply[5] == 1,
+            turns=stored,
+            window=window,
+            expires_us=expires_us,
+            metadata=None,
+            change=entities,
+        )
+        result = HotAppendResult.trusted(
+            {"turns": stored, "version": version, "next_index": start + len(turns)}
+        )
+        return list(stored), result
 
     @redis_boundary
     async def load(
         self, session_id: str, *, include_expired: bool = False
     ) -> SessionSnapshot | None:
+        """One EVALSHA; it sends back only what changed since this store last saw the
+        session (module :mod:`~tiermem.store.backends.redis_snapshots`)."""
         validate_id(session_id, what="session_id")
+        cached = self._snapshots.get(session_id)
         reply = await self._io.call(
             HOT_LOAD,
             self._keys.hot_session(session_id),
-            [self._now_us(), self._grace_us if include_expired else ""],
+            [
+                self._now_us(),
+                self._grace_us if include_expired else "",
+                *self._snapshots.load_args(cached),
+            ],
         )
-        if reply is None:
-            return None
-        version, next_index, expires_us, metadata, turns, entities, state = reply
-        return SessionSnapshot(
-            session_id=session_id,
-            turns=tuple(decode_turns(turns, session_id=session_id)),
-            metadata=SessionMetadata.model_validate_json(metadata) if metadata else None,
-            entities={
-                kind.decode(): ActiveEntity.model_validate_json(raw)
-                for kind, raw in zip(entities[::2], entities[1::2], strict=True)
-            },
-            state={
-                name.decode(): _decode_state(name.decode(), raw)
-                for name, raw in zip(state[::2], state[1::2], strict=True)
-            },
-            version=int(version),
-            next_index=int(next_index),
-            expires_at=from_us(expires_us),
-        )
+        return self._snapshots.loaded(session_id, cached, reply)
 
     @redis_boundary
     async def put_metadata(
@@ -604,17 +761,22 @@ class RedisHotStore(RedisStoreBase):
     ) -> int:
         validate_id(session_id, what="session_id")
         now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
+        self._snapshots.drop(session_id)
         reply = await self._write_session(
             session_id,
             HOT_PUT_METADATA,
+            self._keys.hot_session(session_id),
             [
                 now_us,
                 expires_us,
                 self._ttl_ms(now_us, expires_us),
                 optional_int(expected_version),
                 metadata.model_dump_json(),
+                new_write_id(),
             ],
             expires_us,
+            now_us=now_us,
+            fresh_at=2,
         )
         if reply[0] == b"conflict":
             raise self._version_conflict(session_id, expected_version, int(reply[1]))
@@ -630,15 +792,18 @@ class RedisHotStore(RedisStoreBase):
         expires_at: datetime,
     ) -> int | None:
         validate_id(session_id, what="session_id")
-        for kind in [*upsert, *remove]:
-            check_kind(kind, what="entity kind")
+        change = EntityChange.trusted({"upsert": dict(upsert), "remove": tuple(remove)})
+        args = entity_args(change)
         now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
-        pairs = [part for kind, e in upsert.items() for part in (kind, e.model_dump_json())]
+        self._snapshots.drop(session_id)
         reply = await self._write_session(
             session_id,
             HOT_UPDATE_ENTITIES,
-            [now_us, expires_us, self._ttl_ms(now_us, expires_us), len(remove), *remove, *pairs],
+            self._keys.hot_session(session_id),
+            [now_us, expires_us, self._ttl_ms(now_us, expires_us), *args],
             expires_us,
+            now_us=now_us,
+            fresh_at=None,
         )
         return None if reply[0] == b"absent" else int(reply[1])
 
@@ -665,9 +830,11 @@ class RedisHotStore(RedisStoreBase):
         # Only the window is sent; every turn is still size-checked, as on the other backends.
         encoded = [encode_turn(turn) for turn in turns][-window:]
         now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
+        self._snapshots.drop(session_id)
         reply = await self._write_session(
             session_id,
             HOT_RESTORE,
+            self._keys.hot_session(session_id),
             [
                 now_us,
                 expires_us,
@@ -677,11 +844,15 @@ class RedisHotStore(RedisStoreBase):
                 metadata.model_dump_json(),
                 len(encoded),
                 len(entities),
+                new_write_id(),
                 *encoded,
                 *(part for kind, e in entities.items() for part in (kind, e.model_dump_json())),
                 *framed_state,
             ],
             expires_us,
+            now_us=now_us,
+            fresh_at=None,
+            always_mark=True,
         )
         if reply[0] == b"conflict":
             raise self._version_conflict(session_id, expected_version, int(reply[1]))
@@ -692,9 +863,11 @@ class RedisHotStore(RedisStoreBase):
         validate_id(session_id, what="session_id")
         framed = _frame_state(blob.name, blob)
         now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
+        self._snapshots.drop(session_id)
         reply = await self._write_session(
             session_id,
             HOT_COPY_STATE,
+            self._keys.hot_session(session_id),
             [
                 now_us,
                 expires_us,
@@ -704,6 +877,8 @@ class RedisHotStore(RedisStoreBase):
                 framed,
             ],
             expires_us,
+            now_us=now_us,
+            fresh_at=None,
         )
         return bool(reply[0] == b"ok")
 
@@ -716,7 +891,7 @@ class RedisHotStore(RedisStoreBase):
             [self._keys.hot_meta(session_id), self._keys.hot_state(session_id)],
             [self._now_us(), name],
         )
-        return None if raw is None else _decode_state(name, raw)
+        return None if raw is None else decode_state(name, raw)
 
     @redis_boundary
     async def put_state(
@@ -733,9 +908,11 @@ class RedisHotStore(RedisStoreBase):
         payload = encode_data(data, what=f"state {name!r}")
         now = self._clock.now()
         now_us, expires_us = to_us(now), to_us(expires_at, what="expires_at")
+        self._snapshots.drop(session_id)
         reply = await self._write_session(
             session_id,
             HOT_PUT_STATE,
+            self._keys.hot_session(session_id),
             [
                 now_us,
                 expires_us,
@@ -744,8 +921,11 @@ class RedisHotStore(RedisStoreBase):
                 optional_int(expected_version),
                 now_us,
                 payload,
+                new_write_id(),
             ],
             expires_us,
+            now_us=now_us,
+            fresh_at=2,
         )
         if reply[0] == b"conflict":
             actual = int(reply[1])
@@ -764,14 +944,19 @@ class RedisHotStore(RedisStoreBase):
         reply = await self._write_session(
             session_id,
             HOT_TOUCH,
+            self._keys.hot_session(session_id),
             [now_us, expires_us, self._ttl_ms(now_us, expires_us)],
             expires_us,
+            now_us=now_us,
+            fresh_at=None,
         )
         return bool(reply[0] == b"ok")
 
     @redis_boundary
     async def delete(self, session_id: str) -> None:
         validate_id(session_id, what="session_id")
+        self._snapshots.drop(session_id)
+        self._marks.pop(session_id, None)
         await self._io.batch(
             [
                 Command(("DEL", *self._keys.hot_session(session_id))),
@@ -902,10 +1087,3 @@ def _frame_state(name: str, blob: StateBlob) -> str:
     check_kind(name, what="state name")
     payload = encode_data(blob.data, what=f"state {name!r}")
     return f"{blob.version}|{to_us(blob.updated_at, what='updated_at')}|{payload}"
-
-
-def _decode_state(name: str, raw: bytes) -> StateBlob:
-    version, updated_us, data = split_frame(raw, 2)
-    return StateBlob(
-        name=name, data=json.loads(data), version=int(version), updated_at=from_us(updated_us)
-    )

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
+import os
 import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -48,7 +50,8 @@ from tiermem.errors import (
     ValidationError,
 )
 from tiermem.models import NewTurn
-from tiermem.store.codec import check_aware, encode_turn
+from tiermem.store.codec import check_aware, check_kind, encode_turn
+from tiermem.store.contract import EntityChange
 from tiermem.store.keys import escape_segment
 
 __all__ = [
@@ -61,12 +64,15 @@ __all__ = [
     "RedisKeys",
     "RedisStoreBase",
     "client_from_url",
+    "entity_args",
     "from_us",
     "grace_ms",
     "map_redis_error",
+    "new_write_id",
     "optional_int",
     "optional_us",
     "redis_boundary",
+    "same_server",
     "split_frame",
     "to_us",
     "turn_template",
@@ -83,6 +89,8 @@ Arg = str | bytes | int
 
 # -- keys ---------------------------------------------------------------------------------
 
+_TAGS_KEPT = 4096
+"""Sessions whose escaped hash tag a :class:`RedisKeys` remembers."""
 _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -104,9 +112,19 @@ class RedisKeys:
             raise ValidationError(f"activity_shards must be at least 1, got {activity_shards}")
         self.prefix = prefix
         self.activity_shards = activity_shards
+        self._session_tags: dict[str, str] = {}
 
     def _session(self, session_id: str, part: str) -> str:
-        return f"{self.prefix}:{{s={escape_segment(session_id)}}}:{part}"
+        # Escaping walks the id character by character; a turn builds a session's keys
+        # several times, so the escaped "<prefix>:{s=<sid>}:" is remembered.
+        tag = self._session_tags.get(session_id)
+        if tag is None:
+            if len(self._session_tags) >= _TAGS_KEPT:
+                self._session_tags.clear()
+            tag = self._session_tags[session_id] = (
+                f"{self.prefix}:{{s={escape_segment(session_id)}}}:"
+            )
+        return tag + part
 
     def _user(self, user_id: str, part: str) -> str:
         return f"{self.prefix}:{{u={escape_segment(user_id)}}}:{part}"
@@ -114,7 +132,8 @@ class RedisKeys:
     # hot tier: one session
     def hot_session(self, session_id: str) -> list[str]:
         """meta, turns, entities, state: the keys every hot session script declares, in order."""
-        return [self._session(session_id, part) for part in ("meta", "turns", "ent", "state")]
+        tag = self._session(session_id, "")
+        return [tag + "meta", tag + "turns", tag + "ent", tag + "state"]
 
     def hot_meta(self, session_id: str) -> str:
         return self._session(session_id, "meta")
@@ -126,8 +145,8 @@ class RedisKeys:
     def durable_session(self, session_id: str) -> list[str]:
         """archive, records, dmeta, idem: the keys every durable session script declares,
         in order."""
-        parts = ("archive", "records", "dmeta", "idem")
-        return [self._session(session_id, part) for part in parts]
+        tag = self._session(session_id, "")
+        return [tag + "archive", tag + "records", tag + "dmeta", tag + "idem"]
 
     def archive(self, session_id: str) -> str:
         return self._session(session_id, "archive")
@@ -243,6 +262,40 @@ def turn_template(turn: NewTurn) -> str:
     return payload[: -len(_INDEX_TAIL)]
 
 
+def entity_args(change: EntityChange | None) -> list[Arg]:
+    """An append's entity change as script arguments: n removed, n upserts, the removed
+    kinds, then kind/json pairs (what the scripts in ``redis_append`` read).
+
+    Raises:
+        ValidationError: a kind is not a valid id.
+    """
+    if change is None:
+        return [0, 0]
+    for kind in [*change.upsert, *change.remove]:
+        check_kind(kind, what="entity kind")
+    pairs = [part for kind, e in change.upsert.items() for part in (kind, e.model_dump_json())]
+    return [len(change.remove), len(change.upsert), *change.remove, *pairs]
+
+
+_WRITE_IDS = itertools.count()
+_PROCESS_TAG = os.urandom(6).hex()
+
+
+def _new_process_tag() -> None:
+    global _PROCESS_TAG  # a forked child must not reuse its parent's ids
+    _PROCESS_TAG = os.urandom(6).hex()
+
+
+os.register_at_fork(after_in_child=_new_process_tag)
+
+
+def new_write_id() -> str:
+    """A token unique to this call among every process's (a random per-process prefix and
+    a counter: cheaper than a random token per call). Hex only: the scripts match it with
+    Lua patterns. Used as a durable append's write id and as a hot session's epoch."""
+    return f"{_PROCESS_TAG}{next(_WRITE_IDS):x}"
+
+
 # -- scripts and commands -----------------------------------------------------------------
 #
 # Conventions of every script: ARGV[1] is ``now`` in microseconds from the store's clock.
@@ -287,6 +340,20 @@ def client_from_url(url: str, **options: Any) -> Redis:
     options.setdefault("retry", Retry(NoBackoff(), 0))
     options["decode_responses"] = False
     return Redis.from_url(url, **options)
+
+
+_SERVER_FIELDS = ("host", "port", "path", "db", "username")
+
+
+def same_server(a: RedisClient, b: RedisClient) -> bool:
+    """Whether two clients reach the same server and database: the same client, or two
+    standalone clients built with the same address, socket path, database and user."""
+    if a is b:
+        return True
+    if isinstance(a, RedisCluster) or isinstance(b, RedisCluster):
+        return False  # two cluster clients: only the same client is known to agree
+    ka, kb = a.connection_pool.connection_kwargs, b.connection_pool.connection_kwargs
+    return all(ka.get(f) == kb.get(f) for f in _SERVER_FIELDS)
 
 
 class RedisIO:
@@ -388,6 +455,11 @@ class RedisStoreBase:
         if self._owns_client:
             self._owns_client = False
             await self._io.client.aclose()
+
+    @property
+    def grace_ms(self) -> int:
+        """The grace period of this store's native TTLs, in milliseconds."""
+        return self._grace_ms
 
     def _now_us(self) -> int:
         return to_us(self._clock.now())

@@ -1,0 +1,361 @@
+"""The append scripts of the Redis backend: a hot append, a durable append, and both in one
+(:data:`APPEND_THROUGH`, behind :meth:`RedisHotStore.append_through
+<tiermem.store.backends.redis_hot.RedisHotStore.append_through>`).
+
+They share their Lua: the hot session's functions address its keys through ``HK`` and the
+durable session's through ``DK``, which each script binds first (a hot script to its
+``KEYS``, a durable one to its ``KEYS``, the combined one to both halves of its eight keys,
+which all carry the session's hash tag, so it runs on one cluster slot). Key layout and
+round trips: :mod:`tiermem.store.backends.redis`.
+
+Every append carries an optional entity change (``n removed`` kinds, then ``n upserts``
+kind/json pairs), applied in the same script: to the hot ``ent`` hash, and merged into the
+durable ``entities`` record (decoded and encoded with Redis's bundled ``cjson``; version
++ 1, framed as ``put_record`` frames it). A durable append that is recognised as a retry --
+by the caller's idempotency key, or by the write id the store gives every call -- writes
+nothing at all, entity change included.
+"""
+
+from __future__ import annotations
+
+from tiermem.store.backends.redis_scripts import LuaScript
+from tiermem.store.contract import ENTITIES_RECORD
+
+__all__ = [
+    "APPEND_THROUGH",
+    "ARCHIVE_APPEND",
+    "DURABLE_PRELUDE",
+    "HORIZON_PRELUDE",
+    "HOT_APPEND",
+    "HOT_PRELUDE",
+    "RECENT_WRITES",
+    "bind_durable",
+    "bind_hot",
+]
+
+RECENT_WRITES = 8
+"""How many write ids of recent durable appends a session remembers (a blind retry of a
+call arrives right after it, so a short list suffices)."""
+
+bind_hot = "local HK = KEYS\n"
+bind_durable = "local DK = KEYS\n"
+_BIND_BOTH = (
+    "local DK = {KEYS[1], KEYS[2], KEYS[3], KEYS[4]}\n"
+    "local HK = {KEYS[5], KEYS[6], KEYS[7], KEYS[8]}\n"
+)
+
+_RECENT_WRITES_LUA = """
+local function with_write(recent, wid, first, count)
+  -- A list of recent write ids (' id:a:b ...') once this write is added: its id
+  -- first, then up to @RECENT@ - 1 older ones.
+  local kept, n = {' ' .. wid .. ':' .. string.format('%d:%d', first, count)}, 1
+  for old in string.gmatch(recent or '', ' [^ ]+') do
+    if n >= @RECENT@ then break end
+    kept[#kept + 1] = old
+    n = n + 1
+  end
+  return table.concat(kept)
+end
+""".replace("@RECENT@", str(RECENT_WRITES))
+
+HOT_PRELUDE = (
+    _RECENT_WRITES_LUA
+    + """
+-- HK: 1 meta, 2 turns, 3 entities, 4 state (one hot session, one hash tag)
+local function hot_live(now)
+  local x = redis.call('HGET', HK[1], 'x')
+  return x ~= false and tonumber(x) > now
+end
+local function hot_begin(live, epoch)
+  -- The write goes ahead: an expired, not yet collected session is dropped first, so the
+  -- write starts afresh, under a new epoch (readers' caches key on epoch and version).
+  -- (A refused write leaves it, readable with include_expired.)
+  if not live then
+    redis.call('DEL', HK[1], HK[2], HK[3], HK[4])
+    redis.call('HSET', HK[1], 'e', epoch)
+  end
+end
+local function hot_version(live)
+  if not live then return 0 end
+  return tonumber(redis.call('HGET', HK[1], 'v') or '0')
+end
+local function hot_read(now)
+  -- One read for an append: live?, version, next index, epoch, recent write ids.
+  local m = redis.call('HMGET', HK[1], 'x', 'v', 'n', 'e', 'w')
+  if m[1] == false or tonumber(m[1]) <= now then return false, 0, 0, '', false end
+  return true, tonumber(m[2] or '0'), tonumber(m[3] or '0'), m[4] or '', m[5]
+end
+local function hot_commit(version, expires, ttl, next_index)
+  if next_index then
+    redis.call('HSET', HK[1], 'v', string.format('%d', version), 'x', expires,
+               'n', string.format('%d', next_index))
+  else
+    redis.call('HSET', HK[1], 'v', string.format('%d', version), 'x', expires)
+  end
+  for i = 1, 4 do redis.call('PEXPIRE', HK[i], ttl) end
+end
+local function hot_entities(at, removed, upserts)
+  -- ARGV[at ..]: `removed` kinds to delete, then `upserts` kind/json pairs to set.
+  for i = at, at + removed - 1 do redis.call('HDEL', HK[3], ARGV[i]) end
+  local from = at + removed
+  for i = from, from + 2 * upserts - 1, 2 do redis.call('HSET', HK[3], ARGV[i], ARGV[i + 1]) end
+end
+local function hot_push(turns, window)
+  redis.call('RPUSH', HK[2], unpack(turns))
+  redis.call('LTRIM', HK[2], -window, -1)
+end
+"""
+)
+
+HORIZON_PRELUDE = """
+-- Native TTL of a group of keys that share one logical lifetime: they live until the
+-- latest expiry of anything in them (field 'h' of the group's meta hash, 'inf' once
+-- anything is kept forever) plus the grace period. A script calls extend_horizon after
+-- creating its keys: PEXPIRE does nothing to a key that does not exist yet.
+local function later_horizon(meta, expires)
+  -- The horizon once data kept until expires ('' = forever) is added.
+  local h = redis.call('HGET', meta, 'h')
+  if h == 'inf' or expires == '' then return 'inf' end
+  if h and tonumber(h) > tonumber(expires) then return h end
+  return expires
+end
+local function extend_horizon(meta, keys, now, grace, expires)
+  local h = redis.call('HGET', meta, 'h')
+  if h == 'inf' then return end
+  h = later_horizon(meta, expires)
+  redis.call('HSET', meta, 'h', h)
+  if h == 'inf' then
+    for _, key in ipairs(keys) do redis.call('PERSIST', key) end
+    return
+  end
+  local ttl = math.ceil((tonumber(h) - now) / 1000) + grace
+  if ttl < 1 then ttl = 1 end
+  for _, key in ipairs(keys) do redis.call('PEXPIRE', key, string.format('%d', ttl)) end
+end
+"""
+
+DURABLE_PRELUDE = (
+    (
+        HORIZON_PRELUDE
+        + _RECENT_WRITES_LUA
+        + """
+-- DK: 1 archive, 2 records, 3 dmeta, 4 idem (one durable session, one hash tag).
+-- The session's lifetime is its horizon: it lives while 'h' is 'inf' or after now.
+local function session_live(now)
+  local h = redis.call('HGET', DK[3], 'h')
+  return h == 'inf' or (h ~= false and tonumber(h) > now)
+end
+local function session_begin(live)
+  -- The write goes ahead on a session whose lifetime has passed (or that never was):
+  -- what is left of its last life is dropped first, so nothing of it reappears (records,
+  -- idempotency keys and write ids, owner; its turns had all expired). The 'u=' notes of
+  -- users whose lists name the session stay, for delete_session.
+  if not live then
+    redis.call('DEL', DK[1], DK[2], DK[4])
+    redis.call('HDEL', DK[3], 'h', 'o', 'c', 'w')
+  end
+end
+local function session_extend(now, grace, expires)
+  extend_horizon(DK[3], DK, now, grace, expires)
+end
+local function seen_append(key, wid, recent)
+  -- first index and count of an earlier append of this live session with the same
+  -- idempotency key or write id (`recent`: the header's 'w'), or nil.
+  if key ~= '' then
+    local seen = redis.call('HGET', DK[4], key)
+    if seen then
+      local first, count = string.match(seen, '^(%d+)|(%d+)$')
+      return tonumber(first), tonumber(count)
+    end
+  end
+  if wid ~= '' and recent then
+    -- write ids are hex: no pattern magic characters
+    local first, count = string.match(recent, ' ' .. wid .. ':(%d+):(%d+)')
+    if first then return tonumber(first), tonumber(count) end
+  end
+  return nil
+end
+local function record_entities(now_arg, lifetime, at, removed, upserts)
+  -- Merge an entity change into the entities record (kind -> ActiveEntity object),
+  -- framed as record_put frames it: 'version|lifetime_us|updated_us|data json'.
+  local raw = redis.call('HGET', DK[2], '@ENTITIES@')
+  local version, data = 0, {}
+  if raw then
+    local v, payload = string.match(raw, '^(%d+)|[^|]*|[^|]*|(.*)$')
+    version, data = tonumber(v), cjson.decode(payload)
+  end
+  for i = at, at + removed - 1 do data[ARGV[i]] = nil end
+  local from = at + removed
+  for i = from, from + 2 * upserts - 1, 2 do data[ARGV[i]] = cjson.decode(ARGV[i + 1]) end
+  if lifetime == 'inf' then lifetime = '' end
+  local encoded = '{}'
+  if next(data) ~= nil then encoded = cjson.encode(data) end
+  redis.call('HSET', DK[2], '@ENTITIES@', string.format('%d', version + 1) .. '|' .. lifetime
+             .. '|' .. now_arg .. '|' .. encoded)
+end
+local function archive_append(now_arg, grace, expires, first, key, wid, ent_at, removed,
+                              upserts, tpl_at)
+  -- Archive the turn templates ARGV[tpl_at ..]; answers 'ok', start, turn jsons or
+  -- 'repeat', first, count (an earlier append with this key or write id: nothing
+  -- written) or 'index', next index (first is not it: nothing written).
+  local now = tonumber(now_arg)
+  local header = redis.call('HMGET', DK[3], 'h', 'w')
+  local h, recent = header[1], header[2]
+  local live = h == 'inf' or (h ~= false and tonumber(h) > now)
+  if live then
+    local seen_first, seen_count = seen_append(key, wid, recent)
+    if seen_first then return 'repeat', seen_first, seen_count end
+  end
+  local start = 0
+  if live then start = redis.call('LLEN', DK[1]) end
+  if first ~= '' and tonumber(first) ~= start then return 'index', start end
+  if not live then
+    session_begin(false)
+    h, recent = false, false
+  end
+  local turns, framed = {}, {}
+  for i = tpl_at, #ARGV do
+    local turn = ARGV[i] .. ',"index":' .. string.format('%d', start + i - tpl_at) .. '}'
+    turns[#turns + 1] = turn
+    framed[#framed + 1] = expires .. '|' .. turn
+  end
+  redis.call('RPUSH', DK[1], unpack(framed))
+  if key ~= '' then redis.call('HSET', DK[4], key, string.format('%d|%d', start, #turns)) end
+  -- The lifetime (horizon) rises to this write's expiry, never falls, and every key's
+  -- native TTL follows it (as extend_horizon does), with one write of the header.
+  local horizon = h
+  if h ~= 'inf' then
+    if expires == '' then horizon = 'inf'
+    elseif not h or tonumber(expires) > tonumber(h) then horizon = expires end
+  end
+  if wid ~= '' then
+    redis.call('HSET', DK[3], 'h', horizon, 'w', with_write(recent, wid, start, #turns))
+  elseif horizon ~= h then
+    redis.call('HSET', DK[3], 'h', horizon)
+  end
+  if horizon == 'inf' then
+    if h ~= 'inf' then for _, k in ipairs(DK) do redis.call('PERSIST', k) end end
+  else
+    local ttl = math.ceil((tonumber(horizon) - now) / 1000) + grace
+    if ttl < 1 then ttl = 1 end
+    for _, k in ipairs(DK) do redis.call('PEXPIRE', k, string.format('%d', ttl)) end
+  end
+  if removed + upserts > 0 then record_entities(now_arg, horizon, ent_at, removed, upserts) end
+  return 'ok', start, turns
+end
+"""
+    )
+    .replace("@ENTITIES@", ENTITIES_RECORD)
+    .replace("@RECENT@", str(RECENT_WRITES))
+)
+
+HOT_APPEND = LuaScript(
+    "hot_append",
+    bind_hot
+    + HOT_PRELUDE
+    + """
+-- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 window, 5 expected_version|'', 6 first_index|'',
+--       7 metadata json|'', 8 write id (also the epoch if it starts afresh), 9 n removed,
+--       10 n upserts, then removed kinds, then entity kind/json pairs, then turn templates.
+-- Answers 'ok', version, start, 1 if it started the session afresh else 0, epoch. The
+-- last few write ids are kept in meta 'w' (' id:version:start ...'), so a resend of a
+-- call that was applied is answered as the first time and appends nothing.
+local live, version, start, epoch, recent = hot_read(tonumber(ARGV[1]))
+if recent then
+  -- A resend of this very call (its write id is ARGV[8], hex): answer as the first time.
+  local v, s = string.match(recent, ' ' .. ARGV[8] .. ':(%d+):(%d+)')
+  if v then return {'ok', tonumber(v), tonumber(s), v == '1' and 1 or 0, epoch} end
+end
+if ARGV[5] ~= '' and tonumber(ARGV[5]) ~= version then return {'conflict', version} end
+if ARGV[6] ~= '' then
+  local first = tonumber(ARGV[6])
+  if live and first ~= start then return {'index', start} end
+  start = first
+end
+if not live then
+  hot_begin(false, ARGV[8])
+  epoch = ARGV[8]
+end
+local removed, upserts = tonumber(ARGV[9]), tonumber(ARGV[10])
+local tpl_at = 11 + removed + 2 * upserts
+local turns = {}
+for i = tpl_at, #ARGV do
+  turns[#turns + 1] = ARGV[i] .. ',"index":' .. string.format('%d', start + i - tpl_at) .. '}'
+end
+hot_push(turns, tonumber(ARGV[4]))
+if ARGV[7] ~= '' then redis.call('HSET', HK[1], 'm', ARGV[7]) end
+redis.call('HSET', HK[1], 'w', with_write(live and recent, ARGV[8], version + 1, start))
+hot_entities(11, removed, upserts)
+hot_commit(version + 1, ARGV[2], ARGV[3], start + #turns)
+return {'ok', version + 1, start, live and 0 or 1, epoch}
+""",
+)
+
+ARCHIVE_APPEND = LuaScript(
+    "archive_append",
+    bind_durable
+    + DURABLE_PRELUDE
+    + """
+-- ARGV: 1 now, 2 grace_ms, 3 expires_us|'', 4 first_index|'', 5 idempotency key|'',
+--       6 write id|'', 7 n removed, 8 n upserts, then removed kinds, then entity
+--       kind/json pairs, then turn templates.
+-- Answers 'ok', start | 'index', next index | 'repeat', then the frames the first
+-- append stored, as they are now.
+local removed, upserts = tonumber(ARGV[7]), tonumber(ARGV[8])
+local tag, start, count = archive_append(ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4],
+                                         ARGV[5], ARGV[6], 9, removed, upserts,
+                                         9 + removed + 2 * upserts)
+if tag == 'repeat' then
+  local out = {'repeat'}
+  for _, raw in ipairs(redis.call('LRANGE', DK[1], start, start + count - 1)) do
+    out[#out + 1] = raw
+  end
+  return out
+end
+return {tag, start}
+""",
+)
+
+APPEND_THROUGH = LuaScript(
+    "append_through",
+    _BIND_BOTH
+    + DURABLE_PRELUDE
+    + HOT_PRELUDE
+    + """
+-- KEYS: 1-4 the durable session (archive, records, dmeta, idem), 5-8 the hot session
+-- (meta, turns, entities, state): one session id, one hash tag.
+-- ARGV: 1 now, 2 durable grace_ms, 3 durable expires_us|'', 4 first_index|'',
+--       5 idempotency key|'', 6 write id, 7 hot expires_us, 8 hot ttl_ms, 9 window,
+--       10 epoch, 11 n removed, 12 n upserts, then removed kinds, then entity kind/json
+--       pairs, then turn templates.
+-- The durable append, then the same turns and entity change on the hot session when it
+-- is live at the archive's start index (appended) or absent or expired (started afresh
+-- at that index: version 1). The hot half is skipped ('skip') after a recognised retry,
+-- or when the live hot session's next index is not the archive's start (it lost a write).
+-- Answers 'index', next index (nothing written), or: durable tag ('ok' | 'repeat'),
+-- start, count, hot tag ('ok' | 'skip'), hot version, 1 if the hot session started
+-- afresh, epoch, then (a repeat only) the archive frames the first append stored.
+local removed, upserts = tonumber(ARGV[11]), tonumber(ARGV[12])
+local tag, start, turns = archive_append(ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4],
+                                         ARGV[5], ARGV[6], 13, removed, upserts,
+                                         13 + removed + 2 * upserts)
+if tag == 'index' then return {'index', start} end
+if tag == 'repeat' then
+  local out = {'repeat', start, turns, 'skip', 0, 0, ''}
+  for _, raw in ipairs(redis.call('LRANGE', DK[1], start, start + turns - 1)) do
+    out[#out + 1] = raw
+  end
+  return out
+end
+local live, version, held, epoch = hot_read(tonumber(ARGV[1]))
+if live and held ~= start then return {'ok', start, #turns, 'skip', version, 0, ''} end
+if not live then
+  hot_begin(false, ARGV[10])
+  epoch = ARGV[10]
+end
+hot_push(turns, tonumber(ARGV[9]))
+hot_entities(13, removed, upserts)
+hot_commit(version + 1, ARGV[7], ARGV[8], start + #turns)
+return {'ok', start, #turns, 'ok', version + 1, live and 0 or 1, epoch}
+""",
+)
