@@ -1,0 +1,341 @@
+"""Session handoff: what a session leaves in long-term memory when it closes or expires.
+
+:class:`SessionHandoff` is the expiry sweeper's :data:`~tiermem.tiers.sweeper.Handoff`
+and what :meth:`Session.close` runs. For one session it writes (seed 000, section 2.4):
+
+* an ``interaction_summary`` memory: a short summary of the session (from its raw turns,
+  with the rolling summaries as context -- only the turns the summaries do not cover when
+  the session is over ``MAX_HANDOFF_RAW_TOKENS`` -- and the rolling summaries alone once
+  the raw turns have expired), its topics and the user's sentiment, with provenance
+  ``Provenance(source="handoff", session_id=...)`` and the session's time span and
+  current facts in metadata (the progressive roll-up reads them);
+* the preferences structured memory detected (``preference:<key>`` facts), as preference
+  slots (:meth:`LongTermMemory.upsert_preference`) with the same provenance -- unless the
+  session's auto-detection already set the slot, or it was set after the session ended (a
+  late handoff never overwrites a newer value).
+
+**Idempotent across crashes.** A handoff is two phases over the session record
+``handoff``, compare-and-set on its version:
+
+1. *prepare*: compute everything above and store it (``status: prepared``) with
+   ``expected_version=0``; of two sweepers preparing at once, one wins and the other
+   continues with the winner's content;
+2. *apply*: write the memories from the stored content -- the summary's memory id follows
+   from its content (``dedup_memory_id``) and a preference slot from its key, so applying
+   twice writes each once -- then mark the record ``done``.
+
+A sweeper that crashes anywhere leaves either no record (the next one prepares), a
+prepared one (the next one applies the same content) or a done one (nothing to do).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+
+from pydantic import Field
+
+from tiermem.clock import Clock
+from tiermem.errors import ConflictError, TierMemError, ValidationError
+from tiermem.longterm.memory import LongTermMemory
+from tiermem.models import Provenance, Turn
+from tiermem.models.base import FrozenModel, JsonValue, UtcDatetime
+from tiermem.store.contract import DurableStore
+from tiermem.summaries.jobs import SummaryJobs
+from tiermem.summaries.rolling import cut_to_tokens
+from tiermem.summaries.structured import render_structured
+from tiermem.tiers.tiered import SessionView
+from tiermem.tokens import TokenCounter
+
+__all__ = ["HANDOFF_RECORD", "HandoffContent", "SessionHandoff", "detect_sentiment"]
+
+logger = logging.getLogger(__name__)
+
+HANDOFF_RECORD = "handoff"
+PREFERENCE_PREFIX = "preference:"
+MAX_TOPICS = 8
+MAX_FACTS = 40
+MAX_VALUES = 10
+MAX_HANDOFF_RAW_TOKENS = 16_000
+"""Above this many tokens of raw turns, the handoff summarizes the turns after the rolling
+summaries, with the summaries as context, instead of every raw turn."""
+"""Earlier values kept per slot in the handoff (the newest ones)."""
+_NOT_TOPICS = frozenset(
+    {"volume", "price", "money", "date", "order_id", "asin", "isbn", "quantity", "language"}
+)
+"""Entity kinds that are details of a topic, not a topic ("vol 25", "¥990")."""
+
+_POSITIVE = frozenset(
+    [
+        "thanks",
+        "thank",
+        "great",
+        "perfect",
+        "love",
+        "awesome",
+        "excellent",
+        "helpful",
+        "amazing",
+        "wonderful",
+        "nice",
+        "appreciate",
+        "glad",
+        "happy",
+        "ありがとう",
+        "助かります",
+    ]
+)
+_NEGATIVE = frozenset(
+    [
+        "angry",
+        "terrible",
+        "awful",
+        "bad",
+        "frustrated",
+        "frustrating",
+        "disappointed",
+        "disappointing",
+        "annoyed",
+        "useless",
+        "wrong",
+        "broken",
+        "worst",
+        "complaint",
+        "refund",
+        "damaged",
+        "late",
+        "never",
+        "hate",
+        "最悪",
+        "残念",
+    ]
+)
+_WORD = re.compile(r"[\w']+", re.UNICODE)
+
+
+def detect_sentiment(turns: Sequence[Turn]) -> str:
+    """``positive``, ``negative``, ``mixed`` or ``neutral`` from the user's words (a
+    lexicon: cheap, offline, and good enough to flag an unhappy customer)."""
+    pos = neg = 0
+    for turn in turns:
+        if turn.role != "user":
+            continue
+        words = {w.casefold() for w in _WORD.findall(turn.text)}
+        pos += len(words & _POSITIVE)
+        neg += len(words & _NEGATIVE)
+    if pos and neg:
+        return (
+            "mixed"
+            if min(pos, neg) * 2 > max(pos, neg)
+            else ("positive" if pos > neg else "negative")
+        )
+    return "positive" if pos else "negative" if neg else "neutral"
+
+
+class HandoffContent(FrozenModel):
+    """What a handoff writes, fixed at the prepare phase (module docstring)."""
+
+    status: str = "prepared"
+    summary: str
+    topics: tuple[str, ...] = ()
+    sentiment: str = "neutral"
+    preferences: tuple[tuple[str, str, int], ...] = ()
+    """``(key, value, turn_index)`` of each detected preference."""
+    facts: dict[str, str] = Field(default_factory=dict)
+    """The session's current facts and entities (slot → value), for the roll-up."""
+    superseded: dict[str, list[str]] = Field(default_factory=dict)
+    """Values the session itself corrected (slot → earlier values)."""
+    first_turn: int = 0
+    last_turn: int = -1
+    started_at: UtcDatetime
+    ended_at: UtcDatetime
+    memory_id: str | None = None
+
+
+class SessionHandoff:
+    """The handoff of closed and expired sessions into long-term memory."""
+
+    def __init__(
+        self,
+        durable: DurableStore,
+        longterm: LongTermMemory,
+        jobs: SummaryJobs,
+        *,
+        clock: Clock,
+        tokens: TokenCounter,
+        after: Callable[[str], Awaitable[object]] | None = None,
+    ) -> None:
+        self.durable = durable
+        self.longterm = longterm
+        self.jobs = jobs
+        self.clock = clock
+        self.tokens = tokens
+        self.after = after
+        """Called with the user id after a handoff is done (the roll-up); its failure is
+        logged, never undoes the handoff."""
+        self.handed_off = 0
+        self.failures = 0
+
+    async def __call__(self, view: SessionView) -> None:
+        """Hand ``view``'s session off (idempotent: see the module docstring).
+
+        Raises:
+            TierMemError: a model or backend failed; run it again (the sweeper does).
+        """
+        meta = view.metadata
+        sid, user = meta.session_id, meta.user_id
+        record = await self.durable.get_record(sid, HANDOFF_RECORD)
+        if record is not None and record.data.get("status") == "done":
+            return
+        if record is None:
+            content = await self._prepare(view)
+            try:
+                record = await self.durable.put_record(
+                    sid,
+                    HANDOFF_RECORD,
+                    content.model_dump(mode="json"),
+                    expected_version=0,
+                    expires_at=self.jobs.record_expiry(),
+                )
+            except ConflictError:
+                record = await self.durable.get_record(sid, HANDOFF_RECORD)
+                if record is None:
+                    raise
+        content = HandoffContent.model_validate(record.data)
+        if content.status == "done":
+            return
+        memory_id = await self._apply(user, sid, content)
+        done = content.model_copy(update={"status": "done", "memory_id": memory_id})
+        try:
+            await self.durable.put_record(
+                sid,
+                HANDOFF_RECORD,
+                done.model_dump(mode="json"),
+                expected_version=record.version,
+                expires_at=self.jobs.record_expiry(),
+            )
+        except ConflictError:
+            latest = await self.durable.get_record(sid, HANDOFF_RECORD)
+            if latest is None or latest.data.get("status") != "done":
+                raise
+            return  # another sweeper finished it; the writes above were repeats
+        self.handed_off += 1
+        if self.after is not None:
+            try:
+                await self.after(user)
+            except TierMemError as exc:
+                self.failures += 1
+                logger.warning("roll-up after the handoff of session %s failed: %s", sid, exc)
+
+    async def _prepare(self, view: SessionView) -> HandoffContent:
+        meta = view.metadata
+        sid = meta.session_id
+        summaries = await self.jobs.read(sid)
+        turns = await self.durable.get_turns(sid)
+        structured = summaries.structured
+        fresh = [t for t in turns if t.index > structured.through_index]
+        if fresh:
+            structured = await self.jobs.extractor.extract(fresh, prior=structured)
+        target = self.jobs.policy.handoff_tokens
+        context = summaries.text or None
+        source = turns
+        if context and sum(t.token_count for t in turns) > MAX_HANDOFF_RAW_TOKENS:
+            # A long session: its rolling summaries stand for the turns they cover, so one
+            # call stays within any model's window.
+            done = summaries.watermarks.summarized_through
+            source = [t for t in turns if t.index > done] or turns[-1:]
+        if source:
+            text = await self.jobs.summarizer.summarize(source, prior=context, target_tokens=target)
+        else:
+            text = cut_to_tokens(context or render_structured(structured), target, self.tokens)
+        day = meta.created_at.date().isoformat()
+        summary = f"Session on {day}: {text.strip()}" if text.strip() else ""
+        topics: list[str] = []
+        for turn in turns:
+            if turn.intent and turn.intent not in topics:
+                topics.append(turn.intent)
+        for kind, fact in structured.entities.items():
+            named = kind not in _NOT_TOPICS and any(c.isalpha() for c in fact.value)
+            if named and fact.value not in topics:
+                topics.append(fact.value)
+        for slot in structured.facts:
+            # Without a title catalogue the rules name few things: what was settled (the
+            # budget, a favourite genre) says what the session was about.
+            topic = slot.removeprefix(PREFERENCE_PREFIX).replace("_", " ")
+            if topic not in topics:
+                topics.append(topic)
+        preferences = tuple(
+            (slot.removeprefix(PREFERENCE_PREFIX), fact.value, fact.turn_index)
+            for slot, fact in structured.facts.items()
+            if slot.startswith(PREFERENCE_PREFIX)
+        )
+        facts = {**{k: f.value for k, f in structured.entities.items()}}
+        facts.update({k: f.value for k, f in structured.facts.items()})
+        superseded = {
+            k: list(f.previous[-MAX_VALUES:])
+            for k, f in (*structured.entities.items(), *structured.facts.items())
+            if f.previous
+        }
+        last_seen = max((t.timestamp for t in turns), default=meta.last_activity)
+        return HandoffContent(
+            summary=summary,
+            topics=tuple(topics[:MAX_TOPICS]),
+            sentiment=detect_sentiment(turns),
+            preferences=preferences,
+            facts=dict(list(facts.items())[:MAX_FACTS]),
+            superseded=dict(list(superseded.items())[:MAX_FACTS]),
+            first_turn=turns[0].index if turns else 0,
+            last_turn=turns[-1].index if turns else view.next_index - 1,
+            started_at=meta.created_at,
+            ended_at=max(last_seen, meta.last_activity),
+        )
+
+    async def _apply(self, user: str, sid: str, content: HandoffContent) -> str | None:
+        provenance = Provenance(source="handoff", session_id=sid)
+        memory_id: str | None = None
+        if content.summary:
+            metadata: dict[str, JsonValue] = {
+                "topics": list(content.topics),
+                "sentiment": content.sentiment,
+                "session_started": _iso(content.started_at),
+                "session_ended": _iso(content.ended_at),
+                "turn_range": [content.first_turn, content.last_turn],
+                "facts": dict(content.facts),
+                "superseded_values": {k: list(v) for k, v in content.superseded.items()},
+            }
+            record = await self.longterm.remember(
+                user,
+                content.summary,
+                memory_type="interaction_summary",
+                tags=[t[:64] for t in content.topics],
+                metadata=metadata,
+                provenance=provenance,
+                valid_from=content.ended_at,
+            )
+            memory_id = record.memory_id
+        for key, value, turn in content.preferences:
+            try:
+                current = await self.longterm.get_preference(user, key)
+                if current is not None and (
+                    current.provenance.session_id == sid
+                    or (current.valid_from or current.created_at) > content.ended_at
+                ):
+                    # Auto-detection wrote it during the session, or it was set after the
+                    # session ended: either way the value there wins.
+                    continue
+                await self.longterm.upsert_preference(
+                    user,
+                    key,
+                    value,
+                    provenance=provenance.model_copy(update={"turn_indexes": (turn,)}),
+                )
+            except ValidationError as exc:
+                # A key that cannot be an id, say: the rest of the handoff still counts.
+                logger.warning("preference %r of session %s not handed off: %s", key, sid, exc)
+        return memory_id
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat()

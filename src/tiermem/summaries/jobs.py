@@ -1,0 +1,531 @@
+"""Summarization jobs: off the response path, idempotent, committed with a version check.
+
+**Records** (durable session records, kept ``record_retention`` -- 30 days by default --
+so they outlive the raw turns' 24 hours):
+
+* ``summary`` -- the tiers (:class:`~tiermem.summaries.models.SummaryText`), the turn they
+  reach (``through_index``) and the last pass's quality (:class:`PassQuality`);
+* ``structured`` -- :class:`~tiermem.summaries.models.StructuredMemory`;
+* ``watermarks`` -- "summarized through turn N", "extracted through turn N", the number of
+  passes and the compression values in force (quality-aware compression).
+
+The ``summary`` and ``structured`` records are the truth; ``watermarks`` is written last,
+and readers take the larger of it and the records, so a crash between the writes only
+leaves the watermark behind until the next pass repairs it.
+
+**A job** is keyed by ``(session, through-turn)``. It reads the three records and the raw
+turns it needs, extracts structured memory from the turns after ``extracted_through``,
+builds the tiers (:mod:`tiermem.summaries.rolling`) and validates them
+(:mod:`tiermem.summaries.validate`), then commits: ``structured`` and ``summary`` each with
+compare-and-set on the version it read. A job that loses a race to another job that got
+as far (another worker, a retry) stops without writing: concurrent jobs commit once. An
+engine or backend that fails mid-job leaves everything as it was (nothing is written before
+the engines are done), and the job runs again on the session's next trigger check (the
+in-process watermark is dropped, so the next ``add_turns`` submits it) or when a caller
+waits for it.
+
+**Off the response path**: ``add_turns`` only compares the in-process watermark with the
+hot window (no I/O) and, when a pass is due, queues one job per session on the service's
+bounded background queue (:mod:`tiermem.background`). Callers that need their writes
+summarized await :meth:`SummaryJobs.wait_through` (``await session.summaries(wait_through=N)``),
+which runs the job inline if it has not run yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from tiermem.background import BackgroundWork
+from tiermem.clock import Clock
+from tiermem.errors import ConflictError, TierMemError, ValidationError
+from tiermem.models import SessionRecord, Turn
+from tiermem.models.base import FrozenModel, UtcDatetime
+from tiermem.retry import CAS_ATTEMPTS, pause
+from tiermem.store.contract import DurableStore
+from tiermem.store.keys import validate_id
+from tiermem.summaries.models import (
+    SessionSummarizer,
+    StructuredExtractor,
+    StructuredMemory,
+    SummaryText,
+    SummaryTier,
+)
+from tiermem.summaries.rolling import (
+    Compression,
+    RollingBuilder,
+    SummaryPolicy,
+    adjust_compression,
+    plan_pass,
+    plan_tiers,
+    summarized_through,
+)
+from tiermem.summaries.structured import render_structured as structured_text
+from tiermem.summaries.validate import PassQuality, validated_pass
+from tiermem.tokens import TokenCounter
+
+__all__ = [
+    "STRUCTURED_RECORD",
+    "SUMMARY_RECORD",
+    "WATERMARKS_RECORD",
+    "JobOutcome",
+    "SessionSummaries",
+    "SummaryJobStats",
+    "SummaryJobs",
+    "Watermarks",
+    "render_structured",
+]
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_RECORD = "summary"
+STRUCTURED_RECORD = "structured"
+WATERMARKS_RECORD = "watermarks"
+COMMIT_ATTEMPTS = 3
+"""Passes a job recomputes after losing a race to a different (shorter) commit."""
+KNOWN_SESSIONS = 10_000
+"""Sessions whose watermark is remembered in process (least recently used dropped)."""
+_TIER_ORDER = (SummaryTier.ANCIENT, SummaryTier.MIDDLE, SummaryTier.RECENT)
+
+
+@dataclass
+class _Known:
+    """What this process knows of a session: the watermark, the compression in force, and
+    the tokens of the turns after the watermark counted so far (through ``counted_through``)."""
+
+    done: int
+    compression: Compression
+    pending_tokens: int
+    counted_through: int
+
+
+class JobOutcome(StrEnum):
+    COMMITTED = "committed"
+    NOT_DUE = "not_due"
+    ALREADY_DONE = "already_done"
+    """The summaries already reached the job's turn."""
+    LOST_RACE = "lost_race"
+    """Another job committed as far while this one ran; nothing written."""
+
+
+class Watermarks(FrozenModel):
+    """What is visible: summaries through ``summarized_through``, structured memory through
+    ``extracted_through`` (-1: nothing yet)."""
+
+    summarized_through: int = -1
+    extracted_through: int = -1
+    passes: int = 0
+    compression: Compression | None = None
+    """The compression values in force for the session (None: the policy's base)."""
+    updated_at: UtcDatetime | None = None
+
+
+class SessionSummaries(FrozenModel):
+    """A session's summaries, structured memory and watermarks, as read."""
+
+    session_id: str
+    tiers: tuple[SummaryText, ...] = ()
+    structured: StructuredMemory = StructuredMemory()
+    watermarks: Watermarks = Watermarks()
+    compression: Compression
+    """The values in force (quality-aware compression)."""
+    quality: PassQuality | None = None
+    """The last pass's quality."""
+    summary_version: int = 0
+    structured_version: int = 0
+
+    def tier(self, tier: SummaryTier) -> SummaryText | None:
+        return next((t for t in self.tiers if t.tier is tier), None)
+
+    @property
+    def text(self) -> str:
+        """The tiers' text, oldest first."""
+        return "\n".join(t.text for t in self.tiers if t.text)
+
+
+def render_structured(structured: StructuredMemory) -> str:
+    """Structured memory as a context section: only current values (a superseded value is
+    never presented as current)."""
+    body = structured_text(structured)
+    return f"Structured memory of this session (latest values):\n{body}" if body else ""
+
+
+@dataclass
+class SummaryJobStats:
+    """Counters since the service started (process-local), and the last pass's quality."""
+
+    jobs: int = 0
+    committed: int = 0
+    not_due: int = 0
+    already_done: int = 0
+    lost_races: int = 0
+    failures: int = 0
+    """Jobs that raised a TierMemError (model or backend failure); retried later."""
+    validation_retries: int = 0
+    """Passes that re-summarized a tier with ``must_keep``."""
+    verbatim_appends: int = 0
+    """Passes that appended lost items verbatim."""
+    compression_changes: int = 0
+    """Passes after which the compression values in force changed."""
+    last_quality: PassQuality | None = None
+    last_compression: Compression | None = None
+    preservation_sum: float = 0.0
+    preservation_passes: int = 0
+    drift_sum: float = 0.0
+    drift_passes: int = 0
+    queued: int = 0
+    """Sessions with a pass queued and not started."""
+
+    def snapshot(self) -> dict[str, object]:
+        """The counters and averages as plain values (for stats endpoints)."""
+        return {
+            "jobs": self.jobs,
+            "committed": self.committed,
+            "not_due": self.not_due,
+            "already_done": self.already_done,
+            "lost_races": self.lost_races,
+            "failures": self.failures,
+            "validation_retries": self.validation_retries,
+            "verbatim_appends": self.verbatim_appends,
+            "compression_changes": self.compression_changes,
+            "mean_fact_preservation_first": (
+                self.preservation_sum / self.preservation_passes
+                if self.preservation_passes
+                else None
+            ),
+            "mean_entity_drift": self.drift_sum / self.drift_passes if self.drift_passes else None,
+            "last_quality": None if self.last_quality is None else self.last_quality.model_dump(),
+            "compression_in_force": (
+                None if self.last_compression is None else self.last_compression.model_dump()
+            ),
+            "queued": self.queued,
+        }
+
+
+class SummaryJobs:
+    """Runs and commits summarization passes for every session of a service."""
+
+    def __init__(
+        self,
+        durable: DurableStore,
+        *,
+        summarizer: SessionSummarizer,
+        extractor: StructuredExtractor,
+        background: BackgroundWork,
+        clock: Clock,
+        tokens: TokenCounter,
+        policy: SummaryPolicy | None = None,
+    ) -> None:
+        self.durable = durable
+        self.summarizer = summarizer
+        self.extractor = extractor
+        self.background = background
+        self.clock = clock
+        self.tokens = tokens
+        self.policy = policy or SummaryPolicy()
+        self.stats = SummaryJobStats()
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        self._queued: set[str] = set()
+
+    # -- reading ----------------------------------------------------------------------
+
+    async def read(self, session_id: str) -> SessionSummaries:
+        """The session's summaries, structured memory and watermarks (empty ones if no
+        pass has run yet)."""
+        validate_id(session_id, what="session_id")
+        summary_rec, structured_rec, marks_rec = await asyncio.gather(
+            self.durable.get_record(session_id, SUMMARY_RECORD),
+            self.durable.get_record(session_id, STRUCTURED_RECORD),
+            self.durable.get_record(session_id, WATERMARKS_RECORD),
+        )
+        tiers = _tiers(summary_rec)
+        structured = _structured(structured_rec)
+        marks = _watermarks(marks_rec)
+        marks = marks.model_copy(
+            update={
+                "summarized_through": max(marks.summarized_through, summarized_through(tiers)),
+                "extracted_through": max(marks.extracted_through, structured.through_index),
+            }
+        )
+        quality = None
+        if summary_rec is not None and isinstance(summary_rec.data.get("quality"), dict):
+            quality = PassQuality.model_validate(summary_rec.data["quality"])
+        return SessionSummaries(
+            session_id=session_id,
+            tiers=tiers,
+            structured=structured,
+            watermarks=marks,
+            compression=marks.compression or self.policy.base_compression(),
+            quality=quality,
+            summary_version=summary_rec.version if summary_rec else 0,
+            structured_version=structured_rec.version if structured_rec else 0,
+        )
+
+    # -- the response path: a check without I/O -----------------------------------------
+
+    async def after_append(
+        self, user_id: str, session_id: str, stored: Sequence[Turn], next_index: int
+    ) -> None:
+        """Queue a pass if one is due, judged from the in-process watermark and a running
+        count of the tokens added since (no I/O); an unknown session queues a job that
+        reads and decides."""
+        if session_id in self._queued:
+            return
+        known = self._known.get(session_id)
+        if known is not None:
+            self._known.move_to_end(session_id)
+            for turn in stored:
+                if turn.index > known.counted_through:
+                    known.pending_tokens += turn.token_count
+                    known.counted_through = turn.index
+            count = next_index - 1 - known.done
+            compression = known.compression
+            if (
+                count < compression.every_turns
+                and known.pending_tokens <= compression.trigger_tokens
+            ):
+                return
+        await self._submit(user_id, session_id)
+
+    async def _submit(self, user_id: str, session_id: str) -> asyncio.Future[None] | None:
+        """Queue one pass of the session on the background queue (None if one is queued
+        and has not started: it will see the newest turns when it runs)."""
+        if session_id in self._queued:
+            return None
+        self._queued.add(session_id)
+        self.stats.queued = len(self._queued)
+        return await self.background.submit(user_id, session_id, lambda: self._job(session_id))
+
+    async def _job(self, session_id: str) -> None:
+        self._queued.discard(session_id)  # turns added from now on may queue another
+        self.stats.queued = len(self._queued)
+        try:
+            await self.run(session_id)
+        except TierMemError as exc:
+            self.stats.failures += 1
+            self._known.pop(session_id, None)  # the next add_turns checks again: a retry
+            logger.warning(
+                "summarizing session %s failed; the previous summary stays and the job "
+                "runs again on the next turn: %s",
+                session_id,
+                exc,
+            )
+
+    # -- the job ------------------------------------------------------------------------
+
+    async def wait_through(self, session_id: str, through: int) -> SessionSummaries:
+        """Read-your-writes: the summaries once they reach turn ``through``, running the
+        pass inline if no job got there yet.
+
+        Raises:
+            ValidationError: turn ``through`` does not exist.
+            ModelFailedError: the engine failed (nothing was written).
+            BackendError: a tier failed.
+        """
+        current = await self.read(session_id)
+        if current.watermarks.summarized_through >= through:
+            return current
+        last = await self.durable.next_index(session_id) - 1
+        if not 0 <= through <= last:
+            raise ValidationError(
+                f"session {session_id!r} has turns 0..{last}; cannot wait for turn {through}"
+            )
+        await self.run(session_id, through=through)
+        return await self.read(session_id)
+
+    async def run(self, session_id: str, *, through: int | None = None) -> JobOutcome:
+        """One pass: through ``through`` if given (a caller waiting), else through what the
+        trigger plans. Idempotent (module docstring).
+
+        Raises:
+            ModelFailedError: an engine failed; nothing was written.
+            ConflictError: other writers kept changing the records.
+            BackendError: a tier failed; nothing after the failed write was written.
+        """
+        self.stats.jobs += 1
+        for _ in range(COMMIT_ATTEMPTS):
+            outcome = await self._attempt(session_id, through)
+            if outcome is not None:
+                return outcome
+        raise ConflictError(
+            f"the summaries of session {session_id!r} kept changing under {COMMIT_ATTEMPTS} "
+            "passes; try again"
+        )
+
+    async def _attempt(self, session_id: str, through: int | None) -> JobOutcome | None:
+        summary_rec, structured_rec, marks_rec = await asyncio.gather(
+            self.durable.get_record(session_id, SUMMARY_RECORD),
+            self.durable.get_record(session_id, STRUCTURED_RECORD),
+            self.durable.get_record(session_id, WATERMARKS_RECORD),
+        )
+        current = _tiers(summary_rec)
+        done = summarized_through(current)
+        compression = _watermarks(marks_rec).compression or self.policy.base_compression()
+        next_index = await self.durable.next_index(session_id)
+        last = next_index - 1
+        if through is None:
+            pending = await self.durable.get_turns(session_id, done + 1, next_index)
+            counts = [(t.index, t.token_count or self.tokens.count(t.text)) for t in pending]
+            target = plan_pass(counts, done, compression, last=last)
+            if target is None:
+                self.stats.not_due += 1
+                tokens = sum(c for _, c in counts)
+                self._remember(session_id, _Known(done, compression, tokens, last))
+                return JobOutcome.NOT_DUE
+        else:
+            target = min(through, last)
+            if target <= done:
+                self.stats.already_done += 1
+                self._known.pop(session_id, None)  # the next turn's check reads again
+                return JobOutcome.ALREADY_DONE
+        structured = _structured(structured_rec)
+        spans = plan_tiers(current, target)
+        start = min(spans[0].first, structured.through_index + 1)
+        # One archive read for the whole pass: the spans and the turns to extract from.
+        turns = await self.durable.get_turns(session_id, start, next_index)
+        by_index = {t.index: t for t in turns}
+
+        async def source(first: int, upto: int) -> list[Turn]:
+            return [by_index[i] for i in range(first, upto + 1) if i in by_index]
+
+        fresh_structured: StructuredMemory | None = None
+        if structured.through_index < last:
+            fresh = [t for t in turns if t.index > structured.through_index]
+            fresh_structured = await self.extractor.extract(fresh, prior=structured)
+            if fresh_structured.through_index < last:
+                # Turns that expired before extraction cannot be read again: move on.
+                fresh_structured = fresh_structured.model_copy(update={"through_index": last})
+        effective = fresh_structured or structured
+        builder = RollingBuilder(
+            self.summarizer,
+            targets=self.policy.targets,
+            counter=self.tokens,
+            clock=self.clock,
+            turns=source,
+        )
+        built, quality = await validated_pass(
+            builder, spans, current, effective, check=self.policy.validate
+        )
+        # Commit: nothing was written before this point, so a failure above changes nothing.
+        expires_at = self.record_expiry()
+        if fresh_structured is not None:
+            try:
+                await self.durable.put_record(
+                    session_id,
+                    STRUCTURED_RECORD,
+                    fresh_structured.model_dump(mode="json"),
+                    expected_version=structured_rec.version if structured_rec else 0,
+                    expires_at=expires_at,
+                )
+            except ConflictError:
+                latest = _structured(await self.durable.get_record(session_id, STRUCTURED_RECORD))
+                if latest.through_index < last:
+                    return None  # someone committed less than we need: recompute
+        tiers = tuple(sorted((b.text for b in built), key=lambda t: _TIER_ORDER.index(t.tier)))
+        record = {
+            "schema": 1,
+            "through_index": target,
+            "job": f"{session_id}:{target}",
+            "tiers": [t.model_dump(mode="json") for t in tiers],
+            "quality": quality.model_dump(mode="json"),
+        }
+        try:
+            await self.durable.put_record(
+                session_id,
+                SUMMARY_RECORD,
+                record,
+                expected_version=summary_rec.version if summary_rec else 0,
+                expires_at=expires_at,
+            )
+        except ConflictError:
+            latest_tiers = _tiers(await self.durable.get_record(session_id, SUMMARY_RECORD))
+            if summarized_through(latest_tiers) >= target:
+                self.stats.lost_races += 1
+                return JobOutcome.LOST_RACE
+            return None
+        adjusted = adjust_compression(compression, self.policy, quality.fact_preservation_first)
+        await self._advance(session_id, target, effective.through_index, adjusted)
+        self._count(quality, compression, adjusted)
+        left = sum(t.token_count or self.tokens.count(t.text) for t in turns if t.index > target)
+        self._remember(session_id, _Known(target, adjusted, left, last))
+        return JobOutcome.COMMITTED
+
+    async def _advance(
+        self, session_id: str, summarized: int, extracted: int, compression: Compression
+    ) -> None:
+        """Raise the watermarks (never lower them) and store the compression in force."""
+        for attempt in range(CAS_ATTEMPTS):
+            rec = await self.durable.get_record(session_id, WATERMARKS_RECORD)
+            held = _watermarks(rec)
+            new = Watermarks(
+                summarized_through=max(held.summarized_through, summarized),
+                extracted_through=max(held.extracted_through, extracted),
+                passes=held.passes + 1,
+                compression=compression,
+                updated_at=self.clock.now(),
+            )
+            try:
+                await self.durable.put_record(
+                    session_id,
+                    WATERMARKS_RECORD,
+                    new.model_dump(mode="json"),
+                    expected_version=rec.version if rec else 0,
+                    expires_at=self.record_expiry(),
+                )
+                return
+            except ConflictError:
+                await pause(attempt)
+        raise ConflictError(f"the watermarks of session {session_id!r} kept changing; try again")
+
+    # -- bookkeeping --------------------------------------------------------------------
+
+    def record_expiry(self) -> UtcDatetime | None:
+        """When records written now expire (``record_retention`` from now; None: never)."""
+        retention = self.policy.record_retention
+        return None if retention is None else self.clock.now() + retention
+
+    def _remember(self, session_id: str, known: _Known) -> None:
+        self._known[session_id] = known
+        self._known.move_to_end(session_id)
+        while len(self._known) > KNOWN_SESSIONS:
+            self._known.popitem(last=False)
+
+    def forget(self, session_id: str) -> None:
+        """Drop the in-process watermark of a cleared session."""
+        self._known.pop(session_id, None)
+
+    def _count(self, quality: PassQuality, before: Compression, after: Compression) -> None:
+        stats = self.stats
+        stats.committed += 1
+        stats.validation_retries += bool(quality.retried_tiers)
+        stats.verbatim_appends += bool(quality.appended)
+        stats.compression_changes += before != after
+        stats.last_quality = quality
+        stats.last_compression = after
+        if quality.fact_preservation_first is not None:
+            stats.preservation_sum += quality.fact_preservation_first
+            stats.preservation_passes += 1
+        if quality.entity_drift is not None:
+            stats.drift_sum += quality.entity_drift
+            stats.drift_passes += 1
+
+
+def _tiers(record: SessionRecord | None) -> tuple[SummaryText, ...]:
+    if record is None:
+        return ()
+    raw = record.data.get("tiers")
+    if not isinstance(raw, list):
+        return ()
+    return tuple(SummaryText.model_validate(t) for t in raw)
+
+
+def _structured(record: SessionRecord | None) -> StructuredMemory:
+    return StructuredMemory() if record is None else StructuredMemory.model_validate(record.data)
+
+
+def _watermarks(record: SessionRecord | None) -> Watermarks:
+    return Watermarks() if record is None else Watermarks.model_validate(record.data)

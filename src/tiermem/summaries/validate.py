@@ -1,0 +1,340 @@
+"""Closed-loop validation of a summarization pass (seed 001's critique).
+
+The structured slots -- active entities, facts, key decisions and unresolved intentions --
+are checked against the text of every tier after a pass. Each slot is checked against the
+tiers as a whole (a fact said at turn 3 lives in the ancient tier), and only slots of turns
+the pass summarized (turns kept raw are in the context anyway). Then:
+
+0. sentences that present a superseded fact value as current are dropped from every tier
+   (:func:`drop_stale`: an older tier cannot know a later correction);
+1. nothing lost: done;
+2. lost slots: the tiers that should hold them (the tier whose span has the slot's turn)
+   are summarized again from their raw turns, once, with the lost items as ``must_keep``;
+3. still lost: the items are appended to their tier verbatim (``Also: ...``), so the next
+   inference can still see them.
+
+Each pass records, in the summary record and in the service's stats:
+
+* ``fact_preservation_first``: share of checked slots the first attempt kept (this is
+  what quality-aware compression reacts to: the final text always keeps them all);
+* ``fact_preservation``: share kept by the final text (1.0 unless no fallback was possible);
+* ``entity_drift``: share of the current entity values the previous summary mentioned that
+  the new first attempt no longer mentions (names aggregated into "various titles", or
+  lost across passes);
+* ``compression_ratio``: summary tokens / raw tokens of the tiers built from raw turns.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tiermem.longterm.detect import split_sentences
+from tiermem.models.base import FrozenModel
+from tiermem.summaries.models import Fact, StructuredMemory, SummaryText, SummaryTier
+from tiermem.summaries.quality import lost_items
+from tiermem.summaries.rolling import BuiltTier, RollingBuilder, TierSpan
+from tiermem.summaries.structured import same_value, states_value
+
+__all__ = [
+    "PassQuality",
+    "SlotItem",
+    "drop_stale",
+    "lost_slots",
+    "mentions",
+    "slot_items",
+    "validated_pass",
+]
+
+ITEM_WORD_SHARE = 0.6
+"""A decision or intention counts as kept when this share of its content words appear in
+the summary (the model may rephrase a sentence; it may not drop its substance). Entity and
+fact values must appear as the same value (:func:`~tiermem.summaries.structured.states_value`:
+"¥8,000" is found as "8000円", never inside "¥18,000")."""
+
+_WORD = re.compile(r"[\w$¥€£%.,:/-]+", re.UNICODE)
+_STOP = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "to",
+        "of",
+        "and",
+        "or",
+        "for",
+        "in",
+        "on",
+        "at",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "i",
+        "you",
+        "we",
+        "it",
+        "this",
+        "that",
+        "my",
+        "me",
+        "with",
+        "want",
+        "wants",
+        "would",
+        "like",
+        "please",
+        "can",
+        "could",
+        "should",
+        "will",
+    ]
+)
+
+
+class PassQuality(FrozenModel):
+    """Quality of one pass (module docstring)."""
+
+    checked: int = 0
+    lost_first: tuple[str, ...] = ()
+    retried_tiers: tuple[str, ...] = ()
+    appended: tuple[str, ...] = ()
+    fact_preservation_first: float | None = None
+    fact_preservation: float | None = None
+    entity_drift: float | None = None
+    compression_ratio: float | None = None
+    raw_tokens: int = 0
+    summary_tokens: int = 0
+    kept_tiers: tuple[str, ...] = ()
+    """Tiers kept as they were because their raw turns had expired."""
+    stale_dropped: int = 0
+    """Sentences dropped for presenting a superseded fact value as current."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotItem:
+    """One structured slot to find in a summary."""
+
+    kind: str
+    """``entity``, ``fact``, ``decision`` or ``unresolved``."""
+    slot: str | None
+    """The entity kind or fact slot (None for decisions and intentions)."""
+    text: str
+    """What must appear: a value as written, or a decision's / intention's sentence."""
+    turn_index: int
+    exact: bool
+    """Values must appear as written; sentences by :data:`ITEM_WORD_SHARE` of their words."""
+
+
+def _norm(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def _words(text: str) -> set[str]:
+    return {w.strip(".,:") for w in _WORD.findall(_norm(text))} - _STOP - {""}
+
+
+def mentions(summary: str, item: SlotItem) -> bool:
+    """Whether ``summary`` states ``item`` (module rules)."""
+    if item.exact:
+        return states_value(summary, item.text, slot=item.slot)
+    wanted = _words(item.text)
+    if not wanted:
+        return True
+    return len(wanted & _words(summary)) / len(wanted) >= ITEM_WORD_SHARE
+
+
+def slot_items(structured: StructuredMemory, through: int) -> list[SlotItem]:
+    """The slots said at or before turn ``through``: current entity and fact values,
+    decisions and unresolved intentions (goals are not checked: seed 001's slot list)."""
+    items: list[SlotItem] = []
+    for kind, slots in (("entity", structured.entities), ("fact", structured.facts)):
+        for slot, fact in slots.items():
+            if fact.turn_index <= through and fact.value.strip():
+                items.append(SlotItem(kind, slot, fact.value, fact.turn_index, exact=True))
+    for kind, group in (("decision", structured.decisions), ("unresolved", structured.unresolved)):
+        for item in group:
+            if item.turn_index <= through and item.text.strip():
+                items.append(SlotItem(kind, None, item.text, item.turn_index, exact=False))
+    return items
+
+
+def lost_slots(summary: str, items: Sequence[SlotItem]) -> list[SlotItem]:
+    """The items ``summary`` does not state: values by
+    :func:`~tiermem.summaries.quality.lost_items` (the rule quality measurements use),
+    decisions and intentions by their words."""
+    values = [i for i in items if i.exact and i.slot is not None]
+    memory = StructuredMemory(
+        entities={
+            i.slot: Fact(slot=i.slot, value=i.text, turn_index=i.turn_index)
+            for i in values
+            if i.kind == "entity" and i.slot is not None
+        },
+        facts={
+            i.slot: Fact(slot=i.slot, value=i.text, turn_index=i.turn_index)
+            for i in values
+            if i.kind == "fact" and i.slot is not None
+        },
+    )
+    lost_values = set(lost_items(summary, memory))
+    return [
+        item
+        for item in items
+        if (item.slot in lost_values if item in values else not mentions(summary, item))
+    ]
+
+
+def drop_stale(text: str, structured: StructuredMemory) -> tuple[str, int]:
+    """``text`` without the sentences that present a superseded fact value as current (a
+    sentence stating an earlier value of a fact slot and not its latest one), and how many
+    were dropped. Sentences are deleted, never reworded. Entity kinds are not facts: an
+    earlier volume is history ("bought vol 3, then asked about vol 4"), not a stale value.
+
+    A tier summarizes its own span, so an older tier cannot know a later correction ("my
+    budget is ¥5,000" in ancient, "actually ¥8,000" in recent): this is where the pass
+    makes the whole of its tiers agree with structured memory."""
+    stale = [
+        (slot, old, fact.value)
+        for slot, fact in structured.facts.items()
+        for old in fact.previous
+        if old.strip() and not same_value(old, fact.value, slot=slot)
+    ]
+    if not stale or not text:
+        return text, 0
+    dropped = 0
+    lines: list[str] = []
+    for line in text.splitlines():
+        sentences = split_sentences(line)
+        kept = [
+            sentence
+            for sentence in sentences
+            if not any(
+                states_value(sentence, old, slot=slot)
+                and not states_value(sentence, latest, slot=slot)
+                for slot, old, latest in stale
+            )
+        ]
+        if len(kept) == len(sentences):
+            lines.append(line)
+            continue
+        dropped += len(sentences) - len(kept)
+        if kept:
+            lines.append(" ".join(s.strip() for s in kept))
+    return "\n".join(lines), dropped
+
+
+def _tier_of(spans: Sequence[TierSpan], turn_index: int) -> SummaryTier | None:
+    for span in spans:
+        if span.first <= turn_index <= span.through:
+            return span.tier
+    return None
+
+
+def _joined(tiers: Sequence[BuiltTier]) -> str:
+    return "\n".join(t.text.text for t in tiers)
+
+
+def _drift(
+    previous_text: str | None, first_text: str, structured: StructuredMemory
+) -> float | None:
+    if not previous_text:
+        return None
+    values = [
+        SlotItem("entity", k, f.value, f.turn_index, exact=True)
+        for k, f in structured.entities.items()
+    ]
+    before = [v for v in values if mentions(previous_text, v)]
+    if not before:
+        return None
+    return len(lost_slots(first_text, before)) / len(before)
+
+
+async def validated_pass(
+    builder: RollingBuilder,
+    spans: Sequence[TierSpan],
+    previous: Sequence[SummaryText],
+    structured: StructuredMemory,
+    *,
+    check: bool = True,
+) -> tuple[list[BuiltTier], PassQuality]:
+    """Build the tiers of a pass, check them against ``structured``, retry once with
+    ``must_keep``, then append what is still lost (module docstring). ``previous``: the
+    tiers before the pass (fallback text for expired spans, and the drift baseline)."""
+    prev = list(previous)
+    first, stale = _without_stale(builder, await builder.build(spans, prev), structured)
+    through = max(s.through for s in spans)
+    items = slot_items(structured, through) if check else []
+    lost = lost_slots(_joined(first), items)
+    previous_text = "\n".join(p.text for p in prev) or None
+    drift = _drift(previous_text, _joined(first), structured)
+    final = first
+    retried: list[str] = []
+    appended: list[str] = []
+    if lost:
+        by_tier: dict[SummaryTier, list[str]] = {}
+        for item in lost:
+            tier = _tier_of(spans, item.turn_index)
+            if tier is not None:
+                by_tier.setdefault(tier, []).append(item.text)
+        retry = {t: keep for t, keep in by_tier.items() if _raw(first, t)}
+        if retry:
+            reuse = {b.span.tier: b for b in first if b.span.tier not in retry}
+            rebuilt = await builder.build(spans, prev, must_keep=retry, reuse=reuse)
+            final, more = _without_stale(builder, rebuilt, structured)
+            stale += more
+            retried = [t.value for t in retry]
+        still = lost_slots(_joined(final), lost)
+        if still:
+            final = _append(builder, final, spans, still)
+            appended = [i.text for i in still]
+    kept_after = len(items) - len(lost_slots(_joined(final), items))
+    built_raw = [b for b in final if b.from_raw]
+    raw_tokens = sum(b.raw_tokens for b in built_raw)
+    summary_tokens = sum(b.text.tokens for b in built_raw)
+    quality = PassQuality(
+        checked=len(items),
+        lost_first=tuple(i.text for i in lost),
+        retried_tiers=tuple(retried),
+        appended=tuple(appended),
+        fact_preservation_first=(len(items) - len(lost)) / len(items) if items else None,
+        fact_preservation=kept_after / len(items) if items else None,
+        entity_drift=drift,
+        compression_ratio=summary_tokens / raw_tokens if raw_tokens else None,
+        raw_tokens=raw_tokens,
+        summary_tokens=summary_tokens,
+        kept_tiers=tuple(b.span.tier.value for b in final if not b.from_raw),
+        stale_dropped=stale,
+    )
+    return final, quality
+
+
+def _without_stale(
+    builder: RollingBuilder, tiers: Sequence[BuiltTier], structured: StructuredMemory
+) -> tuple[list[BuiltTier], int]:
+    out: list[BuiltTier] = []
+    dropped = 0
+    for tier in tiers:
+        text, count = drop_stale(tier.text.text, structured)
+        out.append(builder.retexted(tier, text))
+        dropped += count
+    return out, dropped
+
+
+def _raw(tiers: Sequence[BuiltTier], tier: SummaryTier) -> bool:
+    return any(b.span.tier is tier and b.from_raw for b in tiers)
+
+
+def _append(
+    builder: RollingBuilder,
+    tiers: Sequence[BuiltTier],
+    spans: Sequence[TierSpan],
+    still: Sequence[SlotItem],
+) -> list[BuiltTier]:
+    by_tier: dict[SummaryTier, list[str]] = {}
+    newest = spans[-1].tier
+    for item in still:
+        by_tier.setdefault(_tier_of(spans, item.turn_index) or newest, []).append(item.text)
+    return [builder.appended(b, by_tier.get(b.span.tier, ())) for b in tiers]
