@@ -1,27 +1,43 @@
 """What the SQLite backend promises beyond the shared contract (tests/conformance covers that):
 migrations (dropping the old ``memories_fts``; session headers from the old tables),
 persistence across instances, the default path, atomicity of failed writes, lock errors,
-physical collection of expired rows and dead sessions, and the statements an append costs."""
+physical collection of expired rows and dead sessions, the statements an append costs, group
+commit (many callers' writes in one transaction, each failing on its own) and the
+durability setting."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
+from typing import Any, TypeVar
 
 import pytest
 
+from tiermem.composition import open_durable_store, open_hot_store
 from tiermem.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    ConflictError,
     ValidationError,
 )
-from tiermem.models import ActiveEntity, MemoryRecord, SessionMetadata, SessionRef, StateBlob
+from tiermem.models import (
+    ActiveEntity,
+    MemoryRecord,
+    SessionMetadata,
+    SessionRef,
+    StateBlob,
+    Turn,
+)
+from tiermem.settings import TierMemSettings
 from tiermem.store.backends.sqlite import (
     MIGRATIONS,
     SQLiteDurableStore,
@@ -32,11 +48,18 @@ from tiermem.store.backends.sqlite import (
 from tiermem.store.backends.sqlite._paths import data_dir_for
 from tiermem.store.backends.sqlite._schema import apply_migrations
 from tiermem.store.codec import encode_memory
-from tiermem.store.contract import Capability, DurableStore, HotStore
+from tiermem.store.contract import (
+    ENTITIES_RECORD,
+    Capability,
+    DurableStore,
+    EntityChange,
+    HotStore,
+)
 from tiermem.testing import FakeClock
 from tiermem.testing.backend import text_turn
 
 HOUR = timedelta(hours=1)
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -624,6 +647,289 @@ async def test_an_append_costs_one_header_read_and_one_header_upsert(
         "SELECT payload FROM",
         "COMMIT",
     ]
+
+
+async def test_an_entity_change_rides_in_the_appends_transaction(
+    durable: SQLiteDurableStore, clock: FakeClock
+) -> None:
+    await durable.append_turns("warm-up", [text_turn("x")])  # opens the file; the GC's turn
+    statements = await traced(durable)
+    transactions = durable._db.transactions
+    series = ActiveEntity(kind="series", value="Berserk", updated_at=clock.now())
+    await durable.append_turns(
+        "s-1", [text_turn("Berserk 42")], entities=EntityChange(upsert={"series": series})
+    )
+    # One transaction, one more statement than a plain append: the record's upsert (its
+    # current version and data come with the header read).
+    assert statements == [
+        "BEGIN IMMEDIATE",
+        "SELECT s.next_index, s.expires_at_us,",
+        "INSERT INTO turns",
+        "INSERT INTO sessions",
+        "INSERT INTO session_records",
+        "COMMIT",
+    ]
+    assert durable._db.transactions == transactions + 1
+    statements.clear()
+    await durable.append_turns("s-1", [text_turn("ok")], entities=EntityChange())
+    assert "INSERT INTO session_records" not in statements  # an empty change writes nothing
+    record = await durable.get_record("s-1", ENTITIES_RECORD)
+    assert record is not None
+    assert (record.version, record.data) == (1, {"series": series.model_dump(mode="json")})
+
+
+# -- group commit ---------------------------------------------------------------------------
+
+
+async def hold_writer(store: SQLiteDurableStore) -> tuple[threading.Event, asyncio.Task[None]]:
+    """Keep the store's worker thread busy in a write until the event is set, so that the
+    calls made meanwhile queue up and run as one batch."""
+    release = threading.Event()
+    started = threading.Event()
+
+    def hold(conn: sqlite3.Connection) -> None:
+        started.set()
+        release.wait(10)
+
+    task = asyncio.create_task(store._db.write(hold))
+    await asyncio.to_thread(started.wait, 10)
+    return release, task
+
+
+async def run_as_one_batch(
+    store: SQLiteDurableStore, calls: list[Coroutine[Any, Any, T]]
+) -> list[T | BaseException]:
+    """Run ``calls`` concurrently while the writer is held, then let it take them at once."""
+    release, holder = await hold_writer(store)
+    results = asyncio.gather(*calls, return_exceptions=True)
+    for _ in range(100):  # each call queues before its first real await
+        if len(store._db._pending) == len(calls):
+            break
+        await asyncio.sleep(0)
+    assert len(store._db._pending) == len(calls)
+    release.set()
+    await holder
+    return await results
+
+
+async def test_concurrent_appends_of_many_sessions_commit_together(
+    durable: SQLiteDurableStore,
+) -> None:
+    sessions = [f"s-{i}" for i in range(20)]
+    await durable.append_turns("warm-up", [text_turn("x")])
+    before = durable._db.transactions
+    stored = await run_as_one_batch(
+        durable, [durable.append_turns(sid, [text_turn(f"{sid} a")]) for sid in sessions]
+    )
+    # The holder's transaction and one for the 20 appends.
+    assert durable._db.transactions == before + 2
+    assert [[t.index for t in turns] for turns in stored if isinstance(turns, list)] == [[0]] * 20
+    for sid in sessions:
+        assert [t.text for t in await durable.get_turns(sid)] == [f"{sid} a"]
+
+
+async def test_a_failed_append_in_a_batch_fails_only_its_own_caller(
+    durable: SQLiteDurableStore, db_path: Path
+) -> None:
+    sessions = [f"s-{i}" for i in range(12)]
+    for sid in sessions:
+        await durable.append_turns(sid, [text_turn(f"{sid} a")])
+    # s-4's second turn fails after its first is written: its savepoint must undo that.
+    install_failure(db_path, "turns", "INSERT", "NEW.session_id = 's-4' AND NEW.idx = 2")
+    before = durable._db.transactions
+
+    def append(sid: str) -> Coroutine[Any, Any, list[Turn]]:
+        if sid == "s-7":  # a stale index: a conflict
+            return durable.append_turns(sid, [text_turn("late")], first_index=0)
+        return durable.append_turns(sid, [text_turn(f"{sid} b"), text_turn(f"{sid} c")])
+
+    results = await run_as_one_batch(durable, [append(sid) for sid in sessions])
+    assert durable._db.transactions == before + 2  # the holder's and one for the batch
+    outcome = dict(zip(sessions, results, strict=True))
+    conflict = outcome.pop("s-7")
+    assert isinstance(conflict, ConflictError)
+    assert (conflict.expected, conflict.actual) == (0, 1)
+    failed = outcome.pop("s-4")
+    assert isinstance(failed, BackendError)
+    assert "injected failure" in str(failed)
+    for sid, turns in outcome.items():
+        assert isinstance(turns, list), sid
+        assert [t.index for t in turns] == [1, 2]
+        assert [t.text for t in await durable.get_turns(sid)] == [f"{sid} {x}" for x in "abc"]
+    for sid in ("s-4", "s-7"):
+        assert await durable.next_index(sid) == 1
+        assert [t.text for t in await durable.get_turns(sid)] == [f"{sid} a"]
+
+
+async def test_a_batch_whose_commit_fails_runs_its_writes_again_one_by_one(
+    durable: SQLiteDurableStore, db_path: Path
+) -> None:
+    # A deferred foreign key is checked at COMMIT only: s-3's append breaks it, so the
+    # batch's COMMIT fails. A real SQLite failure, no fake.
+    await durable.append_turns("warm-up", [text_turn("x")])  # creates the tables
+    with raw(db_path) as conn:
+        conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        conn.execute(
+            "CREATE TABLE child (parent_id INTEGER "
+            "REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+        conn.execute(
+            "CREATE TRIGGER poison AFTER INSERT ON turns WHEN NEW.session_id = 's-3' "
+            "BEGIN INSERT INTO child VALUES (42); END"
+        )
+
+    def enforce_foreign_keys(conn: sqlite3.Connection) -> None:
+        conn.execute("COMMIT")  # the pragma is ignored inside a transaction
+        conn.execute("PRAGMA foreign_keys = ON")
+
+    await durable._db.read(enforce_foreign_keys)
+    sessions = [f"s-{i}" for i in range(6)]
+    before = durable._db.transactions
+    results = await run_as_one_batch(
+        durable, [durable.append_turns(sid, [text_turn(sid)]) for sid in sessions]
+    )
+    # The holder, the failed batch, then each of the 6 alone.
+    assert durable._db.transactions == before + 2 + 6
+    outcome = dict(zip(sessions, results, strict=True))
+    failed = outcome.pop("s-3")
+    assert isinstance(failed, BackendError)
+    assert "FOREIGN KEY" in str(failed)
+    assert await durable.next_index("s-3") == 0
+    for sid, turns in outcome.items():
+        assert isinstance(turns, list), sid
+        assert [t.text for t in await durable.get_turns(sid)] == [sid]
+
+
+async def test_a_read_in_a_batch_sees_exactly_the_writes_queued_before_it(
+    durable: SQLiteDurableStore,
+) -> None:
+    await durable.append_turns("s-1", [text_turn("a")])
+    results = await run_as_one_batch(
+        durable,
+        [
+            durable.next_index("s-1"),
+            durable.append_turns("s-1", [text_turn("b")]),
+            durable.get_turns("s-1"),
+            durable.append_turns("s-1", [text_turn("c")]),
+            durable.next_index("s-1"),
+        ],
+    )
+    before, appended_b, turns, appended_c, after = results
+    assert isinstance(appended_b, list)
+    assert isinstance(appended_c, list)
+    assert [t.index for t in appended_b + appended_c] == [1, 2]
+    assert before == 1  # queued ahead of both writes
+    assert isinstance(turns, list)
+    # Queued after "b": it sees "b" (and "c", committed in the same transaction).
+    assert [t.text for t in turns] == ["a", "b", "c"]
+    assert after == 3
+
+
+async def test_a_call_cancelled_before_its_batch_runs_is_skipped(
+    durable: SQLiteDurableStore,
+) -> None:
+    release, holder = await hold_writer(durable)
+    cancelled = asyncio.create_task(durable.append_turns("s-1", [text_turn("never")]))
+    kept = asyncio.create_task(durable.append_turns("s-2", [text_turn("kept")]))
+    for _ in range(100):
+        if len(durable._db._pending) == 2:
+            break
+        await asyncio.sleep(0)
+    cancelled.cancel()
+    release.set()
+    await holder
+    assert [t.index for t in await kept] == [0]
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert await durable.next_index("s-1") == 0
+
+
+_ACKNOWLEDGING_WRITER = """
+import asyncio, sys
+from tiermem.store.backends.sqlite import SQLiteDurableStore
+from tiermem.testing.backend import text_turn
+
+async def main(path):
+    store = SQLiteDurableStore(path)
+
+    async def writer(w):
+        for i in range(10_000):
+            [turn] = await store.append_turns(f"s-{w}", [text_turn(f"w{w} t{i}")])
+            print(f"s-{w} {turn.index} w{w} t{i}", flush=True)  # acknowledged
+
+    await asyncio.gather(*(writer(w) for w in range(20)))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_every_acknowledged_append_survives_kill_9(db_path: Path) -> None:
+    # 20 sessions append at once (group commits) and print each append as it returns;
+    # SIGKILL lands mid-stream. Whatever was printed must be in the file.
+    proc = subprocess.Popen(  # noqa: S603 -- this interpreter, our own script
+        [sys.executable, "-c", _ACKNOWLEDGING_WRITER, str(db_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    acknowledged: list[str] = []
+    try:
+        for line in proc.stdout:
+            acknowledged.append(line)
+            if len(acknowledged) >= 400:
+                break
+    finally:
+        proc.kill()  # SIGKILL: no cleanup, no final commit
+        acknowledged.extend(proc.stdout.read().splitlines())
+        proc.wait()
+    assert len(acknowledged) >= 400, "the writer stopped early"
+    with raw(db_path) as conn:
+        stored = {
+            (session_id, index): payload
+            for session_id, index, payload in conn.execute(
+                "SELECT session_id, idx, payload FROM turns"
+            )
+        }
+        heads = dict(conn.execute("SELECT session_id, next_index FROM sessions"))
+    for line in acknowledged:
+        session_id, index, text = line.strip().split(" ", 2)
+        assert text in stored[(session_id, int(index))], line
+    for session_id, next_index in heads.items():  # gap-free, whatever was cut off
+        indexes = sorted(i for s, i in stored if s == session_id)
+        assert indexes == list(range(next_index)), session_id
+
+
+# -- durability setting -------------------------------------------------------------------
+
+
+async def test_synchronous_is_normal_by_default_and_full_on_request(db_path: Path) -> None:
+    def mode(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+    default = SQLiteDurableStore(db_path)
+    full = SQLiteHotStore(db_path, synchronous="FULL")
+    try:
+        assert await default._db.read(mode) == 1  # NORMAL
+        assert await full._db.read(mode) == 2  # FULL
+    finally:
+        await default.aclose()
+        await full.aclose()
+    with pytest.raises(ValidationError, match="NORMAL"):
+        SQLiteDurableStore(db_path, synchronous="OFF")  # type: ignore[arg-type]
+
+
+def test_the_synchronous_setting_reaches_both_sqlite_stores(tmp_path: Path) -> None:
+    settings = TierMemSettings(
+        hot_backend="sqlite",
+        durable_backend="sqlite",
+        sqlite_path=tmp_path / "t.db",
+        sqlite_synchronous="FULL",
+    )
+    hot, durable = open_hot_store(settings), open_durable_store(settings)
+    assert isinstance(hot, SQLiteHotStore)
+    assert isinstance(durable, SQLiteDurableStore)
+    assert hot._db.synchronous == durable._db.synchronous == "FULL"
+    assert TierMemSettings().sqlite_synchronous == "NORMAL"
 
 
 # -- hot: entities, restore ---------------------------------------------------------------

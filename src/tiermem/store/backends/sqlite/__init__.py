@@ -2,10 +2,13 @@
 
 No server and no dependency beyond the standard library's :mod:`sqlite3`. Each store owns
 one connection on one worker thread (so the event loop never blocks); the hot and durable
-stores may share a file. The file runs in WAL mode (readers beside the one writer),
-``synchronous=NORMAL``, a busy timeout, and ``BEGIN IMMEDIATE`` for every write, so
-concurrent writers, even in other processes, are serialized rather than lost. The schema is
-an ordered list of migrations tracked in ``PRAGMA user_version``
+stores may share a file. The file runs in WAL mode (readers beside the one writer), a busy
+timeout, and ``BEGIN IMMEDIATE`` for every write, so concurrent writers, even in other
+processes, are serialized rather than lost. Writes queued together commit together (group
+commit, each in its own savepoint, none acknowledged before the commit: see
+:mod:`~tiermem.store.backends.sqlite._connection`). ``synchronous`` is ``NORMAL`` by
+default (a commit survives a process crash, not a power loss) or ``FULL`` (both). The
+schema is an ordered list of migrations tracked in ``PRAGMA user_version``
 (:mod:`~tiermem.store.backends.sqlite._schema`).
 
 A file path is required: ``":memory:"`` is refused, because the two stores each open
@@ -49,7 +52,11 @@ Ids are bound as SQL parameters, never spliced into statements, so they need no 
 they are still validated with :func:`tiermem.store.keys.validate_id` before any I/O.
 """
 
-from tiermem.store.backends.sqlite._connection import DEFAULT_BUSY_TIMEOUT
+from tiermem.store.backends.sqlite._connection import (
+    DEFAULT_BUSY_TIMEOUT,
+    DEFAULT_SYNCHRONOUS,
+    Synchronous,
+)
 from tiermem.store.backends.sqlite._durable import SQLiteDurableStore
 from tiermem.store.backends.sqlite._hot import SQLiteHotStore
 from tiermem.store.backends.sqlite._paths import default_data_dir, default_database_path
@@ -57,9 +64,11 @@ from tiermem.store.backends.sqlite._schema import MIGRATIONS
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
+    "DEFAULT_SYNCHRONOUS",
     "MIGRATIONS",
     "SQLiteDurableStore",
     "SQLiteHotStore",
+    "Synchronous",
     "default_data_dir",
     "default_database_path",
 ]

@@ -12,11 +12,15 @@ transaction, and keeps the next index, so a dead session's turns awaiting collec
 share an index with new ones. Collection (:meth:`SQLiteDurableStore._collect_garbage`)
 removes it for good once ``gc_grace`` has passed too.
 
-Statements per operation, all in one transaction (one executor call):
+Statements per operation, all in one transaction (one call to the worker thread, whose
+group commit may share the transaction with other calls: see
+:mod:`~tiermem.store.backends.sqlite._connection`):
 
-* ``append_turns``: 1 read of the header joined with the idempotency key, 1 insert of the
-  turns (executemany), 1 upsert of the header (next index and lifetime), plus 1 insert of
-  the key when one is given. A repeated key: the read and 1 read of the stored turns.
+* ``append_turns``: 1 read of the header joined with the idempotency key (and, when the
+  append changes entities, with the ``entities`` record), 1 insert of the turns
+  (executemany), 1 upsert of the header (next index and lifetime), plus 1 insert of the key
+  when one is given and 1 upsert of the ``entities`` record when entities change. A
+  repeated key: the read and 1 read of the stored turns.
 * ``put_record``: 1 read of the header joined with the record, 1 upsert of the record,
   1 upsert of the header.
 * ``register_session``: 1 read of the header; then nothing (held by another user), or
@@ -40,7 +44,9 @@ from tiermem.errors import ConflictError, NotFoundError, ValidationError
 from tiermem.models import JsonValue, MemoryRecord, NewTurn, SessionRecord, SessionRef, Turn
 from tiermem.store.backends.sqlite._connection import (
     DEFAULT_BUSY_TIMEOUT,
+    DEFAULT_SYNCHRONOUS,
     SQLiteDatabase,
+    Synchronous,
     from_epoch_us,
     to_epoch_us,
 )
@@ -59,7 +65,12 @@ from tiermem.store.codec import (
     encode_memory,
     encode_turn,
 )
-from tiermem.store.contract import DEFAULT_GC_GRACE, Capability
+from tiermem.store.contract import (
+    DEFAULT_GC_GRACE,
+    ENTITIES_RECORD,
+    Capability,
+    EntityChange,
+)
 from tiermem.store.keys import validate_id
 
 __all__ = ["SQLiteDurableStore"]
@@ -122,6 +133,89 @@ def _lifetime_after(header: _Header | None, now_us: int, expires_at_us: int | No
     return max(header.expires_at_us, expires_at_us)
 
 
+_APPEND_READ = (
+    "SELECT s.next_index, s.expires_at_us, k.first_index, k.turn_count "
+    "FROM sessions AS s LEFT JOIN idempotency_keys AS k "
+    "ON k.session_id = s.session_id AND k.idempotency_key = ? "
+    "WHERE s.session_id = ?"
+)
+_APPEND_READ_ENTITIES = (  # bound: the key, ENTITIES_RECORD, the session id
+    "SELECT s.next_index, s.expires_at_us, k.first_index, k.turn_count, r.version, r.payload "
+    "FROM sessions AS s LEFT JOIN idempotency_keys AS k "
+    "ON k.session_id = s.session_id AND k.idempotency_key = ? "
+    "LEFT JOIN session_records AS r ON r.session_id = s.session_id AND r.kind = ? "
+    "WHERE s.session_id = ?"
+)
+
+
+@dataclass(frozen=True)
+class _EntityRows:
+    """An entity change, validated and serialized once, before the transaction."""
+
+    upsert: dict[str, JsonValue]
+    remove: tuple[str, ...]
+
+
+def _entity_rows(change: EntityChange | None) -> _EntityRows | None:
+    """Validate ``change`` at the edge; None when it changes nothing.
+
+    Raises:
+        ValidationError: not an EntityChange, or a bad kind.
+    """
+    if change is None:
+        return None
+    if not isinstance(change, EntityChange):
+        raise ValidationError(f"entities takes an EntityChange, got {type(change).__name__}")
+    for kind in [*change.upsert, *change.remove]:
+        check_kind(kind, what="entity kind")
+    if not change.upsert and not change.remove:
+        return None
+    return _EntityRows(
+        upsert={kind: entity.model_dump(mode="json") for kind, entity in change.upsert.items()},
+        remove=change.remove,
+    )
+
+
+def _merged_entities(
+    held: Sequence[object],
+    change: _EntityRows,
+    now: datetime,
+    lifetime_us: int | None,
+) -> SessionRecord:
+    """The ``entities`` record after ``change`` (a merge: other kinds stay), one version up
+    from ``held`` (the stored version and record JSON, both None when there is none).
+
+    Raises:
+        ValidationError: the merged record is over the size limit.
+    """
+    version, payload = held
+    data: dict[str, JsonValue] = {}
+    if isinstance(payload, str):
+        stored = json.loads(payload).get("data")
+        if isinstance(stored, dict):
+            data = stored
+    for kind in change.remove:
+        data.pop(kind, None)
+    data.update(change.upsert)
+    encode_data(data, what=f"record {ENTITIES_RECORD!r}")  # the size limit put_record applies
+    return SessionRecord(
+        kind=ENTITIES_RECORD,
+        data=data,
+        version=(version if isinstance(version, int) else 0) + 1,
+        updated_at=now,
+        expires_at=_optional_datetime(lifetime_us),
+    )
+
+
+def _upsert_record(conn: sqlite3.Connection, session_id: str, record: SessionRecord) -> None:
+    conn.execute(
+        "INSERT INTO session_records (session_id, kind, version, payload) "
+        "VALUES (?, ?, ?, ?) ON CONFLICT (session_id, kind) DO UPDATE SET "
+        "version = excluded.version, payload = excluded.payload",
+        (session_id, record.kind, record.version, record.model_dump_json()),
+    )
+
+
 def _read_header(conn: sqlite3.Connection, session_id: str) -> _Header | None:
     row = conn.execute(
         "SELECT next_index, expires_at_us, ref FROM sessions WHERE session_id = ?",
@@ -148,10 +242,11 @@ class SQLiteDurableStore:
     """Durable tier in a SQLite file. See :class:`tiermem.store.contract.DurableStore`.
 
     ``path`` must be a file (see :func:`default_database_path`); it may be the same file
-    as a :class:`SQLiteHotStore`'s. Expired turns are deleted by later writes, a few at a
-    time, and so are sessions (header, records, keys, turns) whose lifetime passed more
-    than ``gc_grace`` ago; expired memories are kept, since ``query_memories`` can still
-    return them.
+    as a :class:`SQLiteHotStore`'s. ``synchronous`` is ``NORMAL`` (a committed write
+    survives a process crash, not a power loss) or ``FULL`` (both). Expired turns are
+    deleted by later writes, a few at a time, and so are sessions (header, records, keys,
+    turns) whose lifetime passed more than ``gc_grace`` ago; expired memories are kept,
+    since ``query_memories`` can still return them.
 
     Raises (every method):
         BackendTimeoutError: another connection held the write lock for ``busy_timeout``.
@@ -159,7 +254,7 @@ class SQLiteDurableStore:
     """
 
     name = "sqlite"
-    capabilities = frozenset({Capability.PERSISTENT})
+    capabilities = frozenset({Capability.PERSISTENT, Capability.ENTITIES_IN_APPEND})
 
     def __init__(
         self,
@@ -168,8 +263,11 @@ class SQLiteDurableStore:
         clock: Clock | None = None,
         gc_grace: timedelta = DEFAULT_GC_GRACE,
         busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT,
+        synchronous: Synchronous = DEFAULT_SYNCHRONOUS,
     ) -> None:
-        self._db = SQLiteDatabase(path, role="durable", busy_timeout=busy_timeout)
+        self._db = SQLiteDatabase(
+            path, role="durable", busy_timeout=busy_timeout, synchronous=synchronous
+        )
         self._clock = clock or SystemClock()
         self._gc_grace_us = gc_grace // _MICROSECOND
         self._writes = 0  # touched only on the database's worker thread
@@ -231,21 +329,24 @@ class SQLiteDurableStore:
         first_index: int | None = None,
         expires_at: datetime | None = None,
         idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
     ) -> list[Turn]:
         check_append(session_id, turns, first_index=first_index)
         check_idempotency_key(idempotency_key)
+        change = _entity_rows(entities)
         expires_at_us = _optional_us(expires_at)
 
         def op(conn: sqlite3.Connection) -> list[Turn]:
-            now_us = self._now_us()
-            # The key rides along on the header read: no extra statement when it is new.
-            row = conn.execute(
-                "SELECT s.next_index, s.expires_at_us, k.first_index, k.turn_count "
-                "FROM sessions AS s LEFT JOIN idempotency_keys AS k "
-                "ON k.session_id = s.session_id AND k.idempotency_key = ? "
-                "WHERE s.session_id = ?",
-                (idempotency_key, session_id),
-            ).fetchone()
+            now = self._clock.now()
+            now_us = to_epoch_us(now, what="clock.now()")
+            # The key (and the entities record, when it changes) ride along on the header
+            # read: no extra statement when the key is new.
+            if change is None:
+                row = conn.execute(_APPEND_READ, (idempotency_key, session_id)).fetchone()
+            else:
+                row = conn.execute(
+                    _APPEND_READ_ENTITIES, (idempotency_key, ENTITIES_RECORD, session_id)
+                ).fetchone()
             header = None if row is None else _Header(row[0], row[1], None)
             live = header is not None and header.live(now_us)
             if live and row[2] is not None:  # a retry: the first append's turns, as stored now
@@ -261,19 +362,23 @@ class SQLiteDurableStore:
                     actual=start,
                 )
             indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
-            payloads = [encode_turn(turn) for turn in indexed]  # size check before writing
+            rows = [  # encoding checks the size before anything is written
+                (session_id, turn.index, encode_turn(turn), expires_at_us) for turn in indexed
+            ]
+            lifetime_us = _lifetime_after(header, now_us, expires_at_us)
+            record = None
+            if change is not None:
+                held = row[4:6] if live and row is not None else (None, None)
+                record = _merged_entities(held, change, now, lifetime_us)
             conn.executemany(
                 "INSERT INTO turns (session_id, idx, payload, expires_at_us) VALUES (?, ?, ?, ?)",
-                [
-                    (session_id, turn.index, payload, expires_at_us)
-                    for turn, payload in zip(indexed, payloads, strict=True)
-                ],
+                rows,
             )
             conn.execute(
                 "INSERT INTO sessions (session_id, next_index, expires_at_us) VALUES (?, ?, ?) "
                 "ON CONFLICT (session_id) DO UPDATE SET next_index = excluded.next_index, "
                 "expires_at_us = excluded.expires_at_us",
-                (session_id, start + len(indexed), _lifetime_after(header, now_us, expires_at_us)),
+                (session_id, start + len(indexed), lifetime_us),
             )
             if idempotency_key is not None:
                 conn.execute(
@@ -281,6 +386,8 @@ class SQLiteDurableStore:
                     "(session_id, idempotency_key, first_index, turn_count) VALUES (?, ?, ?, ?)",
                     (session_id, idempotency_key, start, len(indexed)),
                 )
+            if record is not None:
+                _upsert_record(conn, session_id, record)
             self._collect_garbage(conn, now_us)
             return indexed
 
@@ -497,12 +604,7 @@ class SQLiteDurableStore:
                 updated_at=now,
                 expires_at=_optional_datetime(lifetime_us),
             )
-            conn.execute(
-                "INSERT INTO session_records (session_id, kind, version, payload) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (session_id, kind) DO UPDATE SET "
-                "version = excluded.version, payload = excluded.payload",
-                (session_id, kind, record.version, record.model_dump_json()),
-            )
+            _upsert_record(conn, session_id, record)
             conn.execute(
                 "INSERT INTO sessions (session_id, next_index, expires_at_us) VALUES (?, 0, ?) "
                 "ON CONFLICT (session_id) DO UPDATE SET expires_at_us = excluded.expires_at_us",

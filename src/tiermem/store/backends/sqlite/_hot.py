@@ -6,9 +6,11 @@ rows in ``hot_turns``, ``hot_entities`` and ``hot_state``; its handoff bookkeepi
 session's row, checks versions, and writes; a session whose expiry has passed reads as
 absent, and the next write deletes its old rows before starting it afresh.
 
-Statements per operation, all in one transaction (one executor call): ``append_turns``
-reads the session row, then updates it, upserts the activity entry, inserts the turns
-(executemany) and trims the window; ``load`` is 4 reads; ``restore`` reads the session
+Statements per operation, all in one transaction (one call to the worker thread, whose
+group commit may share the transaction with other calls): ``append_turns`` reads the
+session row, then updates it, upserts the activity entry, inserts the turns (executemany)
+and trims the window, plus one delete and one upsert (executemany) when it changes
+entities; ``load`` is 4 reads; ``restore`` reads the session
 row, deletes the session's rows (4 statements) and writes them anew (session row, turns,
 entities, state, activity); ``copy_state`` and ``put_state`` read the session row and the
 blob, then write the session row, the activity entry and the blob; ``update_entities`` on
@@ -46,7 +48,9 @@ from tiermem.models import (
 )
 from tiermem.store.backends.sqlite._connection import (
     DEFAULT_BUSY_TIMEOUT,
+    DEFAULT_SYNCHRONOUS,
     SQLiteDatabase,
+    Synchronous,
     from_epoch_us,
     to_epoch_us,
 )
@@ -59,7 +63,7 @@ from tiermem.store.codec import (
     encode_shared,
     encode_turn,
 )
-from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
+from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, EntityChange, HotAppendResult
 from tiermem.store.keys import validate_id
 
 __all__ = ["SQLiteHotStore"]
@@ -176,6 +180,41 @@ def _check_entities(entities: Mapping[str, ActiveEntity], *, what: str) -> None:
             raise ValidationError(f"{what} takes ActiveEntity values, got {type(entity).__name__}")
 
 
+def _entity_change_rows(
+    session_id: str, change: EntityChange | None
+) -> tuple[list[tuple[str, str]], list[tuple[str, str, str]]]:
+    """The rows an append's entity change deletes and upserts, validated at the edge.
+
+    Raises:
+        ValidationError: not an EntityChange, or a bad kind.
+    """
+    if change is None:
+        return [], []
+    if not isinstance(change, EntityChange):
+        raise ValidationError(f"entities takes an EntityChange, got {type(change).__name__}")
+    for kind in [*change.upsert, *change.remove]:
+        check_kind(kind, what="entity kind")
+    _check_entities(change.upsert, what="append_turns")
+    return (
+        [(session_id, kind) for kind in change.remove],
+        [(session_id, kind, entity.model_dump_json()) for kind, entity in change.upsert.items()],
+    )
+
+
+def _change_entities(
+    conn: sqlite3.Connection,
+    removed: Sequence[tuple[str, str]],
+    upserted: Sequence[tuple[str, str, str]],
+) -> None:
+    """Merge into a session's entities: remove some kinds, then set others."""
+    conn.executemany("DELETE FROM hot_entities WHERE session_id = ? AND kind = ?", removed)
+    conn.executemany(
+        "INSERT INTO hot_entities (session_id, kind, payload) VALUES (?, ?, ?) "
+        "ON CONFLICT (session_id, kind) DO UPDATE SET payload = excluded.payload",
+        upserted,
+    )
+
+
 def _encode_blob(name: str, blob: StateBlob) -> str:
     """A state blob's JSON, after the same checks as :meth:`SQLiteHotStore.put_state`."""
     check_kind(name, what="state name")
@@ -200,7 +239,7 @@ class SQLiteHotStore:
     """
 
     name = "sqlite"
-    capabilities = frozenset({Capability.PERSISTENT})
+    capabilities = frozenset({Capability.PERSISTENT, Capability.ENTITIES_IN_APPEND})
 
     def __init__(
         self,
@@ -209,8 +248,11 @@ class SQLiteHotStore:
         clock: Clock | None = None,
         gc_grace: timedelta = DEFAULT_GC_GRACE,
         busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT,
+        synchronous: Synchronous = DEFAULT_SYNCHRONOUS,
     ) -> None:
-        self._db = SQLiteDatabase(path, role="hot", busy_timeout=busy_timeout)
+        self._db = SQLiteDatabase(
+            path, role="hot", busy_timeout=busy_timeout, synchronous=synchronous
+        )
         self._clock = clock or SystemClock()
         self._gc_grace_us = gc_grace // _MICROSECOND
         self._writes = 0  # touched only on the database's worker thread
@@ -245,10 +287,12 @@ class SQLiteHotStore:
         first_index: int | None = None,
         metadata: SessionMetadata | None = None,
         expected_version: int | None = None,
+        entities: EntityChange | None = None,
     ) -> HotAppendResult:
         check_append(session_id, turns, window=window, first_index=first_index)
         expires_at_us = to_epoch_us(expires_at, what="expires_at")
         metadata_json = metadata.model_dump_json() if metadata is not None else None
+        removed, upserted = _entity_change_rows(session_id, entities)
 
         def op(conn: sqlite3.Connection) -> HotAppendResult:
             now_us = self._now_us()
@@ -281,6 +325,8 @@ class SQLiteHotStore:
                 "DELETE FROM hot_turns WHERE session_id = ? AND idx < ?",
                 (session_id, next_index - window),
             )
+            if removed or upserted:
+                _change_entities(conn, removed, upserted)
             self._collect_garbage(conn, now_us)
             return HotAppendResult(turns=tuple(indexed), version=version, next_index=next_index)
 
@@ -369,15 +415,7 @@ class SQLiteHotStore:
             if head is None:
                 return None  # entities never start a session (see the contract)
             version = _write(conn, session_id, head, expires_at_us=expires_at_us)
-            conn.executemany(
-                "DELETE FROM hot_entities WHERE session_id = ? AND kind = ?",
-                [(session_id, kind) for kind in remove],
-            )
-            conn.executemany(
-                "INSERT INTO hot_entities (session_id, kind, payload) VALUES (?, ?, ?) "
-                "ON CONFLICT (session_id, kind) DO UPDATE SET payload = excluded.payload",
-                rows,
-            )
+            _change_entities(conn, [(session_id, kind) for kind in remove], rows)
             self._collect_garbage(conn, now_us)
             return version
 
