@@ -18,7 +18,7 @@ import pytest
 from tests.backends.dynamodb import dynamodb_session, shared_table
 from tests.conftest import server_url
 from tiermem.clock import FakeClock
-from tiermem.errors import ValidationError
+from tiermem.errors import ConflictError, ValidationError
 from tiermem.models import ActiveEntity, SessionMetadata, SessionRef, StateBlob
 from tiermem.store.backends.dynamodb import (
     TTL_ATTRIBUTE,
@@ -26,7 +26,7 @@ from tiermem.store.backends.dynamodb import (
     DynamoDBHotStore,
 )
 from tiermem.store.backends.dynamodb_header import HORIZON_SLACK_MAX
-from tiermem.store.contract import DEFAULT_GC_GRACE
+from tiermem.store.contract import DEFAULT_GC_GRACE, ENTITIES_RECORD, EntityChange
 from tiermem.testing.backend import fresh_id, text_turn
 
 pytestmark = pytest.mark.dynamodb
@@ -276,16 +276,190 @@ async def test_round_trips_of_the_session_operations(
     # carries META, so there is nothing to read.
     assert await durable.register_session(_ref(sid, other, clocks), expires_at=later) == ref
     assert spy.take() == ["transact_write_items"]
+    # The store remembers META from its last write: the append goes out at once.
     await durable.append_turns(sid, [text_turn("q")], expires_at=later, idempotency_key="r1")
-    assert spy.take() == ["get_item", "transact_write_items"]
+    assert spy.take() == ["transact_write_items"]
+    # A repeat: the cancellation returns the key item, one Query reads its turns.
     await durable.append_turns(sid, [text_turn("q")], expires_at=later, idempotency_key="r1")
-    assert spy.take() == ["get_item", "transact_write_items", "query"]
+    assert spy.take() == ["transact_write_items", "query"]
     await durable.put_record(sid, "summary", {"s": 1}, expires_at=later)
     assert sorted(spy.take()) == ["get_item", "get_item", "transact_write_items"]
     await durable.get_record(sid, "summary")
     assert sorted(spy.take()) == ["get_item", "query"]
     await durable.get_session(sid)
     assert spy.take() == ["get_item"]
+
+
+class _Requests:
+    """Counts DynamoDB requests by operation at aiobotocore's one door
+    (``AioBaseClient._make_api_call``), whichever client a store uses."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def take(self) -> list[str]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+@pytest.fixture
+def requests(monkeypatch: pytest.MonkeyPatch) -> _Requests:
+    from aiobotocore.client import AioBaseClient
+
+    counter = _Requests()
+    original = AioBaseClient._make_api_call
+
+    async def counted(self: Any, operation: str, params: Any) -> Any:
+        counter.calls.append(operation)
+        return await original(self, operation, params)
+
+    monkeypatch.setattr(AioBaseClient, "_make_api_call", counted)
+    return counter
+
+
+def _store(table: str, clocks: _Clocks, client: Any) -> DynamoDBDurableStore:
+    """Another store on the same table: another process, with its own memory of META."""
+    return DynamoDBDurableStore(table, clock=clocks.store, wall_clock=clocks.wall, client=client)
+
+
+def _entity(kind: str, value: str, index: int, clocks: _Clocks) -> ActiveEntity:
+    return ActiveEntity(kind=kind, value=value, turn_index=index, updated_at=clocks.store.now())
+
+
+async def test_a_turn_is_one_request_with_its_entity_change(
+    table: str, clocks: _Clocks, raw_client: Any, requests: _Requests
+) -> None:
+    durable = _store(table, clocks, raw_client)
+    sid, later = fresh_id("s"), clocks.store.now() + DAY
+    await durable.register_session(_ref(sid, fresh_id("u"), clocks), expires_at=later)
+    assert requests.take() == ["TransactWriteItems"]
+    for i in range(3):
+        stored = await durable.append_turns(
+            sid, [text_turn(f"plain {i}")], first_index=i, expires_at=later
+        )
+        assert [t.index for t in stored] == [i]
+        assert requests.take() == ["TransactWriteItems"]
+    # No first_index: the remembered counter is used all the same.
+    await durable.append_turns(sid, [text_turn("unpinned")], expires_at=later)
+    assert requests.take() == ["TransactWriteItems"]
+    # An entity change rides in the append's transaction, the first one (the record is
+    # created) and the next ones (it is merged, from what this store wrote last).
+    series = _entity("series", "Berserk", 4, clocks)
+    await durable.append_turns(
+        sid,
+        [text_turn("Berserk")],
+        first_index=4,
+        expires_at=later,
+        entities=EntityChange(upsert={"series": series}),
+    )
+    assert requests.take() == ["TransactWriteItems"]
+    volume = _entity("volume", "42", 5, clocks)
+    await durable.append_turns(
+        sid,
+        [text_turn("vol 42")],
+        first_index=5,
+        expires_at=later,
+        entities=EntityChange(upsert={"volume": volume}),
+    )
+    assert requests.take() == ["TransactWriteItems"]
+    record = await durable.get_record(sid, ENTITIES_RECORD)
+    assert record is not None
+    assert record.version == 2
+    assert record.data == {
+        "series": series.model_dump(mode="json"),
+        "volume": volume.model_dump(mode="json"),
+    }
+    assert [t.index for t in await durable.get_turns(sid)] == list(range(6))
+    requests.take()
+    # A store that has never seen the session reads META first, once.
+    fresh = _store(table, clocks, raw_client)
+    await fresh.append_turns(sid, [text_turn("cold")], first_index=6, expires_at=later)
+    assert requests.take() == ["GetItem", "TransactWriteItems"]
+    await fresh.append_turns(sid, [text_turn("warm")], first_index=7, expires_at=later)
+    assert requests.take() == ["TransactWriteItems"]
+
+
+async def test_a_stale_counter_costs_one_request_and_the_conflict_says_the_index(
+    table: str, clocks: _Clocks, raw_client: Any, requests: _Requests
+) -> None:
+    mine, theirs = _store(table, clocks, raw_client), _store(table, clocks, raw_client)
+    sid, later = fresh_id("s"), clocks.store.now() + DAY
+    await mine.append_turns(sid, [text_turn("0")], first_index=0, expires_at=later)
+    await theirs.append_turns(sid, [text_turn("1")], first_index=1, expires_at=later)
+    requests.take()
+    # Mine remembers next index 1; the failed transaction returns META, which says 2.
+    with pytest.raises(ConflictError) as conflict:
+        await mine.append_turns(sid, [text_turn("x")], first_index=1, expires_at=later)
+    assert conflict.value.actual == 2
+    assert requests.take() == ["TransactWriteItems"]
+    stored = await mine.append_turns(sid, [text_turn("2")], first_index=2, expires_at=later)
+    assert [t.index for t in stored] == [2]
+    assert requests.take() == ["TransactWriteItems"]
+    # Unpinned, a stale memory is one failed transaction and one that succeeds.
+    await theirs.append_turns(sid, [text_turn("3")], expires_at=later)
+    requests.take()
+    stored = await mine.append_turns(sid, [text_turn("4")], expires_at=later)
+    assert [t.index for t in stored] == [4]
+    assert requests.take() == ["TransactWriteItems", "TransactWriteItems"]
+    assert [t.text for t in await mine.get_turns(sid)] == ["0", "1", "2", "3", "4"]
+
+
+async def test_an_entity_change_never_merges_into_a_stale_copy_of_the_record(
+    table: str, clocks: _Clocks, raw_client: Any, requests: _Requests
+) -> None:
+    mine, theirs = _store(table, clocks, raw_client), _store(table, clocks, raw_client)
+    sid, later = fresh_id("s"), clocks.store.now() + DAY
+    series = _entity("series", "Berserk", 0, clocks)
+    await mine.append_turns(
+        sid, [text_turn("a")], expires_at=later, entities=EntityChange(upsert={"series": series})
+    )
+    order = _entity("order", "ORD-1", 1, clocks)
+    await theirs.append_turns(
+        sid, [text_turn("b")], expires_at=later, entities=EntityChange(upsert={"order": order})
+    )
+    requests.take()
+    # Mine remembers the record without "order": its transaction fails on META, the
+    # record is read again, and the merge keeps the other store's kind.
+    volume = _entity("volume", "42", 2, clocks)
+    await mine.append_turns(
+        sid, [text_turn("c")], expires_at=later, entities=EntityChange(upsert={"volume": volume})
+    )
+    assert requests.take() == ["TransactWriteItems", "Query", "TransactWriteItems"]
+    # Records written with put_record are merged the same way, one version up each.
+    got = await theirs.get_record(sid, ENTITIES_RECORD)
+    assert got is not None
+    assert got.version == 3
+    assert sorted(got.data) == ["order", "series", "volume"]
+    await theirs.put_record(
+        sid, ENTITIES_RECORD, {"series": got.data["series"]}, expected_version=3
+    )
+    await mine.append_turns(
+        sid, [text_turn("d")], expires_at=later, entities=EntityChange(remove=("series",))
+    )
+    final = await mine.get_record(sid, ENTITIES_RECORD)
+    assert final is not None
+    assert (final.version, final.data) == (5, {})
+
+
+async def test_a_hot_append_carries_its_entity_change(
+    hot: DynamoDBHotStore, clocks: _Clocks, requests: _Requests
+) -> None:
+    sid, later = fresh_id("s"), clocks.store.now() + HOUR
+    await hot.append_turns(sid, [text_turn("a")], window=5, expires_at=later)
+    requests.take()
+    series = _entity("series", "Berserk", 1, clocks)
+    result = await hot.append_turns(
+        sid,
+        [text_turn("Berserk")],
+        window=5,
+        expires_at=later,
+        entities=EntityChange(upsert={"series": series}),
+    )
+    assert result.version == 2
+    assert requests.take() == ["GetItem", "TransactWriteItems"]
+    snap = await hot.load(sid)
+    assert snap is not None
+    assert snap.entities == {"series": series}
 
 
 async def test_purge_leaves_a_session_that_another_user_owns_now(

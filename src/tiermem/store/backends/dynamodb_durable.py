@@ -2,12 +2,12 @@
 
 * Every write of a session commits its ``META`` item (the session header, see
   :mod:`.dynamodb_header`: turn counter, owner, lifetime, life tag ``gen``, TTL horizon),
-  conditioned on META's write counter ``mv`` as read, together with its own items in ONE
-  TransactWriteItems. So turn indexes are gap-free under concurrent appenders, and the
-  owner, the lifetime raise (``max``, computed from the META read), the idempotency key
-  and the record all change atomically with what they describe. A lost race is retried
-  with jittered backoff, unless the caller pinned ``first_index`` (then it is a
-  :class:`ConflictError`). An append must fit one transaction: 100 items counting META,
+  conditioned on META's write counter ``mv`` (and life ``gen``) as read, together with its
+  own items in ONE TransactWriteItems. So turn indexes are gap-free under concurrent
+  appenders, and the owner, the lifetime raise (``max``, computed from the META read), the
+  idempotency key and the records all change atomically with what they describe. A lost
+  race is retried, unless the caller pinned ``first_index`` and it no longer holds (then
+  it is a :class:`ConflictError`). An append must fit one transaction: 100 items counting META,
   the key and the parts of split turns, and 4 MB.
 * Every turn item records its batch (``bs``..``be``) and every part the ``tag`` of its write,
   so a read that saw half of a concurrent transaction notices and queries again.
@@ -35,9 +35,28 @@
   purge leaves a session alone (but for the purged user's marker) if another user owns it
   now.
 
-Round trips: ``append_turns`` 2 (GetItem META + TransactWriteItems); a repeated key +1
-Query for the stored turns (+1 GetItem of the key when ``first_index`` no longer matches);
-a horizon raise in a session with keys +1 Query (+ parallel UpdateItems past 100 items).
+* The store remembers each session's META after its last read or write of it (a bounded
+  LRU, :class:`~.dynamodb_header.HeaderCache`), so an append goes straight to its
+  transaction, conditioned on META's ``mv`` and ``gen`` as remembered. When another
+  process wrote meanwhile, the cancellation returns META (ALL_OLD): the store retries at
+  once from it, or, when the caller pinned ``first_index`` and it no longer matches,
+  raises :class:`ConflictError` whose ``actual`` is the real next index, with no read.
+* ``entities=`` (:class:`~tiermem.store.contract.EntityChange`) is merged into the
+  ``entities`` record (an ordinary record, read and written by ``get_record`` /
+  ``put_record`` as ever) and the whole record rewritten in the append's transaction. The
+  store knows the record without reading it when META says this life has none, or when it
+  wrote or read it last; otherwise it reads it first (1 Query). Its main item is
+  conditioned on the tag it was read with, so a merge never starts from a stale copy.
+
+Round trips: ``append_turns`` 1 TransactWriteItems, an entity change included, when the
+store remembers the session (it wrote, registered or read it before in this process);
++1 GetItem of META first when it does not; +1 Query for an entity change when the record
+exists and the store has not seen it. A stale memory (another process wrote) costs one
+failed transaction more, or, with a ``first_index`` that no longer holds, is that one
+failed transaction and a :class:`ConflictError` carrying the next index. A repeated key +1
+Query for the stored turns (+1 GetItem of the key when ``first_index`` no longer matches
+and the cancellation did not return it); a horizon raise in a session with keys +1 Query
+(+ parallel UpdateItems past 100 items).
 ``register_session`` 1 TransactWriteItems for a free id or one another user holds (the
 cancellation returns META), 2 when the owner extends or a dead id is taken over.
 ``next_index``, ``get_session``, ``get_memory``, ``delete_memory``, ``put_memory`` 1;
@@ -64,6 +83,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import aclosing, suppress
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -79,7 +99,12 @@ from tiermem.models import (
     SessionRef,
     Turn,
 )
-from tiermem.store.backends.dynamodb_header import SessionHeader
+from tiermem.store.backends.dynamodb_header import (
+    HeaderCache,
+    KnownRecord,
+    KnownSession,
+    SessionHeader,
+)
 from tiermem.store.backends.dynamodb_table import (
     BACKEND,
     BY_CREATED_INDEX,
@@ -90,6 +115,7 @@ from tiermem.store.backends.dynamodb_table import (
     DynamoDBTable,
     Item,
     backoff_delay,
+    check_entity_change,
     check_transaction,
     contention_error,
     expression,
@@ -130,12 +156,14 @@ from tiermem.store.codec import (
     encode_memory,
     encode_turn,
 )
-from tiermem.store.contract import DEFAULT_GC_GRACE, Capability
+from tiermem.store.contract import DEFAULT_GC_GRACE, ENTITIES_RECORD, Capability, EntityChange
 from tiermem.store.keys import escape_segment, validate_id
 
-__all__ = ["DynamoDBDurableStore"]
+__all__ = ["HEADER_CACHE_SIZE", "DynamoDBDurableStore"]
 
 _T = TypeVar("_T")
+HEADER_CACHE_SIZE = 10_000
+"""Sessions whose META (and entities record) a store remembers by default: a few MB."""
 _READ_ATTEMPTS = 8
 _PURGE_CONCURRENCY = 8
 _REFRESH_CONCURRENCY = 16
@@ -179,16 +207,64 @@ def _in_life(item: Item, head: SessionHeader) -> bool:
     return get_str(item, "gen") == head.gen
 
 
+def _same_life(a: SessionHeader | None, b: SessionHeader | None) -> bool:
+    return a is not None and b is not None and a.gen == b.gen
+
+
+def _mv(head: SessionHeader | None) -> int:
+    return head.mv if head is not None else 0
+
+
+def _next_of(known: KnownSession) -> int:
+    return known.head.next_index if known.head is not None else 0
+
+
+def _stored_record(
+    items: Sequence[Item], sk: str, live: SessionHeader
+) -> tuple[bool, KnownRecord | None]:
+    """The record whose main item is ``sk`` among ``items`` (a Query of it and its parts):
+    (True, the record) or (True, None) when ``live``'s life has none; (False, None) when
+    the items are not one write (a Query saw half of a transaction: read again)."""
+    by_sk = {get_str(item, "sk"): item for item in items}
+    main = by_sk.get(sk)
+    if main is None or not _in_life(main, live):
+        return True, None
+    tag, count = get_str(main, "tag"), get_int(main, "np", 1)
+    chunks = payload_chunks(by_sk, sk, tag=tag, count=count)
+    if chunks is None:
+        return False, None
+    return True, KnownRecord(SessionRecord.model_validate_json(unpack(chunks)), tag, count)
+
+
+@dataclass(frozen=True)
+class _RecordWrite:
+    """The transaction actions writing one record, and what they make of it."""
+
+    actions: list[Item]
+    record: KnownRecord
+    written: list[str]
+    size: int
+
+
 class DynamoDBDurableStore:
     """Durable tier on DynamoDB. See :class:`tiermem.store.contract.DurableStore`.
 
     Constructor arguments are those of
     :class:`~tiermem.store.backends.dynamodb_hot.DynamoDBHotStore` (without the activity
-    shards, which only the hot tier has).
+    shards, which only the hot tier has), and ``header_cache_size``: how many sessions'
+    META the store remembers so that an append needs no read first (module docstring; 0
+    remembers none, and every append reads META first).
     """
 
     name = "dynamodb"
-    capabilities = frozenset({Capability.PERSISTENT, Capability.NATIVE_TTL})
+    capabilities = frozenset(
+        {
+            Capability.PERSISTENT,
+            Capability.NATIVE_TTL,
+            Capability.ENTITIES_IN_APPEND,
+            Capability.OPTIMISTIC_APPEND,
+        }
+    )
 
     def __init__(
         self,
@@ -201,6 +277,7 @@ class DynamoDBDurableStore:
         gc_grace: timedelta = DEFAULT_GC_GRACE,
         client: Any = None,
         wall_clock: Clock | None = None,
+        header_cache_size: int = HEADER_CACHE_SIZE,
     ) -> None:
         self._table = DynamoDBTable(
             table_name,
@@ -212,6 +289,7 @@ class DynamoDBDurableStore:
         self._clock = clock or SystemClock()
         self._wall_clock = wall_clock or SystemClock()
         self._gc_grace = gc_grace
+        self._known = HeaderCache(header_cache_size)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -243,9 +321,16 @@ class DynamoDBDurableStore:
     def _delete(self, pk: str, sk: str) -> Item:
         return {"Delete": {"TableName": self._table.name, "Key": key(pk, sk)}}
 
-    async def _read_header(self, pk: str, projection: str | None = None) -> SessionHeader | None:
-        item = await self._table.get(pk, META, projection=projection)
-        return SessionHeader.parse(item) if item is not None else None
+    async def _read_header(self, pk: str) -> SessionHeader | None:
+        """META as it is now, remembered for the next append (:class:`HeaderCache`)."""
+        item = await self._table.get(pk, META)
+        head = SessionHeader.parse(item) if item is not None else None
+        prior = self._known.get(pk)
+        if prior is None or not _same_life(prior.head, head) or _mv(prior.head) < _mv(head):
+            self._known.put(pk, KnownSession(head))
+        # Else the store knows this META already (with the entities record it may know
+        # too), or a later one it wrote itself while the read was on its way.
+        return head
 
     def _live(self, head: SessionHeader | None) -> SessionHeader | None:
         return head if head is not None and head.live(self._now_us()) else None
@@ -352,16 +437,34 @@ class DynamoDBDurableStore:
         first_index: int | None = None,
         expires_at: datetime | None = None,
         idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
     ) -> list[Turn]:
         check_append(session_id, turns, first_index=first_index)
         idem = check_idempotency_key(idempotency_key)
         check_aware(expires_at, what="expires_at")
+        change = check_entity_change(entities)
+        upsert: dict[str, JsonValue] = {}
+        if change is not None:
+            upsert = {kind: e.model_dump(mode="json") for kind, e in change.upsert.items()}
         pk = session_pk(session_id)
         expiry = self._expiry(expires_at)
+        # The header this process last saw: the write goes out conditioned on it, no read
+        # first. ``fresh``: it was read (or returned by a failed write) during this call.
+        known = self._known.get(pk)
+        fresh = False
+        key_item: Item | None = None  # the key item a failed write returned
         for attempt in range(MAX_ATTEMPTS):
+            if known is None or (
+                first_index is not None and not fresh and _next_of(known) != first_index
+            ):
+                # Nothing remembered, or the caller knows better: read before writing.
+                known = KnownSession(await self._read_header(pk))
+                fresh = True
             now_us = self._now_us()
-            old = await self._read_header(pk)
+            old = known.head
             live = self._live(old)
+            if key_item is not None and live is not None and _in_life(key_item, live):
+                return await self._replay(session_id, key_item)
             # A dead session's META, until its TTL collects it, keeps the numbering going.
             start = old.next_index if old is not None else 0
             if first_index is not None and first_index != start:
@@ -381,11 +484,23 @@ class DynamoDBDurableStore:
             end = start + len(indexed)
             new.next_index = end
             actions: list[Item] = []
+            written: list[str] = []
             if idem is not None:
                 new.keys += 1
                 actions.append(self._key_put(pk, idem, new, start, len(indexed)))
-            tag = secrets.token_hex(6)
+                written.append(_key_sk(idem))
+            record_at = 1 + len(actions)  # the action number of the entities record
             size = 0
+            merged = known.entities if live is not None else None
+            if change is not None:
+                current = await self._current_entities(session_id, known, live)
+                known = replace(known, entities=current)
+                step = self._merge_entities(pk, live, new, current, upsert, change.remove)
+                merged = step.record
+                actions += step.actions
+                written += step.written
+                size += step.size
+            tag = secrets.token_hex(6)
             for turn in indexed:
                 packed = pack(encode_turn(turn), what=f"turn {turn.index}")
                 items = payload_items(pk, _turn_sk(turn.index), packed, tag=tag)
@@ -399,7 +514,7 @@ class DynamoDBDurableStore:
                     new,
                     actions,
                     refresh=refresh,
-                    written=[_key_sk(idem)] if idem is not None else [],
+                    written=written,
                     payload_bytes=size,
                     what=f"appending {len(turns)} turns to session {session_id!r}",
                 )
@@ -409,10 +524,96 @@ class DynamoDBDurableStore:
                     stored = failed.item(1) or await self._table.get(pk, _key_sk(idem))
                     if stored is not None:
                         return await self._replay(session_id, stored)
+                if failed.failed(0):
+                    # META moved on: the cancellation carries it (none: it is gone), as
+                    # good as a read, so the next attempt goes at once (a pause would make
+                    # it stale again). The key item it returned tells a repeat at once.
+                    item = failed.item(0)
+                    known = KnownSession(SessionHeader.parse(item) if item is not None else None)
+                    self._known.put(pk, known)
+                    fresh = True
+                    key_item = failed.item(1) if idem is not None and failed.failed(1) else None
+                    continue
+                if change is not None and failed.failed(record_at):
+                    known = KnownSession(old)  # the record changed since it was read
+                    fresh = True
+                    continue
+                # A concurrent transaction was in the way: pause, then read again.
+                known, fresh = None, False
                 await asyncio.sleep(backoff_delay(attempt))
                 continue
+            self._known.put(pk, KnownSession(new, merged))
             return indexed
         raise contention_error(f"append_turns on session {session_id!r}")
+
+    async def _current_entities(
+        self, session_id: str, known: KnownSession, live: SessionHeader | None
+    ) -> KnownRecord | None:
+        """The ``entities`` record of ``live``'s life: None when the header lists none,
+        else as remembered, else read (1 Query)."""
+        if live is None or ENTITIES_RECORD not in live.kinds:
+            return None
+        if known.entities is not None:
+            return known.entities
+        pk, sk = session_pk(session_id), _record_sk(ENTITIES_RECORD)
+        for attempt in range(_READ_ATTEMPTS):
+            items = await self._table.query_partition(pk, lower=sk, upper=parts_upper(sk))
+            settled, record = _stored_record(items, sk, live)
+            if settled:
+                return record
+            await asyncio.sleep(backoff_delay(attempt))
+        raise self._unsettled(session_id)
+
+    def _merge_entities(
+        self,
+        pk: str,
+        live: SessionHeader | None,
+        new: SessionHeader,
+        current: KnownRecord | None,
+        upsert: Mapping[str, JsonValue],
+        remove: Collection[str],
+    ) -> _RecordWrite:
+        """The items writing ``current`` (None: absent) with a change merged in, one
+        version up, for the append's transaction.
+
+        Raises:
+            ValidationError: the merged record is over :data:`MAX_RECORD_BYTES`.
+        """
+        data: dict[str, JsonValue] = dict(current.record.data) if current is not None else {}
+        for kind in remove:
+            data.pop(kind, None)
+        data.update(upsert)
+        encode_data(data, what=f"record {ENTITIES_RECORD!r}")
+        record = SessionRecord(
+            kind=ENTITIES_RECORD,
+            data=data,
+            version=(current.record.version if current is not None else 0) + 1,
+            updated_at=self._clock.now(),
+            expires_at=new.lifetime,
+        )
+        sk = _record_sk(ENTITIES_RECORD)
+        packed = pack(record.model_dump_json(), what=f"record {ENTITIES_RECORD!r}")
+        tag = secrets.token_hex(6)
+        items = payload_items(pk, sk, packed, tag=tag)
+        items[0] |= {"version": n(record.version)} | _life(new)
+        # META's condition already excludes any other write of this life; the tag also
+        # catches a record read that was older than the header it was read after.
+        condition: dict[str, Any] = {}
+        if current is not None:
+            condition = expression(ConditionExpression="#tag = :tag")
+            condition["ExpressionAttributeValues"] = {":tag": s(current.tag)}
+        actions = [self._put(items[0] | self._horizon(new), **condition)]
+        actions += [self._put(item | self._horizon(new)) for item in items[1:]]
+        old_count = current.count if current is not None else 1
+        actions += [self._delete(pk, part_sk(sk, p)) for p in range(packed.count, old_count)]
+        listed = live.kinds.get(ENTITIES_RECORD, 1) if live is not None else 1
+        new.kinds[ENTITIES_RECORD] = packed.count
+        return _RecordWrite(
+            actions=actions,
+            record=KnownRecord(record, tag, packed.count),
+            written=with_parts(sk, max(listed, old_count, packed.count)),
+            size=packed.size,
+        )
 
     def _key_put(self, pk: str, idem: str, head: SessionHeader, first: int, count: int) -> Item:
         """Record an idempotency key, on condition that ``head``'s life has not got it."""
@@ -437,7 +638,7 @@ class DynamoDBDurableStore:
 
     async def next_index(self, session_id: str) -> int:
         validate_id(session_id, what="session_id")
-        head = await self._read_header(session_pk(session_id), projection="#pk, #next_index")
+        head = await self._read_header(session_pk(session_id))
         return head.next_index if head is not None else 0
 
     def _visible_payloads(self, items: Sequence[Item]) -> list[str] | None:
@@ -633,12 +834,13 @@ class DynamoDBDurableStore:
                 if failed.contention or (attempt and failed.failed(0)):
                     await asyncio.sleep(backoff_delay(attempt))
                 continue
+            self._known.put(pk, KnownSession(new))
             return holder
         raise contention_error(f"register_session {ref.session_id!r}")
 
     async def get_session(self, session_id: str) -> SessionRef | None:
         validate_id(session_id, what="session_id")
-        head = await self._read_header(session_pk(session_id), projection="#pk, #ref, #exp_us")
+        head = await self._read_header(session_pk(session_id))
         live = self._live(head)
         return live.owner if live is not None else None
 
@@ -696,19 +898,15 @@ class DynamoDBDurableStore:
         pk, sk = session_pk(session_id), _record_sk(kind)
         for attempt in range(_READ_ATTEMPTS):
             head, items = await asyncio.gather(
-                self._read_header(pk, projection="#pk, #gen, #exp_us"),
+                self._read_header(pk),
                 self._table.query_partition(pk, lower=sk, upper=parts_upper(sk)),
             )
             live = self._live(head)
-            by_sk = {get_str(item, "sk"): item for item in items}
-            main = by_sk.get(sk)
-            if live is None or main is None or not _in_life(main, live):
+            if live is None:
                 return None
-            chunks = payload_chunks(
-                by_sk, sk, tag=get_str(main, "tag"), count=get_int(main, "np", 1)
-            )
-            if chunks is not None:
-                return SessionRecord.model_validate_json(unpack(chunks))
+            settled, stored = _stored_record(items, sk, live)
+            if settled:
+                return stored.record if stored is not None else None
             await asyncio.sleep(backoff_delay(attempt))
         raise self._unsettled(session_id)
 
@@ -753,7 +951,8 @@ class DynamoDBDurableStore:
                 expires_at=new.lifetime,
             )
             packed = pack(record.model_dump_json(), what=f"record {kind!r}")
-            items = payload_items(pk, sk, packed, tag=secrets.token_hex(6))
+            tag = secrets.token_hex(6)
+            items = payload_items(pk, sk, packed, tag=tag)
             items[0] |= {"version": n(record.version)} | _life(new)
             # The two reads are not one snapshot: the record must still be the one read.
             if main is None:
@@ -782,6 +981,8 @@ class DynamoDBDurableStore:
             except ConditionFailed:
                 await asyncio.sleep(backoff_delay(attempt))
                 continue
+            entities = KnownRecord(record, tag, packed.count) if kind == ENTITIES_RECORD else None
+            self._known.put(pk, KnownSession(new, entities))
             return record
         raise contention_error(f"put_record {kind!r} on session {session_id!r}")
 
@@ -809,6 +1010,7 @@ class DynamoDBDurableStore:
 
     async def delete_session(self, session_id: str) -> None:
         validate_id(session_id, what="session_id")
+        self._known.drop(session_pk(session_id))
         await self._table.delete_keys(await self._session_keys(session_id))
 
     # -- long-term memory ------------------------------------------------------------------
@@ -970,6 +1172,8 @@ class DynamoDBDurableStore:
                 return await self._session_keys(session_id, purging=user_id)
 
         per_session = await asyncio.gather(*(keys_of(sid) for sid in sessions))
+        for sid in sessions:
+            self._known.drop(session_pk(sid))
         # Sessions first, the user's own partition last: a purge that fails midway can be
         # run again and still finds the sessions it has not deleted yet.
         await self._table.delete_keys(

@@ -30,12 +30,13 @@ No I/O here: the stores read and write the item.
 from __future__ import annotations
 
 import secrets
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from tiermem.models import SessionRef
+from tiermem.models import SessionRecord, SessionRef
 from tiermem.store.backends.dynamodb_table import (
     META,
     Item,
@@ -48,7 +49,15 @@ from tiermem.store.backends.dynamodb_table import (
     to_us,
 )
 
-__all__ = ["HORIZON_SLACK_MAX", "HORIZON_SLACK_MIN", "SessionHeader", "covers"]
+__all__ = [
+    "HORIZON_SLACK_MAX",
+    "HORIZON_SLACK_MIN",
+    "HeaderCache",
+    "KnownRecord",
+    "KnownSession",
+    "SessionHeader",
+    "covers",
+]
 
 HORIZON_SLACK_MIN = timedelta(days=1)
 """The least a horizon raise adds beyond lifetime + gc_grace (see the module docstring)."""
@@ -130,11 +139,22 @@ class SessionHeader:
         return out
 
     def condition(self) -> dict[str, Any]:
-        """Condition arguments that hold while META is still the one this was parsed from."""
+        """Condition arguments that hold while META is still the one this was parsed from.
+
+        ``gen`` is checked with ``mv``: a header may be remembered for long
+        (:class:`HeaderCache`), and a session deleted and started again counts ``mv`` from 1
+        again, but never in the same life.
+        """
         if self.mv:
+            if self.gen:
+                return {
+                    "ConditionExpression": "#mv = :mv AND #gen = :gen",
+                    "ExpressionAttributeNames": {"#mv": "mv", "#gen": "gen"},
+                    "ExpressionAttributeValues": {":mv": n(self.mv), ":gen": s(self.gen)},
+                }
             return {
-                "ConditionExpression": "#mv = :mv",
-                "ExpressionAttributeNames": {"#mv": "mv"},
+                "ConditionExpression": "#mv = :mv AND attribute_not_exists(#gen)",
+                "ExpressionAttributeNames": {"#mv": "mv", "#gen": "gen"},
                 "ExpressionAttributeValues": {":mv": n(self.mv)},
             }
         # Written before META counted its writes: the first new write adds the counter.
@@ -187,3 +207,58 @@ class SessionHeader:
         slack = min(max(age, HORIZON_SLACK_MIN), HORIZON_SLACK_MAX)
         self.hz = None if self.ttl is None else self.ttl + int(slack.total_seconds())
         return live is not None
+
+
+@dataclass(frozen=True)
+class KnownRecord:
+    """A session record as stored in the life of the header it is remembered with: the
+    record, the ``tag`` of its main item and its item count."""
+
+    record: SessionRecord
+    tag: str
+    count: int
+
+
+@dataclass(frozen=True)
+class KnownSession:
+    """What a store last knew of a durable session: its META (None: absent) and, when
+    known, its ``entities`` record of that life (None: not known, or absent when the
+    header lists no such kind)."""
+
+    head: SessionHeader | None
+    entities: KnownRecord | None = None
+
+
+class HeaderCache:
+    """The META each session had after this store's last read or write of it, bounded
+    (least recently used out), so an append can go straight to its conditional write.
+
+    Nothing here is trusted blindly: every write is conditioned on META's ``mv`` and
+    ``gen`` as remembered, so a stale entry (another process wrote) costs one failed
+    write, whose cancellation returns the real META. A header must not be changed once
+    it is put here (the stores build successors with :meth:`SessionHeader.successor`).
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._known: OrderedDict[str, KnownSession] = OrderedDict()
+
+    def get(self, pk: str) -> KnownSession | None:
+        known = self._known.get(pk)
+        if known is not None:
+            self._known.move_to_end(pk)
+        return known
+
+    def put(self, pk: str, known: KnownSession) -> None:
+        if self._size <= 0:
+            return
+        self._known[pk] = known
+        self._known.move_to_end(pk)
+        while len(self._known) > self._size:
+            self._known.popitem(last=False)
+
+    def drop(self, pk: str) -> None:
+        self._known.pop(pk, None)
+
+    def clear(self) -> None:
+        self._known.clear()

@@ -31,9 +31,14 @@ How a hot session is kept consistent without a server-side script:
   the expiry past ``cttl``, the live children's ``ttl`` is raised first (one UpdateItem
   each, about once a week of session life).
 
+* ``append_turns(entities=...)`` merges the change (remove, then set) in the same
+  transaction as the turns, exactly as ``update_entities`` would: the ``E#<kind>`` items
+  it sets are written, those it removes deleted, and META's ``ek`` tags changed with them.
+
 Round trips: ``load`` 1 Query; ``get_state`` 1 TransactGetItems (+1 Query if the blob is
-split); ``append_turns``, ``put_metadata``, ``update_entities``, ``restore`` 2 (GetItem META
-+ TransactWriteItems; ``update_entities`` of an absent session 1); ``put_state`` and
+split); ``append_turns`` (an entity change included), ``put_metadata``,
+``update_entities``, ``restore`` 2 (GetItem META + TransactWriteItems; ``update_entities``
+of an absent session 1); ``put_state`` and
 ``copy_state`` 2 (TransactGetItems + TransactWriteItems; a copy that is not newer, or to an
 absent session, 1); ``touch`` and ``release_expired`` 1 UpdateItem; ``claim_expired`` one
 Query per activity shard in parallel + one conditional UpdateItem per claimed session in
@@ -89,7 +94,9 @@ from tiermem.store.backends.dynamodb_table import (
     ConditionFailed,
     DynamoDBTable,
     Item,
+    Packed,
     backoff_delay,
+    check_entity_change,
     check_transaction,
     contention_error,
     expression,
@@ -123,7 +130,12 @@ from tiermem.store.codec import (
     encode_shared,
     encode_turn,
 )
-from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
+from tiermem.store.contract import (
+    DEFAULT_GC_GRACE,
+    Capability,
+    EntityChange,
+    HotAppendResult,
+)
 from tiermem.store.keys import escape_segment, validate_id
 
 __all__ = ["CHILD_TTL_SLACK", "DynamoDBHotStore"]
@@ -249,7 +261,9 @@ class DynamoDBHotStore:
     """
 
     name = "dynamodb"
-    capabilities = frozenset({Capability.PERSISTENT, Capability.NATIVE_TTL})
+    capabilities = frozenset(
+        {Capability.PERSISTENT, Capability.NATIVE_TTL, Capability.ENTITIES_IN_APPEND}
+    )
 
     def __init__(
         self,
@@ -490,8 +504,16 @@ class DynamoDBHotStore:
         first_index: int | None = None,
         metadata: SessionMetadata | None = None,
         expected_version: int | None = None,
+        entities: EntityChange | None = None,
     ) -> HotAppendResult:
         check_append(session_id, turns, window=window, first_index=first_index)
+        change = check_entity_change(entities)
+        packed_entities = {}
+        if change is not None:
+            packed_entities = {
+                kind: pack(entity.model_dump_json(), what=f"entity {kind!r}", max_parts=1)
+                for kind, entity in change.upsert.items()
+            }
         md = None
         if metadata is not None:
             md = pack(metadata.model_dump_json(), what="session metadata", max_parts=1).chunks[0]
@@ -535,6 +557,8 @@ class DynamoDBHotStore:
                     if i < new.lo
                     for sk in with_parts(_turn_sk(i), current.tp.get(i, 1))
                 ]
+            if change is not None:
+                self._plan_entities(step, pk, new, change.remove, packed_entities)
             result = HotAppendResult(
                 turns=tuple(indexed), version=new.version, next_index=new.next_index
             )
@@ -648,16 +672,24 @@ class DynamoDBHotStore:
         ) -> tuple[_Plan | None, int | None]:
             if current is None:
                 return None, None  # entities never start a session
-            step = _Plan(payload_bytes=sum(p.size for p in packed.values()))
-            for kind in remove:
-                if new.ek.pop(kind, None) is not None:
-                    step.cleanup.append(_entity_sk(kind))
-            for kind, value in packed.items():
-                new.ek[kind] = secrets.token_hex(6)
-                step.children += payload_items(pk, _entity_sk(kind), value, tag=new.ek[kind])
+            step = _Plan()
+            self._plan_entities(step, pk, new, remove, packed)
             return step, new.version
 
         return await self._write(session_id, plan, expires_at=expires_at, what="update_entities")
+
+    @staticmethod
+    def _plan_entities(
+        step: _Plan, pk: str, new: _Meta, remove: Collection[str], packed: Mapping[str, Packed]
+    ) -> None:
+        """Add an entity merge (remove, then set) to a write's plan and to ``new``."""
+        for kind in remove:
+            if new.ek.pop(kind, None) is not None:
+                step.cleanup.append(_entity_sk(kind))
+        for kind, value in packed.items():
+            new.ek[kind] = secrets.token_hex(6)
+            step.children += payload_items(pk, _entity_sk(kind), value, tag=new.ek[kind])
+            step.payload_bytes += value.size
 
     async def restore(
         self,
