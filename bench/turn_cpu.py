@@ -7,7 +7,9 @@ wall time on a shared machine. Writes ``bench/results/turn_cpu.json``::
     python bench/turn_cpu.py [--turns 2000] [--pairing memory+memory] [--pairing embedded]
 
 Pairings: ``memory+memory`` (both tiers in-process) and ``embedded`` (in-process hot tier +
-SQLite file: the default). Redis and DynamoDB pairings need the servers: see README.
+SQLite file: the default). A quick probe for profiling the Python path; the full picture
+(every pairing, redis-server CPU, round trips, 1/50/500 sessions) is ``bench/turns.py``.
+Automatic summaries are off here, as there: they are their own background work.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tiermem.settings import TierMemSettings
 from workload import MESSAGES, RESULTS, write_results
 
 
-def _service(pairing: str, tmp: Path) -> MemoryService:
+def _service(pairing: str, tmp: Path, *, summaries: bool = False) -> MemoryService:
     if pairing == "memory+memory":
         settings = TierMemSettings(hot_backend="memory", durable_backend="memory")
     elif pairing == "embedded":
@@ -33,7 +35,7 @@ def _service(pairing: str, tmp: Path) -> MemoryService:
         )
     else:
         raise SystemExit(f"unknown pairing {pairing!r}")
-    return MemoryService.from_settings(settings)
+    return MemoryService.from_settings(settings, auto_summarize=summaries)
 
 
 async def measure(pairing: str, turns: int) -> dict[str, Any]:

@@ -103,6 +103,11 @@ class BackgroundWork:
     async def _run(self, queue: asyncio.Queue[_Entry | None]) -> None:
         while True:
             entry = await queue.get()
+            if queue.qsize() == self._per_queue - 1:
+                # The queue was full, so a writer may wait for the slot just freed: let it
+                # run now, not after the whole queue (jobs that never suspend would drain
+                # it in one go, and every waiting writer's turn with it).
+                await asyncio.sleep(0)
             try:
                 if entry is None:
                     return

@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import UTC
 from types import TracebackType
 from typing import Any, Self
+
+from pydantic import ValidationError as PydanticValidationError
 
 from tiermem.background import BackgroundWork
 from tiermem.clock import Clock, IdFactory, SystemClock, UlidFactory
@@ -44,14 +47,18 @@ from tiermem.llm.embeddings import Embedder
 from tiermem.longterm.detect import MemoryDetector, RuleMemoryDetector
 from tiermem.longterm.index import SearchIndex
 from tiermem.longterm.memory import LongTermMemory
-from tiermem.models import NewTurn, SessionMetadata, SessionRef, UserTier
+from tiermem.models import NewTurn, SessionMetadata, SessionRef, TextBlock, UserTier
 from tiermem.models.shape import check_shape
+from tiermem.models.turns import TURN_SCHEMA_VERSION
 from tiermem.policies.importance import ImportanceScorer, RuleImportanceScorer
 from tiermem.policies.ttl import HybridTtl, TtlPolicy
-from tiermem.session import Session, SessionStats, TurnInput, content_blocks
+from tiermem.session import Session, SessionStats, TurnInput, content_blocks, invalid_turn
 from tiermem.settings import TierMemSettings
 from tiermem.store.contract import DurableStore, HotStore
 from tiermem.store.keys import validate_id
+from tiermem.summaries.models import SessionSummarizer, StructuredExtractor
+from tiermem.summaries.rolling import SummaryPolicy
+from tiermem.summaries.rollup import RollupPolicy
 from tiermem.tiers.config import SessionTierConfig
 from tiermem.tiers.sweeper import ExpirySweeper, Handoff
 from tiermem.tiers.tiered import TieredSessionStore, TierMetrics
@@ -89,6 +96,11 @@ class MemoryService:
         embedder: Embedder | None = None,
         index_turns: bool = True,
         background: BackgroundWork | None = None,
+        summarizer: SessionSummarizer | None = None,
+        extractor: StructuredExtractor | None = None,
+        summary_policy: SummaryPolicy | None = None,
+        auto_summarize: bool = True,
+        rollup_policy: RollupPolicy | None = None,
     ) -> None:
         self.clock = clock or SystemClock()
         self.ids = ids or UlidFactory()
@@ -125,6 +137,24 @@ class MemoryService:
         """Auto-detection writes that failed (logged); the turns themselves were written."""
         self.background = background or BackgroundWork()
         """Bounded, per-session-ordered background jobs (indexing, detection)."""
+        # -- summaries (docs/summaries.md) --------------------------------------------------
+        from tiermem.composition import build_summaries
+
+        self.summaries, self.handoff, self.rollup = build_summaries(
+            durable,
+            self.longterm,
+            self.background,
+            clock=self.clock,
+            tokens=self.tokens,
+            summarizer=summarizer,
+            extractor=extractor,
+            policy=summary_policy,
+            rollup_policy=rollup_policy,
+        )
+        """Rolling summaries and structured memory: jobs, records, watermarks, stats."""
+        self.auto_summarize = auto_summarize
+        """Queue a summarization pass after ``add_turns`` when one is due (off the response
+        path); off, passes run only when a caller waits for them."""
 
     @classmethod
     def from_settings(
@@ -205,6 +235,18 @@ class MemoryService:
         deleted = await self.tiers.forget_user_sessions(user_id)
         return deleted + await self.longterm.purge_user(user_id)
 
+    async def roll_up(self, user_id: str) -> int:
+        """Roll the user's older session summaries into weekly and monthly ones (run after
+        every handoff too); returns how many records were written. See
+        :mod:`tiermem.summaries.rollup`.
+
+        Raises:
+            ValidationError: a bad id.
+            BackendError: the durable tier failed; run it again.
+        """
+        validate_id(user_id, what="user_id")
+        return await self.rollup.roll_up(user_id)
+
     async def drain(self) -> None:
         """Wait for the background work submitted so far (indexing, detection).
 
@@ -221,11 +263,12 @@ class MemoryService:
         breakers = SharedBreakers(self.tiers.hot, clock=self.clock)
         return ToolDispatcher(registry, breakers, clock=self.clock, ids=self.ids)
 
-    def sweeper(self, handoff: Handoff, *, owner: str | None = None) -> ExpirySweeper:
-        """An expiry sweeper that hands each expired session to ``handoff`` exactly once."""
+    def sweeper(self, handoff: Handoff | None = None, *, owner: str | None = None) -> ExpirySweeper:
+        """An expiry sweeper that hands each expired session to ``handoff`` (default:
+        :attr:`handoff`, the session summary and preferences into long-term memory)."""
         return ExpirySweeper(
             self.tiers,
-            handoff,
+            handoff or self.handoff,
             owner=owner or f"sweeper-{self.ids.new_id()}",
             index=self.longterm.index,
         )
@@ -296,21 +339,51 @@ class MemoryService:
         if analysis.importance is not None:
             importance = analysis.importance.score
             metadata.setdefault("importance_reason", analysis.importance.reason)
-        return NewTurn.model_validate(
-            {
-                "role": item.role,
-                "content": blocks,
-                "timestamp": item.timestamp or self.clock.now(),
-                "token_count": analysis.token_count,
-                "importance": importance,
-                "pinned": item.pinned,
-                "agent_name": item.agent_name,
-                "intent": item.intent,
-                "latency_ms": item.latency_ms,
-                "entities": analysis.entities,
-                "metadata": metadata,
-            }
-        )
+        if (
+            item.timestamp is None
+            and item.latency_ms is None
+            and item.importance is None
+            and importance is not None
+            and 0.0 <= importance <= 1.0  # a custom scorer's score is checked still
+            and all(type(block) is TextBlock for block in blocks)
+        ):
+            # Every field is already checked (the edge validated the input, the rest is the
+            # library's own): no second validation of a plain text turn.
+            return NewTurn.trusted(
+                {
+                    "schema_version": TURN_SCHEMA_VERSION,
+                    "role": item.role,
+                    "content": blocks,
+                    "timestamp": self.clock.now().astimezone(UTC),  # as validation would
+                    "token_count": analysis.token_count,
+                    "importance": importance,
+                    "pinned": item.pinned,
+                    "agent_name": item.agent_name,
+                    "intent": item.intent,
+                    "latency_ms": None,
+                    "entities": analysis.entities,
+                    "redacted": False,
+                    "metadata": metadata,
+                }
+            )
+        try:
+            return NewTurn.model_validate(
+                {
+                    "role": item.role,
+                    "content": blocks,
+                    "timestamp": item.timestamp or self.clock.now(),
+                    "token_count": analysis.token_count,
+                    "importance": importance,
+                    "pinned": item.pinned,
+                    "agent_name": item.agent_name,
+                    "intent": item.intent,
+                    "latency_ms": item.latency_ms,
+                    "entities": analysis.entities,
+                    "metadata": metadata,
+                }
+            )
+        except PydanticValidationError as exc:
+            raise invalid_turn(exc) from exc
 
     async def aclose(self) -> None:
         """Wait for background work, then close long-term memory (index, recaller) and the

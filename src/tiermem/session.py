@@ -18,6 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import Field
+from pydantic import ValidationError as PydanticValidationError
 
 from tiermem.clock import Clock
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
@@ -39,15 +40,17 @@ from tiermem.models import (
 from tiermem.models.base import FrozenModel
 from tiermem.policies.turn_text import TurnText
 from tiermem.store.codec import check_idempotency_key
-from tiermem.store.contract import MAX_TURNS_PER_APPEND
-from tiermem.tiers.tiered import SessionView, derive_metadata
+from tiermem.store.contract import MAX_TURNS_PER_APPEND, EntityChange
+from tiermem.tiers.tiered import SessionView, derive_metadata, rebase_entity_change
 
 if TYPE_CHECKING:
-    from tiermem.context import Allocation, ContextWindow
+    from tiermem.context import Allocation, ContextSection, ContextWindow
     from tiermem.longterm.context import UserContext
     from tiermem.longterm.hits import RecallHit
     from tiermem.models.convert import SystemBlock
     from tiermem.service import MemoryService
+    from tiermem.summaries.jobs import SessionSummaries, Watermarks
+    from tiermem.summaries.models import StructuredMemory
 
 __all__ = [
     "DEFAULT_CONTEXT_BUDGET",
@@ -93,6 +96,16 @@ class SessionStats(FrozenModel):
     hot_hits: int
     reloads: int
     served_from: str
+
+
+def invalid_turn(exc: PydanticValidationError) -> ValidationError:
+    """tiermem's ValidationError for a turn pydantic refused, naming each bad field (a
+    caller catches one error type, never pydantic's)."""
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'turn'}: {error['msg']}"
+        for error in exc.errors(include_url=False)[:5]
+    )
+    return ValidationError(f"the turn is not valid: {problems}")
 
 
 def content_blocks(content: Content) -> tuple[Any, ...]:
@@ -154,9 +167,11 @@ class Session:
         Raises:
             ValidationError: bad content, role or key.
         """
-        turns = await self.add_turns(
-            [TurnInput(role=role, content=content, **options)], idempotency_key=idempotency_key
-        )
+        try:
+            item = TurnInput(role=role, content=content, **options)
+        except PydanticValidationError as exc:
+            raise invalid_turn(exc) from exc
+        turns = await self.add_turns([item], idempotency_key=idempotency_key)
         if not turns:
             raise NotFoundError(
                 f"the turn added with idempotency key {idempotency_key!r} has expired"
@@ -176,37 +191,61 @@ class Session:
             raise ValidationError("add_turns needs at least one turn")
         check_idempotency_key(idempotency_key)
         analysed = await self._service.analyse_turns(items)
-        prepared = [turn for turn, _ in analysed]
         stored: list[Turn] = []
         analyses: list[TurnAnalysis | None] = []
-        for n, start in enumerate(range(0, len(prepared), MAX_TURNS_PER_APPEND)):
+        for n, start in enumerate(range(0, len(analysed), MAX_TURNS_PER_APPEND)):
             key = idempotency_key if not n or idempotency_key is None else f"{idempotency_key}#{n}"
             sent = analysed[start : start + MAX_TURNS_PER_APPEND]
+            batch_turns = [turn for turn, _ in sent]
+            first = self._view.next_index
+            change = self._entity_change(batch_turns, first)
             batch = await self._tiers.append(
                 self._view.metadata,
-                [turn for turn, _ in sent],
-                turn_count_hint=self._view.next_index,
+                batch_turns,
+                turn_count_hint=first,
                 idempotency_key=key,
+                entities=change,
             )
             if batch:
+                entities = self._view.entities
+                if change is not None:
+                    if batch[0].index != first:  # another writer got there first
+                        change = rebase_entity_change(change, first, batch[0].index, len(batch))
+                    entities = {**entities, **change.upsert}
                 self._view = replace(
-                    self._view, next_index=max(self._view.next_index, batch[-1].index + 1)
+                    self._view,
+                    next_index=max(self._view.next_index, batch[-1].index + 1),
+                    entities=entities,
                 )
             stored.extend(batch)
             # A retry may return fewer turns (some expired): then analyse them again later.
             analyses += [a for _, a in sent] if len(batch) == len(sent) else [None] * len(batch)
         if not stored:
             return stored
-        await self._track_entities(stored)
-        background = self._service.background
-        if self._service.index_turns:
-            job = partial(self._index_turns, stored, analyses)
-            await background.submit(self.user_id, self.id, job)
-        if self._service.auto_detect and any(t.role == "user" for t in stored):
-            texts = [a.text if a is not None else None for a in analyses]
-            job = partial(self._detect_logged, stored, texts)
-            await background.submit(self.user_id, self.id, job)
+        index = self._service.index_turns
+        detect = self._service.auto_detect and any(t.role == "user" for t in stored)
+        if index or detect:
+            # One background job for both: a submission costs as much as a small index write.
+            job = partial(self._after_append, stored, analyses, index=index, detect=detect)
+            await self._service.background.submit(self.user_id, self.id, job)
+        await self._queue_summary(stored)
         return stored
+
+    async def _after_append(
+        self,
+        turns: Sequence[Turn],
+        analyses: Sequence[TurnAnalysis | None],
+        *,
+        index: bool,
+        detect: bool,
+    ) -> None:
+        """The background part of adding turns: indexing, then memory detection (each
+        logs and counts its own failures, so one failing never skips the other)."""
+        if index:
+            await self._index_turns(turns, analyses)
+        if detect:
+            texts = [a.text if a is not None else None for a in analyses]
+            await self._detect_logged(turns, texts)
 
     async def _index_turns(
         self, turns: Sequence[Turn], analyses: Sequence[TurnAnalysis | None]
@@ -287,25 +326,25 @@ class Session:
                 )
         return written
 
-    async def _track_entities(self, turns: Sequence[Turn]) -> None:
-        """A new value of an entity kind replaces the old one (seed 001)."""
-        now = self._service.clock.now()
+    def _entity_change(self, turns: Sequence[NewTurn], first: int) -> EntityChange | None:
+        """What these turns change in the active entities: a new value of an entity kind
+        replaces the old one (seed 001). Turn indexes count from ``first``, the index the
+        handle expects the first turn to get (the tiers move them if it gets another)."""
+        held = self._view.entities
         changed: dict[str, ActiveEntity] = {}
-        for turn in turns:
+        now: datetime | None = None
+        for position, turn in enumerate(turns):
             for entity in turn.entities:
-                held = changed.get(entity.kind) or self._view.entities.get(entity.kind)
-                if held is None or held.value != entity.value:
-                    changed[entity.kind] = ActiveEntity(
+                current = changed.get(entity.kind) or held.get(entity.kind)
+                if current is None or current.value != entity.value:
+                    now = now or self._service.clock.now()
+                    changed[entity.kind] = ActiveEntity.model_construct(
                         kind=entity.kind,
                         value=entity.value,
-                        turn_index=turn.index,
+                        turn_index=first + position,
                         updated_at=now,
                     )
-        if changed:
-            merged = await self._tiers.update_entities(
-                self._view.metadata, changed, turn_count_hint=self._view.next_index
-            )
-            self._view = replace(self._view, entities=merged)
+        return EntityChange.model_construct(upsert=changed, remove=()) if changed else None
 
     async def view(self) -> SessionView:
         """The session now: hot window, metadata, entities, state (reloads on a hot miss)."""
@@ -327,9 +366,12 @@ class Session:
         return await self._tiers.get_turns(self.id, start, end)
 
     async def redact_turn(self, index: int) -> Turn:
-        """Replace a turn's content in every tier; its slot (index, timestamp) stays."""
+        """Replace a turn's content in every tier, the recall index and the session's
+        summaries (rebuilt without it on the next pass); its slot (index, timestamp) stays."""
         redacted = await self._tiers.redact(self.id, index)
         await self._service.longterm.unindex_turns(self.user_id, self.id, [index])
+        # Summaries derived from the turn are reset; the next pass rebuilds them without it.
+        await self._service.summaries.redacted(self.id, index)
         return redacted
 
     # -- metadata, entities, state ----------------------------------------------------
@@ -410,12 +452,14 @@ class Session:
         if view is None:
             raise_gone(self.id)
         self._view = replace(view, metadata=derive_metadata(closed, view.turns, view.next_index))
+        await self._handoff_on_close()
         return self._view.metadata
 
     async def clear(self) -> None:
         """Delete the session from every tier, and its turns from the search index."""
         await self._service.background.wait_for(session_id=self.id)
         count = await self._tiers.clear(self.id)
+        self._service.summaries.forget(self.id)
         await self._service.longterm.unindex_turns(self.user_id, self.id, range(count))
 
     async def context(
@@ -439,7 +483,9 @@ class Session:
         read concurrently. Read-only: recall is placed in the window, never written into the
         history. ``current`` is a message not yet added as a turn; usually the caller has
         added it and it is the latest hot turn. With neither ``budget`` nor ``model`` the
-        budget is :data:`DEFAULT_CONTEXT_BUDGET`.
+        budget is :data:`DEFAULT_CONTEXT_BUDGET`. The session's rolling summaries and
+        structured memory (one read of its durable records) go in as sections, and hot
+        turns they cover are left out (see ``docs/summaries.md``).
 
         Raises:
             ValidationError: a bad budget, system block or current message.
@@ -464,15 +510,17 @@ class Session:
             profile_tokens = max(1, int(total * allocation.memory) // 2)
             user_context, hits = await asyncio.gather(
                 longterm.build_user_context(self.user_id, query, budget_tokens=profile_tokens),
-                longterm.recall(self.user_id, query, k=recall_k, scope=("memory", "turn", "chunk")),
+                self._recall_for_context(query, recall_k, {t.index for t in view.turns}),
             )
+        sections, turns = await self._summary_context(view)
         return assemble_context(
             system=system,
             tools=tools or (),
             user_context=user_context,
             entities=view.entities,
             recall=hits,
-            turns=view.turns,
+            sections=sections,
+            turns=turns,
             current=current,
             budget=budget,
             model=spec,
@@ -480,6 +528,31 @@ class Session:
             session_id=self.id,
             total_turns=view.next_index,
             counter=self._service.tokens,
+        )
+
+    async def _recall_for_context(
+        self, query: str, k: int, hot_indexes: set[int]
+    ) -> Sequence[RecallHit]:
+        """Per-turn recall (``tiermem.longterm.recall_context``): hot-window turns left out
+        before the top ``k``, dated query, second hop, de-duplicated, diverse, with the
+        turns completing each hit's exchange."""
+        from tiermem.longterm.recall import Recaller
+        from tiermem.longterm.recall_context import ContextRecallPolicy, recall_for_context
+
+        longterm = self._service.longterm
+        if not isinstance(longterm.recaller, Recaller):
+            return await longterm.recall(
+                self.user_id, query, k=k, scope=("memory", "turn", "chunk")
+            )
+        return await recall_for_context(
+            longterm.recaller,
+            self.user_id,
+            query,
+            now=self._service.clock.now(),
+            scope=("memory", "turn", "chunk"),
+            session_id=self.id,
+            hot_indexes=hot_indexes,
+            policy=ContextRecallPolicy(k=k, candidates=max(12, k)),
         )
 
     async def stats(self) -> SessionStats:
@@ -498,6 +571,110 @@ class Session:
             reloads=self._reloads,
             served_from=view.source,
         )
+
+    # -- summaries and structured memory (docs/summaries.md) -----------------------------
+
+    async def summaries(self, *, wait_through: int | None = None) -> SessionSummaries:
+        """The session's rolling summaries, structured memory and watermarks.
+
+        ``wait_through=N`` is read-your-writes: it returns once the summaries reach turn N,
+        running the pass now if no background job has (turns after N - ``keep_hot`` are
+        summarized too only when the caller asks for them this way).
+
+        Raises:
+            ValidationError: turn ``wait_through`` does not exist.
+            ModelFailedError: the engine failed; the previous summaries are unchanged.
+            BackendError: a tier failed.
+        """
+        jobs = self._service.summaries
+        if wait_through is None:
+            return await jobs.read(self.id)
+        return await jobs.wait_through(self.id, wait_through)
+
+    async def structured(self, *, wait_through: int | None = None) -> StructuredMemory:
+        """The session's structured memory (see :meth:`summaries`)."""
+        return (await self.summaries(wait_through=wait_through)).structured
+
+    async def watermarks(self) -> Watermarks:
+        """ "Summarized through turn N", "extracted through turn N", and the compression
+        values in force."""
+        return (await self.summaries()).watermarks
+
+    async def _queue_summary(self, stored: Sequence[Turn]) -> None:
+        """Queue a summarization pass when one is due (no I/O when it is not)."""
+        if not self._service.auto_summarize or not stored:
+            return
+        await self._service.summaries.after_append(
+            self.user_id, self.id, stored, max(self._view.next_index, stored[-1].index + 1)
+        )
+
+    async def _handoff_on_close(self) -> None:
+        """Hand the closed session off to long-term memory; a failure is logged and left to
+        the expiry sweeper, which retries it (the handoff is idempotent)."""
+        view = await self._tiers.durable_view(self.id)
+        if view is None:
+            return
+        try:
+            await self._service.handoff(view)
+        except TierMemError as exc:
+            self._service.handoff.failures += 1
+            logger.warning(
+                "handoff of closed session %s failed; the expiry sweeper retries it: %s",
+                self.id,
+                exc,
+            )
+
+    async def _summary_context(
+        self, view: SessionView
+    ) -> tuple[list[ContextSection], Sequence[Turn]]:
+        """Summary tiers and structured memory as context sections, and the hot turns the
+        summaries do not cover (pinned ones and the newest ``keep_hot`` always stay)."""
+        from tiermem.context import ContextSection, ItemProvenance
+        from tiermem.summaries.jobs import render_structured
+
+        if not view.next_index:
+            return [], view.turns
+        found = await self._service.summaries.read(self.id)
+        sections: list[ContextSection] = []
+        for tier in found.tiers:
+            if not tier.text:
+                continue
+            sections.append(
+                ContextSection(
+                    kind="summary",
+                    name=tier.tier.value,
+                    text=f"Summary of turns {tier.first_index}-{tier.through_index} "
+                    f"({tier.tier.value}):\n{tier.text}",
+                    provenance=ItemProvenance(
+                        tier="session",
+                        session_id=self.id,
+                        turn_indexes=(tier.first_index, tier.through_index),
+                        summary_id=f"{self.id}:summary:v{found.summary_version}:{tier.tier}",
+                    ),
+                )
+            )
+        structured_text = render_structured(found.structured)
+        if structured_text:
+            memory = found.structured
+            sections.append(
+                ContextSection(
+                    kind="structured_memory",
+                    text=structured_text,
+                    provenance=ItemProvenance(tier="session", session_id=self.id),
+                    counts={
+                        "entities": len(memory.entities),
+                        "facts": len(memory.facts),
+                        "decisions": len(memory.decisions),
+                        "goals": len(memory.goals),
+                        "unresolved": len(memory.unresolved),
+                    },
+                )
+            )
+        done = found.watermarks.summarized_through
+        keep = found.compression.keep_hot
+        newest = {t.index for t in view.turns[len(view.turns) - keep :]} if keep else set()
+        turns = [t for t in view.turns if t.index > done or t.pinned or t.index in newest]
+        return sections, turns
 
 
 def raise_gone(session_id: str) -> NoReturn:

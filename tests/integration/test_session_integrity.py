@@ -64,8 +64,9 @@ async def test_a_session_used_for_26_hours_closes_and_keeps_its_owner(every: Pai
     history = await again.history()
     assert history[-1].text == "message 77"
     assert (await again.metadata()).user_id == owner
-    # Once everything of it has expired, the id is free again.
-    every.clock.advance(25 * 3600)
+    # Once everything of it has expired, the id is free again: its summaries and handoff
+    # record are the last to go (SummaryPolicy.record_retention, 30 days: docs/summaries.md).
+    every.clock.advance(31 * 24 * 3600)
     stranger = fresh_id("u")
     fresh = await memory.session(sid, user_id=stranger)
     assert await fresh.get_turns() == []

@@ -313,6 +313,20 @@ ARGS: dict[str, Callable[[World], Call]] = {
         {"genre": ActiveEntity(kind="genre", value="shonen", updated_at=w.later)},
         expires_at=w.later,
     ),
+    # summaries (docs/summaries.md)
+    "MemoryService.roll_up": lambda w: a("u-1"),
+    "Session.summaries": lambda w: a(),
+    "Session.structured": lambda w: a(),
+    "Session.watermarks": lambda w: a(),
+    "SummaryJobs.after_append": lambda w: a("u-1", "s-1", w.session.get_turns(), 2),
+    "SummaryJobs.read": lambda w: a("s-1"),
+    "SummaryJobs.redacted": lambda w: a("s-1", 0),
+    "SummaryJobs.run": lambda w: a("s-1"),
+    "SummaryJobs.wait_through": lambda w: a("s-1", 1),
+    "ProgressiveRollup.history": lambda w: a("u-1"),
+    "ProgressiveRollup.roll_up": lambda w: a("u-1"),
+    "ExtractiveSummarizer.summarize": lambda w: a(w.session.get_turns(), target_tokens=100),
+    "RuleStructuredExtractor.extract": lambda w: a(w.session.get_turns()),
 }
 
 

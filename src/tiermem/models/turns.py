@@ -17,6 +17,7 @@ from tiermem.models.content import ContentBlock, Message, Role, TextBlock, text_
 __all__ = ["REDACTED_TEXT", "Entity", "NewTurn", "Turn"]
 
 REDACTED_TEXT = "[redacted]"
+TURN_SCHEMA_VERSION = 1
 
 
 class Entity(FrozenModel):
@@ -29,7 +30,7 @@ class Entity(FrozenModel):
 class NewTurn(FrozenModel):
     """A turn before the store has given it an index."""
 
-    schema_version: int = 1
+    schema_version: int = TURN_SCHEMA_VERSION
     role: Role
     content: tuple[ContentBlock, ...]
     timestamp: UtcDatetime
@@ -52,8 +53,13 @@ class NewTurn(FrozenModel):
         return Message(role=self.role, content=self.content)
 
     def with_index(self, index: int) -> Turn:
-        fields = self.model_dump(exclude={"schema_version", "index"}, round_trip=True)
-        return Turn(index=index, **fields)
+        """This turn as the archive's turn ``index`` (a validated turn is copied as it is,
+        without validating it again)."""
+        if not isinstance(index, int) or index < 0:
+            fields = self.model_dump(exclude={"schema_version", "index"}, round_trip=True)
+            return Turn(index=index, **fields)  # raises the usual validation error
+        values = {**self.__dict__, "schema_version": TURN_SCHEMA_VERSION, "index": index}
+        return Turn.trusted(values, self.model_fields_set | {"index"})
 
 
 class Turn(NewTurn):

@@ -47,6 +47,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from pydantic import Field
+
 from tiermem.errors import ValidationError
 from tiermem.models import (
     ActiveEntity,
@@ -64,6 +66,7 @@ from tiermem.models import (
 
 __all__ = [
     "DEFAULT_GC_GRACE",
+    "ENTITIES_RECORD",
     "MAX_MEMORY_BYTES",
     "MAX_MEMORY_IDS_PER_GET",
     "MAX_RECORD_BYTES",
@@ -71,7 +74,9 @@ __all__ = [
     "MAX_TURNS_PER_APPEND",
     "MAX_TURN_BYTES",
     "Capability",
+    "CombinedAppend",
     "DurableStore",
+    "EntityChange",
     "HotAppendResult",
     "HotStore",
     "check_size",
@@ -126,6 +131,30 @@ class Capability(StrEnum):
     """All keys of one session live on one shard (Redis Cluster hash tags)."""
     FULL_TEXT_SEARCH = "full_text_search"
     """The backend keeps a full-text index over memory content."""
+    ENTITIES_IN_APPEND = "entities_in_append"
+    """``append_turns`` takes ``entities=`` (an :class:`EntityChange`) and writes it in the
+    same atomic write as the turns. Without it, callers write entity changes separately
+    (``update_entities`` / a compare-and-set of the ``entities`` record)."""
+    OPTIMISTIC_APPEND = "optimistic_append"
+    """``DurableStore.append_turns`` with ``first_index`` saves the store a read of the
+    session's counter (DynamoDB): callers that know the next index (a session handle's
+    counter) pass it and re-read only on ConflictError."""
+
+
+class EntityChange(FrozenModel):
+    """Active entities an append sets (keyed by kind) and removes, merged into the session's
+    entities in the same atomic write as the turns (see ``append_turns``): a merge, so
+    concurrent changes of different kinds never lose each other.
+
+    Merge order: ``remove`` first, then ``upsert`` (a kind in both ends up set). The
+    entities' ``turn_index`` values are stored as given: a caller whose change refers to
+    the appended turns pins ``first_index`` so that the indexes it wrote are the ones
+    allocated (on :class:`~tiermem.errors.ConflictError` it re-reads and retries).
+    An empty change (``EntityChange()``) writes nothing beyond the turns.
+    """
+
+    upsert: dict[str, ActiveEntity] = Field(default_factory=dict)
+    remove: tuple[str, ...] = ()
 
 
 class HotAppendResult(FrozenModel):
@@ -134,6 +163,10 @@ class HotAppendResult(FrozenModel):
     turns: tuple[Turn, ...]
     version: int
     next_index: int
+
+
+ENTITIES_RECORD = "entities"
+"""The durable record kind holding a session's active entities."""
 
 
 @runtime_checkable
@@ -161,8 +194,14 @@ class HotStore(Protocol):
         first_index: int | None = None,
         metadata: SessionMetadata | None = None,
         expected_version: int | None = None,
+        entities: EntityChange | None = None,
     ) -> HotAppendResult:
         """Append turns, keep only the last ``window`` of them, and set the expiry — atomically.
+
+        ``entities``, when given, is merged into the session's active entities in the same
+        write (same semantics as :meth:`update_entities`; the version still grows by 1).
+        Only stores declaring :attr:`Capability.ENTITIES_IN_APPEND` accept it; a failed
+        append (conflict, size) writes neither the turns nor the entities.
 
         Indexes are allocated from the session's ``next_index``. ``first_index`` pins them:
         on an absent session it sets where numbering starts (a reload after expiry continues
@@ -365,8 +404,17 @@ class DurableStore(Protocol):
         first_index: int | None = None,
         expires_at: datetime | None = None,
         idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
     ) -> list[Turn]:
         """Archive turns with the next consecutive indexes, atomically.
+
+        ``entities``, when given, is merged into the session's ``entities`` record
+        (:data:`ENTITIES_RECORD`: kind → ``ActiveEntity`` JSON) in the same atomic write,
+        whose version grows by 1 -- so an entity change costs no extra round trip. A retry
+        recognised by its ``idempotency_key`` applies nothing (its ``first_index`` is not
+        checked either: it returns the turns the first attempt stored). Only stores
+        declaring :attr:`Capability.ENTITIES_IN_APPEND` accept it; a failed append
+        (conflict, size) writes neither the turns nor the entities.
 
         ``first_index``, when given, must equal the archive's next index (the hot tier
         allocated it). ``expires_at`` is the retention of these turns (None: forever); the
@@ -542,4 +590,43 @@ class DurableStore(Protocol):
 
     async def aclose(self) -> None:
         """Release connections. The store is not used afterwards."""
+        ...
+
+
+@runtime_checkable
+class CombinedAppend(Protocol):
+    """A hot store that can write a turn to the durable tier and to itself in one round trip,
+    when both live on the same server (Redis hot + Redis durable): one atomic script
+    archives the turns (with their idempotency key and entity change) and then appends them
+    to the hot session. The write-through path uses it when ``can_append_through`` says so.
+    """
+
+    def can_append_through(self, durable: DurableStore) -> bool:
+        """Whether :meth:`append_through` works with this durable store."""
+        ...
+
+    async def append_through(
+        self,
+        durable: DurableStore,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        window: int,
+        hot_expires_at: datetime,
+        durable_expires_at: datetime | None,
+        idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
+        first_index: int | None = None,
+    ) -> tuple[list[Turn], HotAppendResult | None]:
+        """Archive ``turns`` as :meth:`DurableStore.append_turns` would (``first_index``,
+        when given, must equal the archive's next index, else ConflictError and nothing
+        is written), then append the stored turns to the hot session as
+        :meth:`HotStore.append_turns` with ``first_index`` would -- atomically. The entity
+        change goes to both tiers. Returns the stored turns and the hot result.
+
+        The hot half is skipped, and the hot result is None, when the append was a
+        recognised retry, when the stored turns have expired, or when the hot session's
+        ``next_index`` differs from the archive's (the hot tier lost turns or the session).
+        An absent hot session is created (result ``version == 1``). In every one of those
+        cases the caller rebuilds the hot session from the durable tier (a rare path)."""
         ...

@@ -39,6 +39,8 @@ def validate_id(value: object, *, what: str) -> str:
             f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}. "
             "Use a short stable id (a UUID or your own database key), not content."
         )
+    if value.isascii() and value.isprintable():
+        return value  # the common id, checked in C: printable ASCII has no Cc or Cs
     for ch in value:
         if unicodedata.category(ch) in ("Cc", "Cs"):
             raise ValidationError(

@@ -13,8 +13,22 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tiermem.errors import ConflictError, NotFoundError, ValidationError
-from tiermem.models import REDACTED_TEXT, MemoryRecord, Provenance, SessionRef
-from tiermem.store.contract import MAX_MEMORY_BYTES, MAX_MEMORY_IDS_PER_GET, MAX_RECORD_BYTES
+from tiermem.models import (
+    REDACTED_TEXT,
+    ActiveEntity,
+    MemoryRecord,
+    Provenance,
+    SessionRef,
+)
+from tiermem.store.contract import (
+    ENTITIES_RECORD,
+    MAX_MEMORY_BYTES,
+    MAX_MEMORY_IDS_PER_GET,
+    MAX_RECORD_BYTES,
+    MAX_TURN_BYTES,
+    Capability,
+    EntityChange,
+)
 from tiermem.testing.backend import BackendUnderTest, fresh_id, text_turn
 
 DAY = 86400.0
@@ -525,6 +539,130 @@ async def test_durable_timestamps_keep_microseconds(backend: BackendUnderTest) -
     at = datetime(2031, 2, 3, 4, 5, 6, 789012, tzinfo=UTC)
     await backend.durable.append_turns(sid, [text_turn("a", at=at)])
     assert (await backend.durable.get_turn(sid, 0)).timestamp == at
+
+
+# -- entity changes in the append (Capability.ENTITIES_IN_APPEND) ---------------------------
+
+
+def _entities_in_append(backend: BackendUnderTest) -> None:
+    if Capability.ENTITIES_IN_APPEND not in backend.durable.capabilities:
+        pytest.skip(f"{backend.durable.name} durable store does not declare entities_in_append")
+
+
+def _entity(backend: BackendUnderTest, kind: str, value: str, index: int) -> ActiveEntity:
+    return ActiveEntity(kind=kind, value=value, turn_index=index, updated_at=backend.clock.now())
+
+
+def _json(entity: ActiveEntity) -> dict[str, object]:
+    return entity.model_dump(mode="json")
+
+
+async def test_durable_append_merges_entities_record(backend: BackendUnderTest) -> None:
+    _entities_in_append(backend)
+    sid = fresh_id("s")
+    series = _entity(backend, "series", "Berserk", 0)
+    # The first change creates the record at version 1.
+    await backend.durable.append_turns(
+        sid, [text_turn("Berserk")], entities=EntityChange(upsert={"series": series})
+    )
+    got = await backend.durable.get_record(sid, ENTITIES_RECORD)
+    assert got is not None
+    assert (got.version, got.data) == (1, {"series": _json(series)})
+    volume = _entity(backend, "volume", "42", 1)
+    await backend.durable.put_record(
+        sid, ENTITIES_RECORD, {**got.data, "volume": _json(volume)}, expected_version=1
+    )
+    naruto = _entity(backend, "series", "Naruto", 2)
+    order = _entity(backend, "order", "ORD-1", 2)
+    stored = await backend.durable.append_turns(
+        sid,
+        [text_turn("Naruto, and ORD-1")],
+        first_index=1,  # pinned, as the session pins it
+        entities=EntityChange(upsert={"series": naruto, "order": order}, remove=("volume", "x")),
+    )
+    assert [t.index for t in stored] == [1]
+    got = await backend.durable.get_record(sid, ENTITIES_RECORD)
+    assert got is not None
+    assert got.version == 3  # one version for the append's merge
+    assert got.data == {"series": _json(naruto), "order": _json(order)}
+    assert [t.text for t in await backend.durable.get_turns(sid)] == [
+        "Berserk",
+        "Naruto, and ORD-1",
+    ]
+    # No change, or an empty one, leaves the record alone.
+    await backend.durable.append_turns(sid, [text_turn("ok")])
+    await backend.durable.append_turns(sid, [text_turn("ok")], entities=EntityChange())
+    again = await backend.durable.get_record(sid, ENTITIES_RECORD)
+    assert again is not None
+    assert (again.version, again.data) == (3, got.data)
+
+
+async def test_durable_retried_append_applies_no_entities(backend: BackendUnderTest) -> None:
+    _entities_in_append(backend)
+    sid = fresh_id("s")
+    first = _entity(backend, "series", "Berserk", 0)
+    stored = await backend.durable.append_turns(
+        sid,
+        [text_turn("Berserk")],
+        idempotency_key="k-1",
+        entities=EntityChange(upsert={"series": first}),
+    )
+    other = _entity(backend, "series", "Naruto", 0)
+    # A retry (even with a stale first_index and another change) returns what the first
+    # attempt stored and writes nothing.
+    retried = await backend.durable.append_turns(
+        sid,
+        [text_turn("Berserk")],
+        idempotency_key="k-1",
+        first_index=0,
+        entities=EntityChange(upsert={"series": other}, remove=("series",)),
+    )
+    assert retried == stored
+    got = await backend.durable.get_record(sid, ENTITIES_RECORD)
+    assert got is not None
+    assert (got.version, got.data) == (1, {"series": _json(first)})
+    assert await backend.durable.next_index(sid) == 1
+
+
+async def test_durable_failed_append_writes_no_entities(backend: BackendUnderTest) -> None:
+    _entities_in_append(backend)
+    sid = fresh_id("s")
+    await backend.durable.append_turns(sid, [text_turn("a")])
+    change = EntityChange(upsert={"series": _entity(backend, "series", "Berserk", 1)})
+    with pytest.raises(ConflictError):
+        await backend.durable.append_turns(sid, [text_turn("b")], first_index=0, entities=change)
+    huge = text_turn("x" * (MAX_TURN_BYTES + 1))
+    with pytest.raises(ValidationError):
+        await backend.durable.append_turns(sid, [huge], entities=change)
+    with pytest.raises(ValidationError):
+        await backend.durable.append_turns(
+            sid, [text_turn("b")], entities=EntityChange(remove=("line\nbreak",))
+        )
+    assert await backend.durable.get_record(sid, ENTITIES_RECORD) is None
+    assert [t.text for t in await backend.durable.get_turns(sid)] == ["a"]
+    assert await backend.durable.next_index(sid) == 1
+
+
+async def test_durable_concurrent_appends_with_entities_lose_no_kind(
+    backend: BackendUnderTest,
+) -> None:
+    _entities_in_append(backend)
+    sid = fresh_id("s")
+
+    async def add(i: int) -> None:
+        kind = f"kind{i}"
+        await backend.durable.append_turns(
+            sid,
+            [text_turn(f"t{i}")],
+            entities=EntityChange(upsert={kind: _entity(backend, kind, str(i), 0)}),
+        )
+
+    await asyncio.gather(*(add(i) for i in range(12)))
+    got = await backend.durable.get_record(sid, ENTITIES_RECORD)
+    assert got is not None
+    assert sorted(got.data) == sorted(f"kind{i}" for i in range(12))
+    assert got.version == 12
+    assert [t.index for t in await backend.durable.get_turns(sid)] == list(range(12))
 
 
 __all__ = [name for name in dir() if name.startswith("test_durable_")]

@@ -26,7 +26,7 @@ from tiermem.models import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from tiermem.store.contract import MAX_TURN_BYTES
+from tiermem.store.contract import MAX_TURN_BYTES, Capability, EntityChange
 from tiermem.testing.backend import BackendUnderTest, fresh_id, text_turn
 
 HOUR = 3600.0
@@ -597,6 +597,119 @@ async def test_hot_ids_with_key_syntax_never_collide(backend: BackendUnderTest) 
         assert snap is not None, sid
         assert [t.text for t in snap.turns] == [f"v{i}"], sid
         assert snap.state["s:1"].data == {"i": i}
+
+
+# -- entity changes in the append (Capability.ENTITIES_IN_APPEND) ---------------------------
+
+
+def _entities_in_append(backend: BackendUnderTest) -> None:
+    if Capability.ENTITIES_IN_APPEND not in backend.hot.capabilities:
+        pytest.skip(f"{backend.hot.name} hot store does not declare entities_in_append")
+
+
+async def test_hot_append_merges_entities_in_the_same_write(backend: BackendUnderTest) -> None:
+    _entities_in_append(backend)
+    sid = fresh_id("s")
+    now = backend.clock.now()
+    await backend.hot.put_metadata(sid, _metadata(sid, backend), expires_at=backend.later(HOUR))
+    series = ActiveEntity(kind="series", value="Berserk", turn_index=0, updated_at=now)
+    volume = ActiveEntity(kind="volume", value="42", turn_index=0, updated_at=now)
+    await backend.hot.update_entities(
+        sid, {"series": series, "volume": volume}, expires_at=backend.later(HOUR)
+    )
+    naruto = ActiveEntity(kind="series", value="Naruto", turn_index=0, updated_at=now)
+    order = ActiveEntity(kind="order", value="ORD-1", turn_index=0, updated_at=now)
+    change = EntityChange(upsert={"series": naruto, "order": order}, remove=("volume", "nope"))
+    result = await backend.hot.append_turns(
+        sid,
+        [text_turn("Naruto, order ORD-1")],
+        window=5,
+        expires_at=backend.later(HOUR),
+        entities=change,
+    )
+    assert result.version == 3  # metadata, entities, then one write for turns + entities
+    snap = await backend.hot.load(sid)
+    assert snap is not None
+    assert snap.entities == {"series": naruto, "order": order}
+    assert [t.text for t in snap.turns] == ["Naruto, order ORD-1"]
+    assert snap.version == 3
+    # An empty change leaves the entities as they are.
+    await backend.hot.append_turns(
+        sid, [text_turn("ok")], window=5, expires_at=backend.later(HOUR), entities=EntityChange()
+    )
+    snap = await backend.hot.load(sid)
+    assert snap is not None
+    assert snap.entities == {"series": naruto, "order": order}
+
+
+async def test_hot_failed_append_writes_no_entities(backend: BackendUnderTest) -> None:
+    _entities_in_append(backend)
+    sid = fresh_id("s")
+    now = backend.clock.now()
+    await backend.hot.append_turns(sid, [text_turn("a")], window=5, expires_at=backend.later(HOUR))
+    change = EntityChange(
+        upsert={"series": ActiveEntity(kind="series", value="Berserk", updated_at=now)}
+    )
+    with pytest.raises(ConflictError):
+        await backend.hot.append_turns(
+            sid,
+            [text_turn("b")],
+            window=5,
+            expires_at=backend.later(HOUR),
+            first_index=7,
+            entities=change,
+        )
+    with pytest.raises(ConflictError):
+        await backend.hot.append_turns(
+            sid,
+            [text_turn("b")],
+            window=5,
+            expires_at=backend.later(HOUR),
+            expected_version=9,
+            entities=change,
+        )
+    huge = text_turn("x" * (MAX_TURN_BYTES + 1))
+    with pytest.raises(ValidationError):
+        await backend.hot.append_turns(
+            sid, [huge], window=5, expires_at=backend.later(HOUR), entities=change
+        )
+    bad = EntityChange(remove=("line\nbreak",))
+    with pytest.raises(ValidationError):
+        await backend.hot.append_turns(
+            sid, [text_turn("b")], window=5, expires_at=backend.later(HOUR), entities=bad
+        )
+    snap = await backend.hot.load(sid)
+    assert snap is not None
+    assert snap.entities == {}
+    assert [t.text for t in snap.turns] == ["a"]
+    assert snap.version == 1
+
+
+async def test_hot_concurrent_appends_with_entities_lose_no_kind(
+    backend: BackendUnderTest,
+) -> None:
+    _entities_in_append(backend)
+    sid = fresh_id("s")
+    now = backend.clock.now()
+
+    async def add(i: int) -> None:
+        kind = f"kind{i}"
+        await backend.hot.append_turns(
+            sid,
+            [text_turn(f"t{i}")],
+            window=50,
+            expires_at=backend.later(HOUR),
+            entities=EntityChange(
+                upsert={kind: ActiveEntity(kind=kind, value=str(i), updated_at=now)}
+            ),
+        )
+
+    await asyncio.gather(*(add(i) for i in range(12)))
+    snap = await backend.hot.load(sid)
+    assert snap is not None
+    assert sorted(snap.entities) == sorted(f"kind{i}" for i in range(12))
+    assert sorted(t.index for t in snap.turns) == list(range(12))
+    assert snap.version == 12
 
 
 __all__ = [name for name in dir() if name.startswith("test_hot_")]

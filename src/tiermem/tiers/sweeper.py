@@ -2,9 +2,11 @@
 
 Sweepers on any number of workers call :meth:`ExpirySweeper.sweep_once` periodically. Each
 claims expired sessions from the hot tier's activity index with a lease; a claimed session
-goes to the handoff callback (session summary into long-term memory, in a later stage) and
-is released. A worker that crashes mid-handoff simply lets its lease run out, and another
-worker claims the session again, so a handoff must be idempotent.
+goes to the handoff callback (by default :class:`tiermem.summaries.handoff.SessionHandoff`:
+session summary, topics, sentiment and preferences into long-term memory, see
+``docs/summaries.md``) and is released. A worker that crashes mid-handoff simply lets its
+lease run out, and another worker claims the session again, so a handoff must be
+idempotent.
 """
 
 from __future__ import annotations

@@ -58,10 +58,23 @@ from tiermem.models import (
 )
 from tiermem.policies.ttl import TtlEvent, TtlPolicy
 from tiermem.retry import CAS_ATTEMPTS, pause
-from tiermem.store.contract import MAX_TURNS_PER_APPEND, DurableStore, HotStore
+from tiermem.store.contract import (
+    MAX_TURNS_PER_APPEND,
+    Capability,
+    CombinedAppend,
+    DurableStore,
+    EntityChange,
+    HotStore,
+)
 from tiermem.tiers.config import HotFailurePolicy, SessionTierConfig, WritePolicy
 
-__all__ = ["SessionView", "TierMetrics", "TieredSessionStore", "derive_metadata"]
+__all__ = [
+    "SessionView",
+    "TierMetrics",
+    "TieredSessionStore",
+    "derive_metadata",
+    "rebase_entity_change",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +132,14 @@ def derive_metadata(
     """Metadata with turn_count and last_activity derived from the log, never stored per turn
     (a per-turn metadata write would race with callers' metadata updates)."""
     last = max((t.timestamp for t in turns), default=metadata.last_activity)
-    return metadata.model_copy(
-        update={"turn_count": next_index, "last_activity": max(last, metadata.last_activity)}
+    last = max(last, metadata.last_activity)
+    if metadata.turn_count == next_index and metadata.last_activity == last:
+        return metadata
+    # Both values come from validated models: a copy without pydantic's copy machinery
+    # (this runs on every read of a session).
+    return SessionMetadata.trusted(
+        {**metadata.__dict__, "turn_count": next_index, "last_activity": last},
+        metadata.model_fields_set | {"turn_count", "last_activity"},
     )
 
 
@@ -142,6 +161,10 @@ class TieredSessionStore:
         self.ttl_policy = ttl_policy
         self.config = config or SessionTierConfig()
         self.metrics = TierMetrics()
+        # Decided once: a runtime Protocol check costs more than a plain turn's Python work.
+        self._combined: CombinedAppend | None = None
+        if isinstance(hot, CombinedAppend) and hot.can_append_through(durable):
+            self._combined = hot
 
     # -- expiry -------------------------------------------------------------------------
 
@@ -347,52 +370,200 @@ class TieredSessionStore:
         *,
         turn_count_hint: int,
         idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
     ) -> list[Turn]:
         """Add turns; returns them with their indexes once the write policy is satisfied.
 
         With ``idempotency_key`` a retry returns the turns the first attempt stored instead
         of adding them again. Keyed appends are written through even under write-behind:
         the durable tier is where the key and the turns are recorded together.
+
+        ``entities`` is the change these turns make to the active entities, its
+        ``turn_index`` values counted from ``turn_count_hint`` (the index the caller
+        expects the first turn to get). Written through, it rides in the same write as
+        the turns (the first index pinned to the hint; on a conflict the change is moved
+        to the indexes actually free and written again), or, on stores that cannot take
+        it (no :attr:`Capability.ENTITIES_IN_APPEND`), merged by a compare-and-set after
+        the append. A recognised retry applies no change.
         """
+        if entities is not None and not entities.upsert and not entities.remove:
+            entities = None
         if self.config.write_policy is WritePolicy.WRITE_THROUGH or idempotency_key:
-            return await self._append_write_through(metadata, turns, idempotency_key)
-        return await self._append_write_behind(metadata, turns, turn_count_hint)
+            return await self._append_write_through(
+                metadata, turns, idempotency_key, entities, turn_count_hint
+            )
+        stored = await self._append_write_behind(metadata, turns, turn_count_hint)
+        if entities is not None and stored:
+            await self._merge_entities_after(metadata, entities, turn_count_hint, stored)
+        return stored
+
+    async def _merge_entities_after(
+        self,
+        metadata: SessionMetadata,
+        change: EntityChange,
+        expected_first: int,
+        stored: Sequence[Turn],
+    ) -> None:
+        """The separate entity write, for stores that cannot take it in the append."""
+        change = rebase_entity_change(change, expected_first, stored[0].index, len(stored))
+        await self.update_entities(
+            metadata, change.upsert, change.remove, turn_count_hint=stored[-1].index + 1
+        )
 
     async def _append_write_through(
-        self, metadata: SessionMetadata, turns: Sequence[NewTurn], key: str | None = None
+        self,
+        metadata: SessionMetadata,
+        turns: Sequence[NewTurn],
+        key: str | None = None,
+        entities: EntityChange | None = None,
+        turn_count_hint: int = 0,
     ) -> list[Turn]:
         sid = metadata.session_id
-        stored = await self.durable.append_turns(
-            sid, turns, expires_at=self.durable_expiry(), idempotency_key=key
-        )
+        in_append = entities is not None and _takes_entities(self.durable)
+        # Pin the first index when the change names turn indexes (they must be the ones
+        # allocated), or when the store saves a read by being told it.
+        pin = in_append or Capability.OPTIMISTIC_APPEND in self.durable.capabilities
+        first = turn_count_hint if pin else None
+        base = turn_count_hint  # the index the change's turn indexes count from
+        combined = self._combined
+        stored: list[Turn] = []
+        for attempt in range(CAS_ATTEMPTS + 1):
+            if attempt == CAS_ATTEMPTS:
+                # The session kept moving under pinned writes: append unpinned, entities apart.
+                first, in_append = None, False
+            change = entities if in_append else None
+            try:
+                if combined is not None:
+                    expected = first if first is not None else turn_count_hint
+                    stored = await self._append_through(
+                        combined, metadata, turns, key, change, first, expected + len(turns)
+                    )
+                else:
+                    stored = await self._append_durable(sid, turns, key, change, first)
+                break
+            except ConflictError as exc:
+                if first is None:
+                    raise
+                actual = exc.actual
+                if not isinstance(actual, int):
+                    actual = await self.durable.next_index(sid)
+                if entities is not None:
+                    entities = rebase_entity_change(entities, base, actual, len(turns))
+                    base = actual
+                first = actual
         if not stored:
             return stored  # a retry whose turns have expired since: nothing to show
+        if combined is None:
+            await self._append_hot(metadata, stored, entities if in_append else None)
+        if entities is not None and not in_append:
+            await self._merge_entities_after(metadata, entities, base, stored)
+        return stored
+
+    async def _append_durable(
+        self,
+        sid: str,
+        turns: Sequence[NewTurn],
+        key: str | None,
+        change: EntityChange | None,
+        first: int | None,
+    ) -> list[Turn]:
+        if change is None:  # stores without ENTITIES_IN_APPEND take no ``entities``
+            return await self.durable.append_turns(
+                sid, turns, first_index=first, expires_at=self.durable_expiry(), idempotency_key=key
+            )
+        return await self.durable.append_turns(
+            sid,
+            turns,
+            first_index=first,
+            expires_at=self.durable_expiry(),
+            idempotency_key=key,
+            entities=change,
+        )
+
+    async def _append_through(
+        self,
+        combined: CombinedAppend,
+        metadata: SessionMetadata,
+        turns: Sequence[NewTurn],
+        key: str | None,
+        change: EntityChange | None,
+        first: int | None,
+        turn_count: int,
+    ) -> list[Turn]:
+        """Both tiers in one round trip (the hot store writes the durable one too).
+        ``turn_count`` is the session's expected count after the append (for the expiry:
+        the TTL policy lengthens it with the session's depth)."""
+        sid = metadata.session_id
+        stored, result = await combined.append_through(
+            self.durable,
+            sid,
+            turns,
+            window=self.config.window,
+            hot_expires_at=self._write_expiry(metadata, turn_count),
+            durable_expires_at=self.durable_expiry(),
+            idempotency_key=key,
+            entities=change,
+            first_index=first,
+        )
+        if stored and (result is None or result.version == 1):
+            # A retry, or the hot tier had lost turns or the session: rebuild it.
+            await self._resync(sid)
+        return stored
+
+    async def _append_hot(
+        self, metadata: SessionMetadata, stored: list[Turn], change: EntityChange | None
+    ) -> None:
+        """Give the hot tier the turns the durable tier numbered (and their entity change,
+        already in the durable tier): hot appends are pinned to those indexes, so the
+        hot tier applies changes in the archive's order."""
+        sid = metadata.session_id
         turn_count = stored[-1].index + 1
         expires_at = self._write_expiry(metadata, turn_count)
+        with_change = change is not None and _takes_entities(self.hot)
         for attempt in range(self.config.hot_conflict_retries + 1):
             try:
                 result = await self._hot(
-                    lambda: self.hot.append_turns(
-                        sid,
-                        stored,
-                        window=self.config.window,
-                        expires_at=expires_at,
-                        first_index=stored[0].index,
+                    lambda: (
+                        self.hot.append_turns(
+                            sid,
+                            stored,
+                            window=self.config.window,
+                            expires_at=expires_at,
+                            first_index=stored[0].index,
+                            entities=change,
+                        )
+                        if with_change
+                        else self.hot.append_turns(
+                            sid,
+                            stored,
+                            window=self.config.window,
+                            expires_at=expires_at,
+                            first_index=stored[0].index,
+                        )
                     ),
                     "append",
                 )
             except ConflictError as exc:
                 if isinstance(exc.actual, int) and exc.actual > stored[-1].index:
-                    return stored  # a retried append whose turns the hot tier already has
+                    return  # a retried append whose turns the hot tier already has
                 # Another writer's earlier index has not reached the hot tier yet.
                 await pause(attempt)
                 continue
-            if not isinstance(result, _Bypassed) and result.version == 1:
+            if isinstance(result, _Bypassed):
+                return
+            if result.version == 1:
                 # The hot tier had lost the session (this write created it): rebuild it.
                 await self._resync(sid)
-            return stored
+            elif change is not None and not with_change:
+                # A hot store that takes no entities in the append: its merge right after.
+                await self._hot(
+                    lambda: self.hot.update_entities(
+                        sid, change.upsert, change.remove, expires_at=expires_at
+                    ),
+                    "entities",
+                )
+            return
         await self._resync(sid)
-        return stored
 
     async def _resync(self, session_id: str) -> None:
         """Make the hot session equal to the durable one, version-checked so that a writer
@@ -739,3 +910,25 @@ def _state(data: Mapping[str, JsonValue]) -> dict[str, StateBlob]:
         assert isinstance(held, dict)
         blobs[name] = StateBlob.model_validate({"name": name, **held})
     return blobs
+
+
+def _takes_entities(store: HotStore | DurableStore) -> bool:
+    return Capability.ENTITIES_IN_APPEND in store.capabilities
+
+
+def rebase_entity_change(
+    change: EntityChange, expected: int, actual: int, count: int
+) -> EntityChange:
+    """``change`` with the turn indexes it counted from ``expected`` moved to ``actual``
+    (the entities that name one of the ``count`` appended turns): the append's turns got
+    other indexes than the writer expected."""
+    if expected == actual:
+        return change
+    shift = actual - expected
+    upsert = {
+        kind: entity.model_copy(update={"turn_index": entity.turn_index + shift})
+        if entity.turn_index is not None and expected <= entity.turn_index < expected + count
+        else entity
+        for kind, entity in change.upsert.items()
+    }
+    return EntityChange(upsert=upsert, remove=change.remove)

@@ -44,6 +44,7 @@ from tiermem.models import (
     SessionRef,
     SessionSnapshot,
     StateBlob,
+    TextBlock,
     Turn,
 )
 from tiermem.store.codec import (
@@ -64,7 +65,14 @@ from tiermem.store.codec import (
     is_live,
     later_of,
 )
-from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, HotAppendResult
+from tiermem.store.contract import (
+    DEFAULT_GC_GRACE,
+    ENTITIES_RECORD,
+    MAX_TURN_BYTES,
+    Capability,
+    EntityChange,
+    HotAppendResult,
+)
 from tiermem.store.keys import validate_id
 
 __all__ = ["MemoryDurableStore", "MemoryHotStore"]
@@ -101,7 +109,9 @@ class MemoryHotStore:
     """Hot tier in a dict. See :class:`tiermem.store.contract.HotStore`."""
 
     name = "memory"
-    capabilities = frozenset({Capability.NATIVE_TTL, Capability.CLUSTER_SAFE})
+    capabilities = frozenset(
+        {Capability.NATIVE_TTL, Capability.CLUSTER_SAFE, Capability.ENTITIES_IN_APPEND}
+    )
 
     def __init__(
         self, *, clock: Clock | None = None, gc_grace: timedelta = DEFAULT_GC_GRACE
@@ -199,8 +209,10 @@ class MemoryHotStore:
         first_index: int | None = None,
         metadata: SessionMetadata | None = None,
         expected_version: int | None = None,
+        entities: EntityChange | None = None,
     ) -> HotAppendResult:
         check_append(session_id, turns, window=window, first_index=first_index)
+        _check_change(entities)
         with self._lock:
             current = self._live(session_id)
             self._check_version(current, expected_version, session_id)
@@ -211,16 +223,24 @@ class MemoryHotStore:
                     expected=first_index,
                     actual=start,
                 )
-            indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
+            indexed = _numbered(turns, start)
             for turn in indexed:
-                encode_turn(turn)  # size check before anything changes
+                _check_turn_size(turn)  # before anything changes
             session = self._write(session_id, expires_at)
             session.turns = [*session.turns, *indexed][-window:]
             session.next_index = start + len(indexed)
             if metadata is not None:
                 session.metadata = metadata
-            return HotAppendResult(
-                turns=tuple(indexed), version=session.version, next_index=session.next_index
+            if entities is not None:
+                for kind in entities.remove:
+                    session.entities.pop(kind, None)
+                session.entities.update(entities.upsert)
+            return HotAppendResult.trusted(
+                {
+                    "turns": tuple(indexed),
+                    "version": session.version,
+                    "next_index": session.next_index,
+                }
             )
 
     async def load(
@@ -231,15 +251,18 @@ class MemoryHotStore:
             session = self._live(session_id, include_expired=include_expired)
             if session is None:
                 return None
-            return SessionSnapshot(
-                session_id=session_id,
-                turns=tuple(session.turns),
-                metadata=session.metadata,
-                entities=dict(session.entities),
-                state=dict(session.state),
-                version=session.version,
-                next_index=session.next_index,
-                expires_at=session.expires_at,
+            # Everything in it was validated on the way in: no second validation.
+            return SessionSnapshot.trusted(
+                {
+                    "session_id": session_id,
+                    "turns": tuple(session.turns),
+                    "metadata": session.metadata,
+                    "entities": dict(session.entities),
+                    "state": dict(session.state),
+                    "version": session.version,
+                    "next_index": session.next_index,
+                    "expires_at": session.expires_at,
+                }
             )
 
     async def put_metadata(
@@ -502,7 +525,7 @@ class MemoryDurableStore:
     """
 
     name = "memory"
-    capabilities = frozenset({Capability.NATIVE_TTL})
+    capabilities = frozenset({Capability.NATIVE_TTL, Capability.ENTITIES_IN_APPEND})
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._clock = clock or SystemClock()
@@ -580,9 +603,11 @@ class MemoryDurableStore:
         first_index: int | None = None,
         expires_at: datetime | None = None,
         idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
     ) -> list[Turn]:
         check_append(session_id, turns, first_index=first_index)
         key = check_idempotency_key(idempotency_key)
+        _check_change(entities)
         with self._lock:
             header = self._header(session_id)
             if key is not None and header is not None and key in header.keys:
@@ -599,8 +624,11 @@ class MemoryDurableStore:
                 )
             indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
             for turn in indexed:
-                encode_turn(turn)
+                _check_turn_size(turn)
+            merged = self._merged_entities(session_id, entities)  # size check first too
             header = self._extend(session_id, expires_at)
+            if merged is not None:
+                self._set_record(session_id, ENTITIES_RECORD, merged, header)
             if key is not None:
                 header.keys[key] = (start, len(indexed))
             archive = self._turns.setdefault(session_id, {})
@@ -608,6 +636,40 @@ class MemoryDurableStore:
                 archive[turn.index] = (turn, expires_at)
             self._next[session_id] = start + len(indexed)
             return indexed
+
+    def _merged_entities(
+        self, session_id: str, change: EntityChange | None
+    ) -> dict[str, JsonValue] | None:
+        """The ``entities`` record's data with ``change`` merged in (None: no change)."""
+        if change is None or (not change.upsert and not change.remove):
+            return None
+        self._header(session_id)  # a dead session's records are dropped first
+        current = self._records.get(session_id, {}).get(ENTITIES_RECORD)
+        data: dict[str, JsonValue] = dict(current.data) if current is not None else {}
+        for kind in change.remove:
+            data.pop(kind, None)
+        for kind, entity in change.upsert.items():
+            data[kind] = entity.model_dump(mode="json")
+        # Fresh dumps and the record's own values: nothing a caller holds, so no copy; the
+        # encoding is the size check.
+        encode_data(data, what=f"record {ENTITIES_RECORD!r}")
+        return data
+
+    def _set_record(
+        self, session_id: str, kind: str, data: dict[str, JsonValue], header: _Header
+    ) -> SessionRecord:
+        """Store a record one version up (the caller checked versions and extended the
+        header in the same locked step)."""
+        current = self._records.get(session_id, {}).get(kind)
+        record = SessionRecord(
+            kind=kind,
+            data=data,
+            version=(current.version if current else 0) + 1,
+            updated_at=self._clock.now(),
+            expires_at=header.lifetime,
+        )
+        self._records.setdefault(session_id, {})[kind] = record
+        return record
 
     async def next_index(self, session_id: str) -> int:
         validate_id(session_id, what="session_id")
@@ -720,15 +782,7 @@ class MemoryDurableStore:
                     actual=actual,
                 )
             header = self._extend(session_id, expires_at)
-            record = SessionRecord(
-                kind=kind,
-                data=copy,
-                version=actual + 1,
-                updated_at=self._clock.now(),
-                expires_at=header.lifetime,
-            )
-            self._records.setdefault(session_id, {})[kind] = record
-            return record
+            return self._set_record(session_id, kind, copy, header)
 
     async def delete_session(self, session_id: str) -> None:
         validate_id(session_id, what="session_id")
@@ -823,3 +877,61 @@ class MemoryDurableStore:
 
     async def aclose(self) -> None:
         return None
+
+
+def _check_change(change: EntityChange | None) -> None:
+    """Validate an entity change's kinds before anything is written."""
+    if change is None:
+        return
+    if not isinstance(change, EntityChange):
+        raise ValidationError(f"entities takes an EntityChange, got {type(change).__name__}")
+    for kind in [*change.upsert, *change.remove]:
+        check_kind(kind, what="entity kind")
+
+
+_SMALL_TEXT = MAX_TURN_BYTES // 8
+"""Text of at most this many characters surely fits a turn: JSON writes a character in at
+most 6 bytes (``\\u001f``), which leaves room for everything else of a plain turn."""
+
+
+def _numbered(turns: Sequence[NewTurn], start: int) -> list[Turn]:
+    """``turns`` with indexes from ``start``; a turn that already has its index (the hot
+    copy of an archived turn) is kept as it is."""
+    return [
+        turn if type(turn) is Turn and turn.index == start + i else turn.with_index(start + i)
+        for i, turn in enumerate(turns)
+    ]
+
+
+def _check_turn_size(turn: Turn) -> None:
+    """The contract's size limit (and UTF-8 check), without serializing the common turn:
+    plain text blocks and flat metadata, whose JSON size is bounded by their characters.
+    Anything else is serialized, which raises what the contract says."""
+    strings: list[str] = [block.text for block in turn.content if type(block) is TextBlock]
+    if len(strings) != len(turn.content):
+        encode_turn(turn)
+        return
+    numbers = 0
+    for key, value in turn.metadata.items():
+        strings.append(key)
+        if isinstance(value, str):
+            strings.append(value)
+        elif isinstance(value, int | float | bool | None):
+            numbers += 1
+        else:
+            encode_turn(turn)
+            return
+    strings += [e.kind + e.value for e in turn.entities]
+    strings += [turn.agent_name or "", turn.intent or ""]
+    if sum(map(len, strings)) + 32 * numbers > _SMALL_TEXT or not all(map(_utf8, strings)):
+        encode_turn(turn)
+
+
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,0 +1,371 @@
+"""Turn path benchmark (issue #8): CPU, round trips, latency and throughput per pairing.
+
+For each pairing of backends it measures, through the public API (``add_turn`` then
+``history()``, write-through, background work included and drained):
+
+* **CPU per turn** of the client process (``time.process_time``: every thread, SQLite's
+  and the background worker's included), and of redis-server (``INFO cpu`` delta / turns);
+* **round trips per turn**, counted by wrapping the clients
+  (:class:`tiermem.testing.round_trips.RoundTrips`): on the response path of ``add_turn``
+  and of ``history()``, and in the background work a turn causes;
+* **latency** of ``add_turn`` (p50, p99) and **throughput** (turns/s, a turn being
+  ``add_turn`` + ``history()``) with 1, 50 and 500 sessions writing concurrently.
+
+Writes ``bench/results/turns.json`` and ``bench/results/turns.png``::
+
+    TIERMEM_TEST_SERVICES_ONLY=1 TIERMEM_TEST_SKIP_INSTALL=1 scripts/test.sh \\
+        .venv/bin/python bench/turns.py
+    python bench/turns.py --redis-url redis://127.0.0.1:6379/0 \\
+        --dynamodb-url http://127.0.0.1:8000 [--pairings memory+memory,embedded]
+
+Pairings: ``memory+memory``, ``embedded`` (in-process hot + SQLite file, the default),
+``sqlite+sqlite``, ``redis+redis`` and ``redis+dynamodb`` (those two need the servers;
+``--redis-url`` / ``--dynamodb-url`` default to ``TIERMEM_TEST_REDIS_URL`` /
+``TIERMEM_TEST_DYNAMODB_URL``, and a pairing without its server is skipped with a note).
+Automatic summaries are off (``--summaries`` turns them on): they are their own
+background work, measured by their own bench.
+
+CPU time is steadier than wall time on a shared machine, but not immune: the machine's
+load is recorded with the results. DynamoDB Local is a Java emulator on the same cores,
+not the AWS service: compare its round trips, not its milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tiermem.errors import TierMemError
+from tiermem.service import MemoryService
+from tiermem.session import Session
+from tiermem.settings import TierMemSettings
+from tiermem.testing.round_trips import RoundTrips
+from workload import MESSAGES, RESULTS, write_results
+
+ALL_PAIRINGS = ("memory+memory", "embedded", "sqlite+sqlite", "redis+redis", "redis+dynamodb")
+WARM_TURNS = 50
+TRIP_SAMPLE = 60
+"""Turns whose round trips are counted one by one (the background drained in between)."""
+
+
+class Servers:
+    """Where the servers are, and what a pairing needs of them."""
+
+    def __init__(self, redis_url: str | None, dynamodb_url: str | None) -> None:
+        self.redis_url = redis_url
+        self.dynamodb_url = dynamodb_url
+
+    def missing(self, pairing: str) -> str | None:
+        if "redis" in pairing and not self.redis_url:
+            return "no --redis-url"
+        if "dynamodb" in pairing and not self.dynamodb_url:
+            return "no --dynamodb-url"
+        return None
+
+    async def settings(self, pairing: str, tmp: Path) -> TierMemSettings:
+        db = tmp / f"{uuid.uuid4().hex}.db"
+        prefix = f"bench{uuid.uuid4().hex[:6]}"
+        if pairing == "memory+memory":
+            return TierMemSettings(hot_backend="memory", durable_backend="memory")
+        if pairing == "embedded":
+            return TierMemSettings(hot_backend="memory", durable_backend="sqlite", sqlite_path=db)
+        if pairing == "sqlite+sqlite":
+            return TierMemSettings(hot_backend="sqlite", durable_backend="sqlite", sqlite_path=db)
+        assert self.redis_url is not None
+        if pairing == "redis+redis":
+            return TierMemSettings(
+                hot_backend="redis",
+                durable_backend="redis",
+                redis_url=self.redis_url,
+                redis_prefix=prefix,
+                sqlite_path=db,  # the search index of a Redis deployment without RediSearch
+            )
+        assert self.dynamodb_url is not None
+        from tiermem.store.backends.dynamodb import create_table
+
+        # DynamoDB Local accepts any credentials; real ones are never needed here.
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+        table = f"tiermem-bench-{uuid.uuid4().hex[:6]}"
+        await create_table(table, endpoint_url=self.dynamodb_url, region_name="us-east-1")
+        return TierMemSettings(
+            hot_backend="redis",
+            durable_backend="dynamodb",
+            redis_url=self.redis_url,
+            redis_prefix=prefix,
+            dynamodb_table=table,
+            dynamodb_endpoint_url=self.dynamodb_url,
+            aws_region="us-east-1",
+            sqlite_path=db,
+        )
+
+    async def redis_cpu_s(self) -> float | None:
+        """redis-server's CPU seconds so far (user + system, all its threads)."""
+        if not self.redis_url:
+            return None
+        from redis.asyncio import Redis
+
+        client = Redis.from_url(self.redis_url)
+        try:
+            info = await client.info("cpu")
+        finally:
+            await client.aclose()
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def role(i: int) -> str:
+    return "user" if i % 2 == 0 else "assistant"
+
+
+async def turn(session: Session, i: int) -> float:
+    """One turn: add_turn then history(). Returns add_turn's latency in ms."""
+    start = time.perf_counter()
+    await session.add_turn(role(i), MESSAGES[i % len(MESSAGES)])
+    latency = (time.perf_counter() - start) * 1000
+    await session.history()
+    return latency
+
+
+async def open_service(servers: Servers, pairing: str, tmp: Path, summaries: bool) -> MemoryService:
+    settings = await servers.settings(pairing, tmp)
+    return MemoryService.from_settings(settings, auto_summarize=summaries)
+
+
+async def warm(memory: MemoryService) -> None:
+    """Turns of a session of its own, so that what is done once per service (loading the
+    tokenizer, compiling rules, preparing statements, loading scripts) is not measured."""
+    session = await memory.session(user_id="bench-warm")
+    for i in range(WARM_TURNS):
+        await turn(session, i)
+    await memory.drain()
+
+
+async def measure_cpu(
+    servers: Servers, pairing: str, turns: int, tmp: Path, summaries: bool
+) -> dict[str, Any]:
+    """CPU per turn, one session, turns one after the other."""
+    async with await open_service(servers, pairing, tmp, summaries) as memory:
+        await warm(memory)
+        session = await memory.session(user_id="bench-cpu")
+        redis0 = await servers.redis_cpu_s() if "redis" in pairing else None
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for i in range(turns):
+            await turn(session, i)
+        await memory.drain()
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        redis1 = await servers.redis_cpu_s() if "redis" in pairing else None
+    result: dict[str, Any] = {
+        "cpu_us_per_turn": round(cpu / turns * 1e6, 1),
+        "turns_per_s_sequential": round(turns / wall, 1),
+    }
+    if redis0 is not None and redis1 is not None:
+        # INFO's counters have 10 ms-ish resolution: fine over thousands of turns.
+        result["redis_server_cpu_us_per_turn"] = round((redis1 - redis0) / turns * 1e6, 1)
+    return result
+
+
+async def measure_round_trips(
+    servers: Servers, pairing: str, tmp: Path, summaries: bool
+) -> dict[str, Any]:
+    """Round trips of add_turn, of history(), and of the background work, per turn."""
+    async with await open_service(servers, pairing, tmp, summaries) as memory:
+        await warm(memory)
+        session = await memory.session(user_id="bench-trips")
+        await turn(session, 0)
+        trips = RoundTrips()
+        add: Counter[str] = Counter()
+        history: Counter[str] = Counter()
+        background: Counter[str] = Counter()
+        entity_turns = 0
+        entities = (await session.view()).entities
+        with trips.counting():
+            for i in range(TRIP_SAMPLE):
+                await session.add_turn(role(i), MESSAGES[i % len(MESSAGES)])
+                add += trips.reset()
+                await memory.drain()
+                background += trips.reset()
+                view = await session.view()  # what history() reads, with the entities
+                history += trips.reset()
+                entity_turns += view.entities != entities
+                entities = view.entities
+    per = float(TRIP_SAMPLE)
+    return {
+        "round_trips_add_turn": round(sum(add.values()) / per, 2),
+        "round_trips_history": round(sum(history.values()) / per, 2),
+        "round_trips_background": round(sum(background.values()) / per, 2),
+        "round_trips_by_call": {k: round(v / per, 2) for k, v in sorted((add + history).items())},
+        "entity_changing_turns": f"{entity_turns}/{TRIP_SAMPLE}",
+    }
+
+
+async def measure_load(
+    servers: Servers,
+    pairing: str,
+    concurrency: int,
+    turns: int,
+    tmp: Path,
+    summaries: bool,
+) -> dict[str, Any]:
+    """add_turn latency and turns/s with ``concurrency`` sessions writing at once."""
+    per_session = max(4, turns // concurrency)
+    latencies: list[float] = []
+    async with await open_service(servers, pairing, tmp, summaries) as memory:
+        await warm(memory)
+        sessions = [
+            await memory.session(user_id=f"bench-user-{i % 50}") for i in range(concurrency)
+        ]
+
+        async def drive(session: Session) -> None:
+            for i in range(per_session):
+                latencies.append(await turn(session, i))
+
+        cpu0, start = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(drive(s) for s in sessions))
+        await memory.drain()
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    return {
+        "concurrency": concurrency,
+        "turns": len(latencies),
+        "p50_ms": round(percentile(latencies, 0.5), 3),
+        "p99_ms": round(percentile(latencies, 0.99), 3),
+        "mean_ms": round(statistics.fmean(latencies), 3),
+        "turns_per_s": round(len(latencies) / wall, 1),
+        "cpu_us_per_turn": round(cpu / len(latencies) * 1e6, 1),
+    }
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairings = [r["pairing"] for r in runs]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    cpu, trips, thr = axes
+    x = list(range(len(runs)))
+    cpu.bar(x, [r["cpu_us_per_turn"] for r in runs], 0.6, label="client")
+    cpu.bar(
+        x,
+        [r.get("redis_server_cpu_us_per_turn", 0) for r in runs],
+        0.6,
+        bottom=[r["cpu_us_per_turn"] for r in runs],
+        label="redis-server",
+    )
+    cpu.set_xticks(x, pairings, fontsize=8, rotation=15)
+    cpu.set_ylabel("CPU µs per turn (add_turn + history)")
+    cpu.legend()
+    trips.bar(
+        [i - 0.2 for i in x], [r["round_trips_add_turn"] for r in runs], 0.4, label="add_turn"
+    )
+    trips.bar([i + 0.2 for i in x], [r["round_trips_history"] for r in runs], 0.4, label="history")
+    trips.set_xticks(x, pairings, fontsize=8, rotation=15)
+    trips.set_ylabel("round trips per call (response path)")
+    trips.legend()
+    for r in runs:
+        loads = r["load"]
+        loads = [run for run in loads if "error" not in run]
+        thr.plot(
+            [run["concurrency"] for run in loads],
+            [run["turns_per_s"] for run in loads],
+            marker="o",
+            label=r["pairing"],
+        )
+    thr.set_xscale("log")
+    thr.set_yscale("log")
+    thr.set_xlabel("concurrent sessions")
+    thr.set_ylabel("turns / s")
+    thr.legend(fontsize=8)
+    fig.suptitle("tiermem turn path (write-through)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+async def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
+    servers = Servers(args.redis_url, args.dynamodb_url)
+    runs: list[dict[str, Any]] = []
+    concurrencies = [int(c) for c in args.sessions.split(",")]
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        for pairing in args.pairings.split(","):
+            if pairing not in ALL_PAIRINGS:
+                raise SystemExit(f"unknown pairing {pairing!r}; use {', '.join(ALL_PAIRINGS)}")
+            why = servers.missing(pairing)
+            if why is not None:
+                print(f"{pairing:15s} skipped: {why}", flush=True)
+                continue
+            run: dict[str, Any] = {"pairing": pairing}
+            turns = args.turns if "dynamodb" not in pairing else args.dynamodb_turns
+            run |= await measure_cpu(servers, pairing, turns, tmp, args.summaries)
+            run |= await measure_round_trips(servers, pairing, tmp, args.summaries)
+            run["load"] = []
+            for concurrency in concurrencies:
+                try:
+                    load = await measure_load(
+                        servers, pairing, concurrency, turns, tmp, args.summaries
+                    )
+                except TierMemError as exc:  # reported in the results, not hidden
+                    load = {"concurrency": concurrency, "error": f"{type(exc).__name__}: {exc}"}
+                run["load"].append(load)
+            runs.append(run)
+            redis = run.get("redis_server_cpu_us_per_turn")
+            print(
+                f"{pairing:15s} {run['cpu_us_per_turn']:8.1f} µs CPU/turn"
+                + (f" (+{redis} µs redis-server)" if redis is not None else "")
+                + f", round trips add_turn {run['round_trips_add_turn']}"
+                f" history {run['round_trips_history']}",
+                flush=True,
+            )
+            for load in run["load"]:
+                if "error" in load:
+                    print(f"{'':15s} {load['concurrency']:4d} sessions: {load['error']}")
+                    continue
+                print(
+                    f"{'':15s} {load['concurrency']:4d} sessions: p50 {load['p50_ms']:8.2f} ms"
+                    f"  p99 {load['p99_ms']:8.2f} ms  {load['turns_per_s']:8.1f} turns/s",
+                    flush=True,
+                )
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairings", default=",".join(ALL_PAIRINGS))
+    parser.add_argument("--redis-url", default=os.environ.get("TIERMEM_TEST_REDIS_URL"))
+    parser.add_argument("--dynamodb-url", default=os.environ.get("TIERMEM_TEST_DYNAMODB_URL"))
+    parser.add_argument("--turns", type=int, default=2000, help="turns per measurement")
+    parser.add_argument(
+        "--dynamodb-turns", type=int, default=500, help="turns per measurement on DynamoDB Local"
+    )
+    parser.add_argument("--sessions", default="1,50,500", help="concurrent sessions to load")
+    parser.add_argument("--summaries", action="store_true", help="automatic summaries on")
+    parser.add_argument("--out", type=Path, default=RESULTS / "turns.json")
+    args = parser.parse_args()
+    runs = asyncio.run(collect(args))
+    load = os.getloadavg()
+    write_results(
+        args.out,
+        runs,
+        summaries=args.summaries,
+        cpus=os.cpu_count(),
+        load_average_1_5_15=[round(v, 2) for v in load],
+    )
+    plot(runs, args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Active entities ride in the turn's append (issue #8): what a user notices is that the
+entity points at the turn that mentioned it and that both tiers agree, whoever wrote.
+
+Run on every pairing of tests/integration (with the stores' ENTITIES_IN_APPEND capability
+or without it: then the tiers fall back to a compare-and-set after the append).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.integration.conftest import Pairing
+from tiermem.store.backends.memory import MemoryDurableStore, MemoryHotStore
+from tiermem.store.contract import Capability
+from tiermem.testing import FakeClock
+
+
+async def _durable_entities(pairing: Pairing, session_id: str) -> dict[str, object]:
+    record = await pairing.durable.get_record(session_id, "entities")
+    return {} if record is None else dict(record.data)
+
+
+async def test_an_entity_points_at_its_turn_when_another_device_wrote_first(
+    pairing: Pairing,
+) -> None:
+    memory = pairing.service()
+    phone = await memory.session(user_id="u-ent-devices")
+    laptop = await memory.session(phone.id, user_id="u-ent-devices")
+    await phone.add_turn("user", "Hello!")
+    for i in range(3):  # the phone's handle has not seen these
+        await laptop.add_turn("user", f"laptop turn {i}")
+    turn = await phone.add_turn("user", "Your order ORD-12345 ships tomorrow.")
+    assert turn.index == 4
+    for device in (phone, laptop):
+        entities = await device.active_entities()
+        assert entities["order_id"].value == "ORD-12345"
+        assert entities["order_id"].turn_index == 4
+    durable = await _durable_entities(pairing, phone.id)
+    assert durable["order_id"]["turn_index"] == 4  # type: ignore[index]
+    # A reload from the durable tier shows the same.
+    await pairing.hot.delete(phone.id)
+    assert (await phone.active_entities())["order_id"].turn_index == 4
+
+
+async def test_concurrent_writers_leave_the_last_archived_value_in_both_tiers(
+    pairing: Pairing,
+) -> None:
+    memory = pairing.service()
+    session = await memory.session(user_id="u-ent-race")
+    handles = [await memory.session(session.id, user_id="u-ent-race") for _ in range(4)]
+
+    async def writer(w: int, handle: object) -> None:
+        for i in range(5):
+            await handle.add_turn("user", f"order ORD-{w}{i}0000 please")  # type: ignore[attr-defined]
+
+    await asyncio.gather(*(writer(w, h) for w, h in enumerate(handles)))
+    turns = await session.get_turns()
+    assert [t.index for t in turns] == list(range(20))
+    last = turns[-1]
+    expected = next(e.value for e in last.entities if e.kind == "order_id")
+    hot = (await session.active_entities())["order_id"]
+    assert (hot.value, hot.turn_index) == (expected, last.index)
+    durable = await _durable_entities(pairing, session.id)
+    assert durable["order_id"]["value"] == expected  # type: ignore[index]
+    assert durable["order_id"]["turn_index"] == last.index  # type: ignore[index]
+
+
+class _LegacyHot(MemoryHotStore):
+    """A hot store of before ENTITIES_IN_APPEND (a third-party backend, say): its append
+    takes no ``entities``."""
+
+    capabilities = MemoryHotStore.capabilities - {Capability.ENTITIES_IN_APPEND}
+
+    async def append_turns(self, session_id: str, turns: Any, **options: Any) -> Any:
+        assert "entities" not in options, "entities passed to a store that cannot take them"
+        return await super().append_turns(session_id, turns, **options)
+
+
+class _LegacyDurable(MemoryDurableStore):
+    """A durable store of before ENTITIES_IN_APPEND: entities go through the record CAS."""
+
+    capabilities = MemoryDurableStore.capabilities - {Capability.ENTITIES_IN_APPEND}
+
+    async def append_turns(self, session_id: str, turns: Any, **options: Any) -> Any:
+        assert "entities" not in options, "entities passed to a store that cannot take them"
+        return await super().append_turns(session_id, turns, **options)
+
+
+async def test_stores_without_entities_in_append_get_the_change_apart() -> None:
+    clock = FakeClock()
+    legacy = Pairing("legacy", _LegacyHot(clock=clock), _LegacyDurable(clock=clock), clock)
+    await test_an_entity_points_at_its_turn_when_another_device_wrote_first(legacy)
+    await test_concurrent_writers_leave_the_last_archived_value_in_both_tiers(legacy)
