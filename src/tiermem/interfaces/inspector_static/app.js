@@ -113,7 +113,10 @@ async function loadSession(sessionId, focusTurn) {
       cell(tr, when(t.timestamp), "time");
       cell(tr, t.tokens, "num");
       cell(tr, t.importance.toFixed(2), "num");
-      cell(tr, t.text);
+      const text = document.createElement("div");
+      text.className = "clip"; // a large tool output scrolls inside its row
+      text.textContent = t.text;
+      cell(tr, "").appendChild(text);
     });
     fill("entities", s.entities, (tr, e) => { cell(tr, e.kind); cell(tr, e.value); cell(tr, e.turn_index); });
     fill("state", s.state, (tr, b) => { cell(tr, b.name); cell(tr, b.version); cell(tr, JSON.stringify(b.data)); });
