@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
+from tiermem.background import Batch
 from tiermem.clock import Clock
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
 from tiermem.extraction.turn_analysis import LARGE_TURN_CHARS, TurnAnalysis
+from tiermem.longterm.recall import turn_docs
 from tiermem.longterm.text import doc_terms
 from tiermem.models import (
     ActiveEntity,
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from tiermem.context import Allocation, ContextSection, ContextWindow
     from tiermem.longterm.context import UserContext
     from tiermem.longterm.hits import RecallHit
+    from tiermem.longterm.index import IndexedDoc
+    from tiermem.longterm.memory import LongTermMemory
     from tiermem.models.convert import SystemBlock
     from tiermem.service import MemoryService
     from tiermem.summaries.jobs import SessionSummaries, Watermarks
@@ -225,47 +228,28 @@ class Session:
         index = self._service.index_turns
         detect = self._service.auto_detect and any(t.role == "user" for t in stored)
         if index or detect:
-            # One background job for both: a submission costs as much as a small index write.
-            job = partial(self._after_append, stored, analyses, index=index, detect=detect)
-            await self._service.background.submit(self.user_id, self.id, job)
+            # One background item for both; queued items of any session are merged into
+            # one index write (AFTER_APPEND), so at 50 sessions it costs one transaction.
+            after = _AfterAppend(self, stored, analyses, index=index, detect=detect)
+            await self._service.background.submit_batched(
+                self.user_id, self.id, AFTER_APPEND, after
+            )
         await self._queue_summary(stored)
         return stored
 
-    async def _after_append(
-        self,
-        turns: Sequence[Turn],
-        analyses: Sequence[TurnAnalysis | None],
-        *,
-        index: bool,
-        detect: bool,
-    ) -> None:
-        """The background part of adding turns: indexing, then memory detection (each
-        logs and counts its own failures, so one failing never skips the other)."""
-        if index:
-            await self._index_turns(turns, analyses)
-        if detect:
-            texts = [a.text if a is not None else None for a in analyses]
-            await self._detect_logged(turns, texts)
-
-    async def _index_turns(
+    def _index_docs(
         self, turns: Sequence[Turn], analyses: Sequence[TurnAnalysis | None]
-    ) -> None:
-        """Index archived turns for episodic recall (BM25), off the response path, from the
-        text each turn's analysis normalised (its terms too, for a large turn: counted in
-        the worker thread)."""
+    ) -> list[IndexedDoc]:
+        """The recall documents of archived turns (BM25), from the text each turn's
+        analysis normalised (its terms too, for a large turn: counted in the worker
+        thread)."""
         terms = [
             None if a is None else (a.terms if a.terms is not None else doc_terms(a.text))
             for a in analyses
         ]
-        try:
-            await self._service.longterm.index_turns(
-                self.user_id, self.id, turns, expires_at=self._tiers.durable_expiry(), terms=terms
-            )
-        except TierMemError as exc:
-            self._service.index_failures += 1
-            logger.warning(
-                "indexing turns %s of session %s failed: %s", [t.index for t in turns], self.id, exc
-            )
+        return turn_docs(
+            self.user_id, self.id, turns, expires_at=self._tiers.durable_expiry(), terms=terms
+        )
 
     async def _detect_logged(self, turns: Sequence[Turn], texts: Sequence[TurnText | None]) -> None:
         """Auto-detection of memories, off the response path; the background queue runs a
@@ -675,6 +659,62 @@ class Session:
         newest = {t.index for t in view.turns[len(view.turns) - keep :]} if keep else set()
         turns = [t for t in view.turns if t.index > done or t.pinned or t.index in newest]
         return sections, turns
+
+
+@dataclass(slots=True)
+class _AfterAppend:
+    """The background part of one ``add_turns``: index its turns, detect memories."""
+
+    session: Session
+    turns: Sequence[Turn]
+    analyses: Sequence[TurnAnalysis | None]
+    index: bool
+    detect: bool
+
+
+async def _after_appends(items: list[_AfterAppend]) -> None:
+    """Index the turns of queued appends (any sessions) in one write per long-term
+    memory, then run memory detection of each append in order. Each step logs and counts
+    its own failures, so one failing never skips another."""
+    by_memory: dict[int, tuple[LongTermMemory, list[_AfterAppend]]] = {}
+    for item in items:
+        if item.index:
+            memory = item.session._service.longterm
+            by_memory.setdefault(id(memory), (memory, []))[1].append(item)
+    for memory, indexed in by_memory.values():
+        docs: list[IndexedDoc] = []
+        built: list[_AfterAppend] = []
+        for item in indexed:
+            try:
+                docs += item.session._index_docs(item.turns, item.analyses)
+            except TierMemError as exc:  # this append's turns only; the others go on
+                _index_failed(item, exc)
+            else:
+                built.append(item)
+        try:
+            await memory.index_docs(docs)
+        except TierMemError as exc:
+            for item in built:
+                _index_failed(item, exc)
+    for item in items:
+        if item.detect:
+            texts = [a.text if a is not None else None for a in item.analyses]
+            await item.session._detect_logged(item.turns, texts)
+
+
+def _index_failed(item: _AfterAppend, exc: TierMemError) -> None:
+    item.session._service.index_failures += 1
+    logger.warning(
+        "indexing turns %s of session %s failed: %s",
+        [t.index for t in item.turns],
+        item.session.id,
+        exc,
+    )
+
+
+AFTER_APPEND: Batch[_AfterAppend] = Batch(_after_appends, max_items=64, linger=0.005)
+"""Queued appends merged into one background call (bounded: a large batch would hold the
+worker, and the index transaction, for long)."""
 
 
 def raise_gone(session_id: str) -> NoReturn:

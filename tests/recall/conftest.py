@@ -1,8 +1,9 @@
 """Fixtures for recall: the search indexes under test, durable stores, a fake embedder.
 
 Indexes: ``in_process`` (the reference), ``sqlite`` (in a temporary file beside a durable
-store) and ``redis`` (a real server from ``TIERMEM_TEST_REDIS_URL``, a fresh key prefix per
-test), each on the test's fake ``clock``. A missing Redis fails the test when
+store), ``redis`` (a real server from ``TIERMEM_TEST_REDIS_URL``, a fresh key prefix per
+test) and ``redis-cluster`` (the 3-master cluster from ``TIERMEM_TEST_REDIS_CLUSTER_URL``),
+each on the test's fake ``clock``. A missing Redis fails the test when
 ``TIERMEM_REQUIRE_BACKENDS=1``.
 """
 
@@ -25,7 +26,7 @@ from tiermem.errors import BackendUnavailableError
 from tiermem.longterm.index import DocKind, IndexedDoc, SearchIndex
 from tiermem.models import MemoryRecord, Provenance
 
-INDEXES = ["in_process", "sqlite", "redis"]
+INDEXES = ["in_process", "sqlite", "redis", "redis-cluster"]
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 
@@ -43,6 +44,13 @@ async def open_index(name: str, tmp_path: Path, clock: FakeClock | None = None) 
         from tiermem.longterm.index_redis import RedisIndex
 
         return RedisIndex.from_url(server_url("redis"), prefix=fresh_prefix(), clock=clock)
+    if name == "redis-cluster":
+        from tests.backends.redis import fresh_prefix
+        from tiermem.longterm.index_redis import RedisIndex
+
+        return RedisIndex.from_url(
+            server_url("redis-cluster"), prefix=fresh_prefix(), clock=clock, cluster=True
+        )
     raise ValueError(f"unknown index {name!r}")
 
 

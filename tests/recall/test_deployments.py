@@ -114,8 +114,10 @@ async def test_recall_is_the_same_on_every_deployment(deployment: Deployment) ->
     recaller = Recaller(deployment.durable, deployment.index, clock=deployment.clock)
     hits = await recaller.recall(user, "berserk volume", scope=("memory", "turn"), k=5)
     assert [h.doc_id for h in hits] == ["m2", f"{session}#0", "m5", "m1"]
+    # Turn documents carry date terms (their day, week and month), which count in their
+    # length and the user's average: hence the turn's lower BM25 than its text alone gives.
     assert [h.score for h in hits] == pytest.approx(
-        [0.6133033, 0.5954842, 0.3115052, 0.2911902], abs=1e-6
+        [0.6133033, 0.5164414, 0.3103147, 0.2899997], abs=1e-6
     )
     assert hits[1].provenance.turn_indexes == (0,)
     assert hits[1].session_id == session

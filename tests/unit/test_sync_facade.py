@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import tiermem
+from tiermem.background import Batch
 from tiermem.errors import TierMemError
 from tiermem.longterm.detect import DetectedMemory
 from tiermem.longterm.index import IndexedDoc
@@ -126,6 +127,13 @@ def a(*args: Any, **kwargs: Any) -> Call:
     return args, kwargs
 
 
+async def no_op_items(items: list[int]) -> None:
+    return None
+
+
+NO_OP_BATCH = Batch(no_op_items)
+
+
 async def no_op_job() -> None:
     return None
 
@@ -202,6 +210,7 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "BackgroundWork.aclose": lambda w: a(),
     "BackgroundWork.drain": lambda w: a(),
     "BackgroundWork.submit": lambda w: a("u-1", "s-1", no_op_job),
+    "BackgroundWork.submit_batched": lambda w: a("u-1", "s-1", NO_OP_BATCH, 1),
     "BackgroundWork.wait_for": lambda w: a(user_id="u-1"),
     # KnowledgeBase
     "KnowledgeBase.add_document": lambda w: a("u-1", "more.txt", b"more", format="txt"),
@@ -219,6 +228,7 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "LongTermMemory.forget_session": lambda w: a("u-1", "s-1"),
     "LongTermMemory.get": lambda w: a("u-1", w.fact.memory_id),
     "LongTermMemory.get_preference": lambda w: a("u-1", "favorite_genre"),
+    "LongTermMemory.index_docs": lambda w: a([]),
     "LongTermMemory.index_turns": lambda w: a("u-1", "s-1", w.session.get_turns(), expires_at=None),
     "LongTermMemory.list": lambda w: a("u-1"),
     "LongTermMemory.preference_history": lambda w: a("u-1", "favorite_genre"),
@@ -236,6 +246,8 @@ ARGS: dict[str, Callable[[World], Call]] = {
     # Recaller
     "Recaller.aclose": lambda w: a(),
     "Recaller.recall": lambda w: a("u-1", "seinen"),
+    "Recaller.embed_documents": lambda w: a([]),
+    "Recaller.neighbour_turns": lambda w: a([]),
     # InProcessIndex
     "InProcessIndex.aclose": lambda w: a(),
     "InProcessIndex.collect_expired": lambda w: a(),

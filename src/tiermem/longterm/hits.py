@@ -25,3 +25,6 @@ class RecallHit(FrozenModel):
     """The archived turn, for ``kind == "turn"``."""
     session_id: str | None = None
     provenance: Provenance = Field(default_factory=Provenance)
+    neighbour_of: str | None = None
+    """For a turn added as context around a hit: the hit's ``doc_id`` (placed only if the
+    budget has room after every hit)."""

@@ -20,7 +20,7 @@ import asyncio
 import heapq
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -163,6 +163,11 @@ class _UserIndex:
             self.matrix_cache.clear()
 
 
+def _score_order(pair: tuple[str, float]) -> tuple[float, str]:
+    """Best score first, then doc id: the order every index returns hits in."""
+    return (-pair[1], pair[0])
+
+
 class InProcessIndex:
     """BM25 and brute-force cosine over documents held in this process.
 
@@ -255,14 +260,22 @@ class InProcessIndex:
                 part = bm25_term(idf, tf, user.docs[doc_id].length, average)
                 scores[doc_id] = scores.get(doc_id, 0.0) + part
         wanted = set(kinds)
-        ranked = sorted(
-            (
+
+        def kept(pairs: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
+            return [
                 (doc_id, score)
-                for doc_id, score in scores.items()
+                for doc_id, score in pairs
                 if user.docs[doc_id].kind in wanted and not user.docs[doc_id].expired(now)
-            ),
-            key=lambda pair: (-pair[1], pair[0]),
-        )
+            ]
+
+        # The top of the scores first (O(n log limit), not a sort of every matched
+        # document); the kind and expiry filter runs on those only, and on everything
+        # only when it left fewer than ``limit``.
+        order = _score_order
+        ranked = kept(heapq.nsmallest(2 * limit, scores.items(), key=order))
+        if len(ranked) < limit and len(scores) > 2 * limit:
+            ranked = kept(heapq.nsmallest(len(scores), scores.items(), key=order))
+        ranked.sort(key=order)
         return [
             SearchHit(doc_id=doc_id, kind=user.docs[doc_id].kind, score=score)
             for doc_id, score in ranked[:limit]
@@ -410,6 +423,10 @@ class WarmingIndex:
 
     def is_warm(self, user_id: str) -> bool:
         return user_id in self._warm
+
+    @property
+    def max_users(self) -> int:
+        return self._max_users
 
     async def warm(self, user_id: str) -> None:
         """Load the user now unless it is warm; wait for a load already running."""

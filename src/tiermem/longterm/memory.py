@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING
 from tiermem.errors import UnsupportedCapabilityError
 from tiermem.longterm.forgetting import MemoryForgetting
 from tiermem.longterm.hits import RecallHit
-from tiermem.longterm.index import DocKind
+from tiermem.longterm.index import DocKind, IndexedDoc
 from tiermem.longterm.memory_core import _MEMORY_SCOPE, MemoryRecaller, Records, _entry
 from tiermem.longterm.preferences import MemoryPreferences
-from tiermem.longterm.recall import turn_docs
+from tiermem.longterm.recall import Recaller, turn_docs
 from tiermem.longterm.records import (
     CHANGE_LOG_TYPE,
     PREFERENCE_HISTORY_TYPE,
@@ -211,6 +211,14 @@ class LongTermMemory(MemoryWrites, MemoryPreferences, MemoryForgetting):
         """Index archived turns for episodic recall; their documents expire with them.
         ``terms``: the turns' term frequencies, when already computed (one per turn)."""
         docs = turn_docs(user_id, session_id, turns, expires_at=expires_at, terms=terms)
+        await self.index_docs(docs)
+
+    async def index_docs(self, docs: builtins.list[IndexedDoc]) -> None:
+        """Index documents built by :func:`~tiermem.longterm.recall.turn_docs` (several
+        sessions' at once: the background queue merges their index writes into one)."""
+        if isinstance(self.recaller, Recaller) and self.index.supports_vectors:
+            # Embedded once, here, off the response path: a recall embeds only its query.
+            docs = await self.recaller.embed_documents(docs)
         await self.index.upsert(docs)
 
     async def aclose(self) -> None:

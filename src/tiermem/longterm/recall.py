@@ -44,6 +44,7 @@ from tiermem.longterm.access import AccessTracker
 from tiermem.longterm.hits import RecallHit
 from tiermem.longterm.index import DocKind, IndexedDoc, SearchHit, SearchIndex
 from tiermem.longterm.index_memory import DocLoader
+from tiermem.longterm.recall_dates import turn_date_terms
 from tiermem.longterm.records import is_hidden
 from tiermem.longterm.text import query_terms
 from tiermem.longterm.types import MemoryTypeRegistry, is_internal_type
@@ -133,6 +134,11 @@ def turn_docs(
     index stops returning the documents then and collects them (see
     :mod:`tiermem.longterm.index`).
 
+    Each document is tagged with date terms (``recall_dates.turn_date_terms``):
+    the turn's own day, week and month and the dates it mentions, relative ones resolved
+    against the turn's timestamp, so "what did I buy on March 9?" finds "I bought it
+    yesterday" said on 10 March.
+
     Index them after the durable append; remove a turn's document when it is redacted.
 
     Raises:
@@ -151,6 +157,13 @@ def turn_docs(
             continue
         vector = embeddings[i] if embeddings is not None else None
         counted = terms[i] if terms is not None else None
+        # Dated: the turn's day, week and month, and the dates it mentions resolved
+        # against its own timestamp ("yesterday" said on 10 March is 9 March), as tags.
+        dates = tuple(turn_date_terms(text, turn.timestamp))
+        if counted is not None:
+            counted = dict(counted)
+            for term in dates:
+                counted[term] = counted.get(term, 0) + 1
         docs.append(
             IndexedDoc(
                 user_id=user_id,
@@ -159,8 +172,9 @@ def turn_docs(
                 text=text,
                 created_at=turn.timestamp,
                 embedding=None if vector is None else tuple(vector),
+                tags=dates,
                 expires_at=expires_at,
-                terms=None if counted is None else dict(counted),
+                terms=counted,
             )
         )
     return docs
@@ -393,8 +407,18 @@ class Recaller:
         until: datetime | None = None,
         k: int = 5,
         scope: Collection[DocKind] = _MEMORY_ONLY,
+        candidates: int | None = None,
+        embed_missing: bool = True,
     ) -> list[RecallHit]:
         """The ``k`` best hits for ``query`` among the user's documents of ``scope``.
+
+        ``candidates``: how many each source contributes (and so how many records are
+        fetched); default ``policy.candidate_count(k)``. Per-turn recall for the context
+        asks for fewer, as every candidate turn is one store read. ``embed_missing=False``:
+        a candidate without a vector (from the index's vector search or the record) gets no
+        embedding part instead of being embedded now, so the query is the only text
+        embedded (per-turn recall: turns are embedded when indexed, see
+        :meth:`embed_documents`).
 
         ``types`` and the time range (``since`` inclusive, ``until`` exclusive, on the
         creation time) filter memories; ``min_importance`` filters memories and turns.
@@ -411,6 +435,8 @@ class Recaller:
             raise ValidationError(f"k must be an integer in 1..{MAX_K}, got {k!r}")
         if not 0.0 <= min_importance <= 1.0:
             raise ValidationError(f"min_importance must be in [0, 1], got {min_importance}")
+        if candidates is not None and (not isinstance(candidates, int) or candidates < k):
+            raise ValidationError(f"candidates must be an integer >= k, got {candidates!r}")
         check_aware(since, what="since")
         check_aware(until, what="until")
         if isinstance(types, str):
@@ -419,17 +445,19 @@ class Recaller:
         now = self._clock.now()
         self.counters.recalls += 1
 
-        candidates, vector = await self._gather(user_id, query, kinds, type_set, since, until, k)
-        stale = await self._fetch(user_id, candidates)
+        found, vector = await self._gather(
+            user_id, query, kinds, type_set, since, until, k, candidates
+        )
+        stale = await self._fetch(user_id, found)
         kept = [
             c
-            for c in candidates.values()
+            for c in found.values()
             if _visible(
                 c, now=now, types=type_set, min_importance=min_importance, since=since, until=until
             )
         ]
         if vector is not None and self._embedder is not None:
-            await self._fill_cosines(self._embedder, kept, vector)
+            await self._fill_cosines(self._embedder, kept, vector, embed_missing=embed_missing)
         ranked = rank_candidates(
             self._policy,
             [(c, _signals(c, now)) for c in kept],
@@ -442,6 +470,79 @@ class Recaller:
         if stale:
             self._repair(user_id, stale)
         return hits
+
+    async def embed_documents(self, docs: Sequence[IndexedDoc]) -> list[IndexedDoc]:
+        """``docs`` with their embeddings, in one batch call of the embedder (documents that
+        have one keep it); unchanged without an embedder or when it fails (logged and
+        counted: the documents stay searchable by BM25). Call it when indexing, off the
+        response path, so that a recall embeds only its query.
+
+        Raises:
+            BackendError: the embedder failed and ``raise_embedding_errors`` is set.
+        """
+        embedder = self._embedder
+        todo = [i for i, doc in enumerate(docs) if doc.embedding is None and doc.text.strip()]
+        if embedder is None or not todo:
+            return list(docs)
+        vectors = await self._embed(embedder, [docs[i].text for i in todo])
+        if vectors is None:
+            return list(docs)
+        out = list(docs)
+        for i, vec in zip(todo, vectors, strict=True):
+            out[i] = docs[i].model_copy(update={"embedding": tuple(vec)})
+        return out
+
+    async def neighbour_turns(
+        self, hits: Sequence[RecallHit], *, exclude: Collection[str] = ()
+    ) -> list[RecallHit]:
+        """For each turn hit, the turn completing its exchange: after a user turn the
+        next turn (the answer), before any other the previous one (the question); as hits
+        with ``neighbour_of`` set and the hit's score, in the order of ``hits``. Turns in
+        ``exclude`` (doc ids), missing, redacted or empty turns are left out.
+
+        Raises:
+            BackendError: the durable store failed.
+        """
+        wanted: list[tuple[RecallHit, str, int]] = []
+        seen = set(exclude)
+        for hit in hits:
+            if hit.kind != "turn" or hit.turn is None or hit.session_id is None:
+                continue
+            index = hit.turn.index + 1 if hit.turn.role == "user" else hit.turn.index - 1
+            doc_id = turn_doc_id(hit.session_id, index)
+            if index < 0 or doc_id in seen:
+                continue
+            seen.add(doc_id)
+            wanted.append((hit, hit.session_id, index))
+        gate = asyncio.Semaphore(self._fetch_concurrency)
+
+        async def one(session_id: str, index: int) -> Turn | None:
+            async with gate:
+                try:
+                    return await self._durable.get_turn(session_id, index)
+                except NotFoundError:
+                    return None
+
+        turns = await asyncio.gather(*(one(s, i) for _, s, i in wanted))
+        out: list[RecallHit] = []
+        for (hit, session_id, index), turn in zip(wanted, turns, strict=True):
+            if turn is None or turn.redacted or not turn.text.strip():
+                continue
+            out.append(
+                RecallHit(
+                    kind="turn",
+                    doc_id=turn_doc_id(session_id, index),
+                    text=turn.text,
+                    score=hit.score,
+                    turn=turn,
+                    session_id=session_id,
+                    provenance=Provenance(
+                        source="archive", session_id=session_id, turn_indexes=(index,)
+                    ),
+                    neighbour_of=hit.doc_id,
+                )
+            )
+        return out
 
     async def aclose(self) -> None:
         """Wait for background index repairs. The store and index stay open (not owned)."""
@@ -476,9 +577,10 @@ class Recaller:
         since: datetime | None,
         until: datetime | None,
         k: int,
+        count: int | None = None,
     ) -> tuple[dict[tuple[str, str], _Candidate], list[float] | None]:
         """Candidates from BM25, vectors and recent memories; and the query's embedding."""
-        n = self._policy.candidate_count(k)
+        n = count if count is not None else self._policy.candidate_count(k)
         has_terms = bool(query_terms(query))
         embedder = self._embedder if query.strip() else None
         # Recent memories: the candidates of an empty query, and the rerank pool of an
@@ -591,7 +693,12 @@ class Recaller:
         return stale
 
     async def _fill_cosines(
-        self, embedder: Embedder, kept: list[_Candidate], vector: list[float]
+        self,
+        embedder: Embedder,
+        kept: list[_Candidate],
+        vector: list[float],
+        *,
+        embed_missing: bool = True,
     ) -> None:
         """Cosine for candidates the vector search did not score: from the record's stored
         embedding when it has the query's dimension, else by embedding the text (one call)."""
@@ -606,7 +713,7 @@ class Recaller:
                 c.cosine = cosine(vector, stored)
             else:
                 missing.append(c)
-        if not missing:
+        if not missing or not embed_missing:
             return
         embedded = await self._embed(embedder, [_text(c) for c in missing])
         if embedded is None:

@@ -36,26 +36,34 @@ recency, importance and use: the "what do I know about this user" case.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from tiermem.errors import ValidationError
 
 __all__ = [
+    "RRF_K",
     "RecallPolicy",
     "RecallScore",
     "RecallSignals",
     "access_boost",
+    "diversify",
     "is_relevant",
     "normalized_cosine",
     "rank_candidates",
     "recency_decay",
+    "rrf_fuse",
     "score_candidate",
+    "token_overlap",
 ]
 
 K = TypeVar("K", bound=Hashable)
+
+RRF_K = 60
+"""The rank constant of reciprocal rank fusion (Cormack et al., 2009): large enough that
+the first few ranks of each list weigh about the same."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +82,10 @@ class RecallPolicy:
     """Cosine a candidate without a matching term needs to count as relevant."""
     min_score: float = 0.0
     """Hits scoring below this are dropped."""
+    fusion: Literal["convex", "rrf"] = "convex"
+    """How BM25 and the embedding combine: ``convex`` (min-max normalised scores, weighted)
+    or ``rrf`` (each part is the candidate's reciprocal rank in its list, ``1 / (RRF_K +
+    rank)``, scaled so the first rank gives 1; see :func:`rrf_fuse`)."""
     min_candidates: int = 50
     candidates_per_hit: int = 5
     """Candidates read per source: max(min_candidates, candidates_per_hit · k)."""
@@ -97,6 +109,8 @@ class RecallPolicy:
             raise ValidationError("RecallPolicy.access_saturation must be at least 1")
         if not -1.0 <= self.min_cosine <= 1.0:
             raise ValidationError("RecallPolicy.min_cosine must be in [-1, 1]")
+        if self.fusion not in ("convex", "rrf"):
+            raise ValidationError(f"RecallPolicy.fusion is 'convex' or 'rrf', not {self.fusion!r}")
         if self.min_candidates < 1 or self.candidates_per_hit < 1:
             raise ValidationError(
                 "RecallPolicy.min_candidates and candidates_per_hit must be at least 1"
@@ -204,9 +218,13 @@ def rank_candidates(
         for key, signals in candidates
         if not require_relevance or is_relevant(policy, signals)
     ]
-    max_bm25 = max((signals.bm25 for _, signals in kept), default=0.0)
-    cosines = [signals.cosine for _, signals in kept if signals.cosine is not None]
-    cosine_range = (min(cosines), max(cosines)) if cosines else (0.0, 1.0)
+    if policy.fusion == "rrf" and any(signals.cosine is not None for _, signals in kept):
+        kept = _reciprocal_ranks(kept)
+        max_bm25, cosine_range = 1.0, (0.0, 1.0)
+    else:
+        max_bm25 = max((signals.bm25 for _, signals in kept), default=0.0)
+        cosines = [signals.cosine for _, signals in kept if signals.cosine is not None]
+        cosine_range = (min(cosines), max(cosines)) if cosines else (0.0, 1.0)
     scored = [
         (key, score_candidate(policy, signals, max_bm25=max_bm25, cosine_range=cosine_range))
         for key, signals in kept
@@ -214,3 +232,103 @@ def rank_candidates(
     scored = [(key, score) for key, score in scored if score.score >= policy.min_score]
     order = sorted(range(len(scored)), key=lambda i: (-scored[i][1].score, i))
     return [scored[i] for i in order[:k]]
+
+
+# -- fusion and diversity (per-turn recall for the context) ------------------------------------
+
+
+def _reciprocal_ranks(
+    candidates: list[tuple[K, RecallSignals]],
+) -> list[tuple[K, RecallSignals]]:
+    """The candidates with BM25 and cosine replaced by their reciprocal rank in each list
+    (``(RRF_K + 1) / (RRF_K + rank)``: 1 for the first, about 0.5 at rank 61); 0 (no
+    cosine: None) for a candidate absent from a list."""
+    by_bm25 = sorted(
+        (i for i, (_, s) in enumerate(candidates) if s.bm25 > 0),
+        key=lambda i: -candidates[i][1].bm25,
+    )
+    by_cosine = sorted(
+        (i for i, (_, s) in enumerate(candidates) if s.cosine is not None),
+        key=lambda i: -(candidates[i][1].cosine or 0.0),
+    )
+    bm25_rank = {i: r for r, i in enumerate(by_bm25, start=1)}
+    cosine_rank = {i: r for r, i in enumerate(by_cosine, start=1)}
+    out = []
+    for i, (key, signals) in enumerate(candidates):
+        bm25 = (RRF_K + 1) / (RRF_K + bm25_rank[i]) if i in bm25_rank else 0.0
+        cos = (RRF_K + 1) / (RRF_K + cosine_rank[i]) if i in cosine_rank else None
+        out.append((key, replace(signals, bm25=bm25, cosine=cos)))
+    return out
+
+
+def rrf_fuse(rankings: Sequence[Sequence[K]], *, k: int = RRF_K) -> list[tuple[K, float]]:
+    """Reciprocal rank fusion: ``score(d) = Σ 1 / (k + rank of d in each list)`` (rank from
+    1), best first; ties keep first-seen order. Rank-based, so lists with unrelated score
+    scales (BM25, cosine, a second hop) fuse without normalising.
+
+    Raises:
+        ValidationError: ``k`` < 1.
+    """
+    if k < 1:
+        raise ValidationError(f"the RRF constant must be at least 1, got {k}")
+    scores: dict[K, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(dict.fromkeys(ranking), start=1):
+            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+    items = list(scores.items())
+    return sorted(items, key=lambda item: -item[1])  # stable: ties keep first-seen order
+
+
+def token_overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    """Jaccard overlap of two term sets (0 when both are empty)."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def diversify(
+    items: Iterable[tuple[K, Hashable, frozenset[str]]],
+    *,
+    limit: int,
+    per_group: int,
+    max_overlap: float = 0.8,
+) -> list[K]:
+    """Pick up to ``limit`` of ``items`` (best first: ``(key, group, terms)``, read lazily
+    and only until ``limit`` are picked) with at most
+    ``per_group`` from one group (a session) and none whose terms overlap an already
+    picked item's by more than ``max_overlap`` (a near duplicate says nothing new).
+
+    Items passed over for their group come back, in order, if fewer than ``limit`` were
+    picked: the cap spreads hits over sessions, it does not leave room empty. Near
+    duplicates never come back.
+
+    Raises:
+        ValidationError: ``limit`` or ``per_group`` < 1, ``max_overlap`` outside [0, 1].
+    """
+    if limit < 1 or per_group < 1:
+        raise ValidationError("diversify needs limit >= 1 and per_group >= 1")
+    if not 0.0 <= max_overlap <= 1.0:
+        raise ValidationError(f"max_overlap must be in [0, 1], got {max_overlap}")
+    picked: list[tuple[K, frozenset[str]]] = []
+    deferred: list[tuple[K, frozenset[str]]] = []
+    counts: dict[Hashable, int] = {}
+
+    def novel(terms: frozenset[str]) -> bool:
+        return all(token_overlap(terms, other) <= max_overlap for _, other in picked)
+
+    for key, group, terms in items:
+        if len(picked) >= limit:
+            break
+        if not novel(terms):
+            continue
+        if counts.get(group, 0) >= per_group:
+            deferred.append((key, terms))
+            continue
+        counts[group] = counts.get(group, 0) + 1
+        picked.append((key, terms))
+    for key, terms in deferred:
+        if len(picked) >= limit:
+            break
+        if novel(terms):
+            picked.append((key, terms))
+    return [key for key, _ in picked]
