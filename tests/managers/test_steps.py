@@ -124,7 +124,9 @@ async def test_shortening_keeps_the_head_and_tail_of_the_oldest_long_output() ->
     assert isinstance(shortened, TextBlock)
     assert shortened.text.startswith("HEAD")
     assert shortened.text.endswith("TAIL")
-    assert f"{SHORTENED_MARKER} {len(text) - 400} chars removed]" in shortened.text
+    # One truncation rule (tiermem.context.truncate.mark_cut): head, marker, tail.
+    marker = f"{SHORTENED_MARKER}; the original had {COUNTER.count(text)} tokens]"
+    assert shortened.text == f"{text[:200]}\n{marker}\n{text[-200:]}"
     assert result.tokens_after < result.tokens_before
     assert messages[2].content[0] == ToolResultBlock(
         tool_use_id="t1", content=(TextBlock(text=text),)

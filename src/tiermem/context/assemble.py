@@ -14,8 +14,10 @@ Budget (seed 004): the budget is the explicit ``budget``, or the model's usable 
 (the explicit budget shrunk by the model's margin). ``allocation.buffer`` of it is kept
 free for optional content; derived memory (profile, summaries, structured memory,
 entities, recall) takes at most ``allocation.memory`` and never what the required messages
-need; hot turns take the rest (their nominal share, plus what memory left unused). Which
-turns stay is :func:`~tiermem.context.eviction.plan_eviction`'s decision; tool pairs are
+need, structured memory served first when it fits whole (it states every slot's current
+value in a few hundred tokens; a summary cut short loses facts); hot turns take the rest
+(their nominal share, plus what memory left unused). Which turns stay is
+:func:`~tiermem.context.eviction.plan_eviction`'s decision; tool pairs are
 :mod:`~tiermem.context.tool_pairs`' rule.
 
 Every count is :func:`~tiermem.context.truncate.message_tokens` (cl100k plus a per-message
@@ -41,11 +43,16 @@ from tiermem.context.models import (
     ContextWindow,
     ItemKind,
     ItemProvenance,
-    SourceTier,
     ToolDefinition,
 )
+from tiermem.context.recall_block import RECALL_HEADER, plan_recall_block
 from tiermem.context.tool_pairs import close_orphans
-from tiermem.context.truncate import message_tokens, truncate_text, truncation_marker
+from tiermem.context.truncate import (
+    mark_cut,
+    message_tokens,
+    truncate_text,
+    truncation_marker,
+)
 from tiermem.errors import BudgetExceededError, ValidationError
 from tiermem.models.content import (
     CachePointBlock,
@@ -71,12 +78,9 @@ __all__ = [
 ]
 
 ENTITIES_HEADER = "Currently active entities (use these unless overridden):"
-RECALL_HEADER = "Recalled for this message (from earlier turns and memories, not said now):"
 SECTION_MIN_TOKENS = 48
 """A section that does not fit is cut to the room left when that is at least this many
 tokens (less would leave a marker and little else), and left out otherwise."""
-MAX_RECALL_CHARS = 600
-"""A recalled item longer than this is cut (with "…") so one hit cannot crowd out the rest."""
 
 
 class _UserContextLike(Protocol):
@@ -143,37 +147,6 @@ def _profile_section(user_context: ContextSection | _UserContextLike) -> Context
     )
 
 
-def _hit_line(hit: RecallHit) -> str:
-    text = " ".join(hit.text.split())
-    if len(text) > MAX_RECALL_CHARS:
-        text = text[: MAX_RECALL_CHARS - 1].rstrip() + "…"
-    if hit.kind == "turn" and hit.turn is not None:
-        where = f"session {hit.session_id}, " if hit.session_id else ""
-        date = hit.turn.timestamp.date().isoformat()
-        return f"- [{hit.turn.role}, {where}turn {hit.turn.index}, {date}] {text}"
-    if hit.kind == "memory" and hit.memory is not None:
-        return f"- [{hit.memory.memory_type}, {hit.memory.created_at.date().isoformat()}] {text}"
-    return f"- [{hit.kind}] {text}"
-
-
-_HIT_TIERS: dict[str, SourceTier] = {"turn": "archive", "memory": "longterm", "chunk": "knowledge"}
-
-
-def _hit_provenance(hit: RecallHit) -> ItemProvenance:
-    tier: SourceTier = _HIT_TIERS[hit.kind]
-    session_id = hit.session_id or hit.provenance.session_id
-    indexes = hit.provenance.turn_indexes
-    if hit.turn is not None:
-        indexes = (hit.turn.index,)
-    memory_ids = (hit.doc_id,) if hit.kind == "memory" else hit.provenance.memory_ids
-    return ItemProvenance(
-        tier=tier,
-        session_id=session_id,
-        turn_indexes=tuple(indexes),
-        memory_ids=tuple(memory_ids),
-    )
-
-
 def _merge_messages(messages: Sequence[tuple[str, tuple[ContentBlock, ...]]]) -> list[Message]:
     # Providers want alternating roles: adjacent messages of one role become one, with tool
     # results first (Anthropic requires them before any text of a user message).
@@ -219,8 +192,8 @@ class _Builder:
             marker = truncation_marker(tokens)
             keep = room - message_tokens((TextBlock(text=marker),), self.counter) - 2
             while True:
-                head = truncate_text(text, keep, self.counter)
-                blocks = (TextBlock(text=f"{head}\n{marker}"),)
+                head = len(truncate_text(text, keep, self.counter))
+                blocks = (TextBlock(text=mark_cut(text, head=head, marker=marker)),)
                 tokens = message_tokens(blocks, self.counter)
                 if tokens <= room or keep <= 0:
                     break
@@ -351,9 +324,21 @@ def assemble_context(
     summaries = [s for s in sections if s.kind == "summary"]
     structured = [s for s in sections if s.kind == "structured_memory"]
     slow = ([profile] if profile is not None else []) + summaries
+    # Structured memory is placed after the slow block (layout) but, when it fits whole,
+    # served first: a few hundred tokens holding every slot's current value, where a
+    # summary cut short loses facts. The profile and summaries share what it leaves. When
+    # it does not fit whole, layout order: a summary cut short kept more facts than the
+    # list cut short (bench/context_facts.py at 512 tokens).
+    reserved = sum(message_tokens((TextBlock(text=s.text),), counter) for s in structured)
+    if reserved > room():
+        reserved = 0
     for section in slow:
         used += b.add(
-            section.kind, section.text, section.provenance, name=section.name, room=room()
+            section.kind,
+            section.text,
+            section.provenance,
+            name=section.name,
+            room=room() - reserved,
         )
     slow_end = len(b.items) - 1
     for section in structured:
@@ -387,15 +372,12 @@ def assemble_context(
             continue
         seen.add((hit.kind, hit.doc_id))
         fresh_hits.append(hit)
-    recall_kept = 0
-    for hit in fresh_hits:
-        line = _hit_line(hit)
-        text = f"{RECALL_HEADER}\n{line}" if recall_kept == 0 else line
-        cost = message_tokens((TextBlock(text=text),), counter)
-        if cost > room():
-            continue
-        used += b.add("recall", text, _hit_provenance(hit), name=hit.kind)
-        recall_kept += 1
+    recall_items, recall_dropped = plan_recall_block(fresh_hits, room(), counter)
+    for item in recall_items:
+        used += b.add("recall", item.text, item.provenance, name=item.name)
+    recall_kept = (
+        len(fresh_hits) - recall_dropped - sum(1 for h in fresh_hits if h.neighbour_of is not None)
+    )
 
     # 4. Hot turns and the current message.
     plan = plan_eviction(
@@ -453,7 +435,7 @@ def assemble_context(
             ),
             "current_truncated": any(planned[i].turn_index is None for i in plan.truncated),
             "recall_hits": recall_kept,
-            "recall_dropped": len(fresh_hits) - recall_kept,
+            "recall_dropped": recall_dropped,
             "sections_dropped": b.sections_dropped,
             "structured_memory": _structured_counts(structured),
         },

@@ -155,6 +155,11 @@ def _truncate_required(
     while used > room:
         # The largest message that can still shrink gives up what is missing.
         shrinkable = [i for i in required if cost[i] > floor[i]]
+        if not shrinkable:  # every one is at its minimal form and the sum still exceeds
+            raise BudgetExceededError(
+                f"the required messages cannot be truncated below {used} tokens; "
+                f"{room} are available. Raise the budget."
+            )
         largest = max(shrinkable, key=lambda i: (cost[i], -i))
         target = max(floor[largest], cost[largest] - (used - room))
         new = truncate_content(messages[largest].content, target, counter)

@@ -4,6 +4,11 @@ A message too large for the budget is never dropped silently: its text (and the 
 its tool results) is cut from the end, media it can no longer afford are left out, and a
 marker says how large the original was. Tool calls and the ids of tool results are kept, so
 a truncated message still satisfies the tool-pair invariant.
+
+:func:`mark_cut` is the one rule for shortening a text with a visible marker: context
+assembly (head only, to a token budget) and the conversation managers (head and tail of a
+tool output, :class:`tiermem.managers.ShortenToolOutputs`) both call it, with
+:func:`truncation_marker`'s text; text holding :data:`TRUNCATION_MARKER` has been cut.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from tiermem.models.content import (
 from tiermem.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
 
 __all__ = [
+    "TRUNCATION_MARKER",
+    "mark_cut",
     "message_tokens",
     "minimum_tokens",
     "truncate_content",
@@ -36,8 +43,26 @@ def message_tokens(blocks: Sequence[ContentBlock], counter: TokenCounter) -> int
     return counter.count_blocks(blocks) + MESSAGE_OVERHEAD_TOKENS
 
 
+TRUNCATION_MARKER = "[… truncated to fit the context budget"
+"""How every truncation marker starts: text that holds it has been cut already."""
+
+
 def truncation_marker(original_tokens: int) -> str:
-    return f"[… truncated to fit the context budget; the original had {original_tokens} tokens]"
+    """The marker left where content was cut: it says how large the original was."""
+    return f"{TRUNCATION_MARKER}; the original had {original_tokens} tokens]"
+
+
+def mark_cut(text: str, *, head: int, tail: int = 0, marker: str) -> str:
+    """``text`` shortened to its first ``head`` and last ``tail`` characters, with
+    ``marker`` on its own line where the cut is. The marker is always placed (callers cut
+    because the content did not fit as it was); head and tail never overlap.
+
+    Raises nothing; negative lengths count as 0.
+    """
+    head = min(max(0, head), len(text))
+    tail = min(max(0, tail), len(text) - head)
+    parts = [text[:head], marker, text[len(text) - tail :] if tail else ""]
+    return "\n".join(p for p in parts if p)
 
 
 def truncate_text(text: str, max_tokens: int, counter: TokenCounter) -> str:
@@ -104,8 +129,8 @@ def _fill(
             placed = True
             if isinstance(block, TextBlock | JsonBlock):
                 text = block.text if isinstance(block, TextBlock) else text_of((block,))
-                head = truncate_text(text, room, counter)
-                out.append(TextBlock(text=f"{head}\n{marker}" if head else marker))
+                head = len(truncate_text(text, room, counter))
+                out.append(TextBlock(text=mark_cut(text, head=head, marker=marker)))
             else:
                 out.append(TextBlock(text=marker))
             room = 0

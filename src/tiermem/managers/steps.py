@@ -4,8 +4,9 @@ places a conversation can be cut without parting a tool call from its result.
 
 Both follow Strands (seed 003): a slide keeps the newest ``window_size`` messages and
 starts the rest at a user message; shortening keeps the first and last 200 characters of
-each large tool output of the oldest message that has one, with a visible marker in
-between, and turns images and documents in tool results into a line that says what they
+each large tool output of the oldest message that has one, with the context's truncation
+marker in between (:func:`tiermem.context.truncate.mark_cut`, the one rule for cutting a
+text), and turns images and documents in tool results into a line that says what they
 were. Unlike Strands, both return new values and never edit a message in place.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tiermem.context.tool_pairs import tool_pair_groups
+from tiermem.context.truncate import TRUNCATION_MARKER, mark_cut, truncation_marker
 from tiermem.managers.base import Protection, Reduction, StepName
 from tiermem.models.content import (
     DocumentBlock,
@@ -37,9 +39,10 @@ __all__ = [
     "starts_cleanly",
 ]
 
-SHORTENED_MARKER = "[truncated:"
-"""Starts the marker left where part of a tool output was cut out; output that holds it
-is not shortened again."""
+SHORTENED_MARKER = TRUNCATION_MARKER
+"""Starts the marker left where part of a tool output was cut out (the context's marker,
+:func:`tiermem.context.truncate.truncation_marker`); output that holds it is not shortened
+again."""
 
 
 def cut_points(messages: Sequence[Message]) -> list[int]:
@@ -132,7 +135,8 @@ class ShortenToolOutputs:
     """Shorten the tool outputs of the oldest message that has a long one.
 
     Text longer than twice ``keep_chars`` keeps its first and last ``keep_chars``
-    characters around a marker (:data:`SHORTENED_MARKER`) that says how much was cut;
+    characters around the truncation marker (:data:`SHORTENED_MARKER` starts it) that says
+    how many tokens the original had;
     JSON is shortened as its text; images and documents become a line naming them. Pinned
     messages are left alone; the latest message is not (it is often the large one).
     """
@@ -185,8 +189,7 @@ class ShortenToolOutputs:
             return None
         if SHORTENED_MARKER in text or len(text) <= 2 * self.keep_chars:
             return None
-        cut = len(text) - 2 * self.keep_chars
+        marker = truncation_marker(self.tokens.count(text))
         return TextBlock(
-            text=f"{text[: self.keep_chars]}...\n\n... {SHORTENED_MARKER} {cut} chars removed] "
-            f"...\n\n...{text[-self.keep_chars :]}"
+            text=mark_cut(text, head=self.keep_chars, tail=self.keep_chars, marker=marker)
         )
