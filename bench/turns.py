@@ -22,8 +22,8 @@ Pairings: ``memory+memory``, ``embedded`` (in-process hot + SQLite file, the def
 ``sqlite+sqlite``, ``redis+redis`` and ``redis+dynamodb`` (those two need the servers;
 ``--redis-url`` / ``--dynamodb-url`` default to ``TIERMEM_TEST_REDIS_URL`` /
 ``TIERMEM_TEST_DYNAMODB_URL``, and a pairing without its server is skipped with a note).
-Automatic summaries are off (``--summaries`` turns them on): they are their own
-background work, measured by their own bench.
+Automatic summaries are on, as in a default service (``--no-summaries`` turns them off to
+compare); their cost by session length is measured by ``bench/summaries_cost.py``.
 
 CPU time is steadier than wall time on a shared machine, but not immune: the machine's
 load is recorded with the results. DynamoDB Local is a Java emulator on the same cores,
@@ -351,7 +351,12 @@ def main() -> None:
         "--dynamodb-turns", type=int, default=500, help="turns per measurement on DynamoDB Local"
     )
     parser.add_argument("--sessions", default="1,50,500", help="concurrent sessions to load")
-    parser.add_argument("--summaries", action="store_true", help="automatic summaries on")
+    parser.add_argument(
+        "--no-summaries",
+        dest="summaries",
+        action="store_false",
+        help="automatic summaries off (on by default, as in a default service)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "turns.json")
     args = parser.parse_args()
     runs = asyncio.run(collect(args))

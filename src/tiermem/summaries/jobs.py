@@ -43,7 +43,7 @@ from enum import StrEnum
 from tiermem.background import BackgroundWork
 from tiermem.clock import Clock
 from tiermem.errors import ConflictError, TierMemError, ValidationError
-from tiermem.models import SessionRecord, Turn
+from tiermem.models import JsonValue, SessionRecord, Turn
 from tiermem.models.base import FrozenModel, UtcDatetime
 from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.contract import DurableStore
@@ -384,13 +384,25 @@ class SummaryJobs:
                 return JobOutcome.ALREADY_DONE
         structured = _structured(structured_rec)
         spans = plan_tiers(current, target)
-        start = min(spans[0].first, structured.through_index + 1)
-        # One archive read for the whole pass: the spans and the turns to extract from.
-        turns = await self.durable.get_turns(session_id, start, next_index)
-        by_index = {t.index: t for t in turns}
 
         async def source(first: int, upto: int) -> list[Turn]:
+            if first < start:  # a rolled tier whose turns expired: its whole span, to tell
+                return list(await self.durable.get_turns(session_id, first, upto + 1))
             return [by_index[i] for i in range(first, upto + 1) if i in by_index]
+
+        builder = RollingBuilder(
+            self.summarizer,
+            targets=self.policy.targets,
+            counter=self.tokens,
+            clock=self.clock,
+            turns=source,
+        )
+        start = min(builder.first_needed(spans, current), structured.through_index + 1)
+        # One archive read for the whole pass: the turns the tiers are built from (a
+        # verbatim engine's ancient tier needs only those rolled into it) and those to
+        # extract from.
+        turns = await self.durable.get_turns(session_id, start, next_index)
+        by_index = {t.index: t for t in turns}
 
         fresh_structured: StructuredMemory | None = None
         if structured.through_index < last:
@@ -400,13 +412,6 @@ class SummaryJobs:
                 # Turns that expired before extraction cannot be read again: move on.
                 fresh_structured = fresh_structured.model_copy(update={"through_index": last})
         effective = fresh_structured or structured
-        builder = RollingBuilder(
-            self.summarizer,
-            targets=self.policy.targets,
-            counter=self.tokens,
-            clock=self.clock,
-            turns=source,
-        )
         built, quality = await validated_pass(
             builder, spans, current, effective, check=self.policy.validate
         )
@@ -497,6 +502,79 @@ class SummaryJobs:
     def forget(self, session_id: str) -> None:
         """Drop the in-process watermark of a cleared session."""
         self._known.pop(session_id, None)
+
+    async def redacted(self, session_id: str, index: int) -> bool:
+        """Turn ``index`` was redacted: if the summaries or structured memory already cover
+        it, reset them (empty, watermarks at -1) so that nothing derived from the turn's
+        content stays, and the next pass rebuilds them from the archive, which now holds
+        the redacted turn. Turns that have expired from the archive since cannot be
+        summarized again: privacy wins over completeness. Returns whether it reset.
+
+        When they do not cover it yet, both records are still rewritten as they are: a pass
+        that read the turn before the redaction then fails its compare-and-set and reads
+        the archive again, instead of committing the turn's content.
+
+        Raises:
+            ConflictError: a pass kept committing in between; redact again.
+            BackendError: the durable tier failed; redact again.
+        """
+        for attempt in range(CAS_ATTEMPTS):
+            summary_rec, structured_rec, marks_rec = await asyncio.gather(
+                self.durable.get_record(session_id, SUMMARY_RECORD),
+                self.durable.get_record(session_id, STRUCTURED_RECORD),
+                self.durable.get_record(session_id, WATERMARKS_RECORD),
+            )
+            marks = _watermarks(marks_rec)
+            reset = index <= max(
+                marks.summarized_through,
+                marks.extracted_through,
+                summarized_through(_tiers(summary_rec)),
+                _structured(structured_rec).through_index,
+            )
+            empty_summary: dict[str, JsonValue] = {
+                "schema": 1,
+                "through_index": -1,
+                "job": "redacted",
+                "tiers": [],
+            }
+            empty_structured: dict[str, JsonValue] = StructuredMemory().model_dump(mode="json")
+            expires_at = self.record_expiry()
+            try:
+                # Summary first: a crash after it leaves the structured memory to the next
+                # redaction or pass, never the summary text.
+                for kind, rec, empty in (
+                    (SUMMARY_RECORD, summary_rec, empty_summary),
+                    (STRUCTURED_RECORD, structured_rec, empty_structured),
+                ):
+                    await self.durable.put_record(
+                        session_id,
+                        kind,
+                        empty if reset or rec is None else dict(rec.data),
+                        expected_version=rec.version if rec else 0,
+                        expires_at=expires_at,
+                    )
+                if reset:
+                    cleared = Watermarks(
+                        passes=marks.passes,
+                        compression=marks.compression,
+                        updated_at=self.clock.now(),
+                    )
+                    await self.durable.put_record(
+                        session_id,
+                        WATERMARKS_RECORD,
+                        cleared.model_dump(mode="json"),
+                        expected_version=marks_rec.version if marks_rec else 0,
+                        expires_at=expires_at,
+                    )
+            except ConflictError:
+                await pause(attempt)
+                continue
+            self.forget(session_id)
+            return reset
+        raise ConflictError(
+            f"the summaries of session {session_id!r} kept changing while a redaction reset "
+            "them; redact the turn again"
+        )
 
     def _count(self, quality: PassQuality, before: Compression, after: Compression) -> None:
         stats = self.stats

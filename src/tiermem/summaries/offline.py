@@ -46,6 +46,7 @@ from tiermem.errors import ValidationError
 from tiermem.longterm.detect import split_sentences
 from tiermem.models.content import TextBlock, ToolResultBlock, ToolUseBlock, text_of
 from tiermem.models.turns import Turn
+from tiermem.summaries._lru import Lru, counted, text_key
 from tiermem.summaries.structured import (
     RuleStructuredExtractor,
     SentenceReading,
@@ -73,6 +74,8 @@ _TOOL_CALL = 1.0
 _TOPIC = 0.2
 _RECENCY = 2.0
 _ROLE_WEIGHT = {"user": 1.0, "assistant": 0.5, "tool": 0.25}
+LINE_CACHE = 32_768
+"""Lines whose token count a summarizer keeps (a line is at most ``max_sentence_chars``)."""
 
 
 @dataclass(slots=True)
@@ -100,6 +103,10 @@ class ExtractiveSummarizer:
     """
 
     name = "extractive"
+    verbatim = True
+    """Every line is a sentence of a raw turn as said (cut past ``max_sentence_chars``)
+    with its turn index, or a ``must_keep`` item: the rolling tiers may rank an old tier's
+    lines again instead of re-reading all its turns (:mod:`tiermem.summaries.rolling`)."""
 
     def __init__(
         self,
@@ -118,6 +125,7 @@ class ExtractiveSummarizer:
         self._reader = extractor or RuleStructuredExtractor(known_titles)
         self._max_chars = max_sentence_chars
         self._max_results = max_result_sentences
+        self._line_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
 
     async def summarize(
         self,
@@ -217,8 +225,9 @@ class ExtractiveSummarizer:
                     name = tool_names.get(block.tool_use_id, "a tool")
                     failed = " (failed)" if block.status == "error" else ""
                     label = f"Result of {name}{failed}"
-                    readings = self._reader.read(text_of(block.content), role="assistant")
-                    salient = [r for r in readings if r.signals.salient][: self._max_results]
+                    salient = self._reader.read_salient(
+                        text_of(block.content), role="assistant", limit=self._max_results
+                    )
                     for reading in salient:
                         score = _score(reading, _ROLE_WEIGHT["tool"])
                         out.append(
@@ -266,14 +275,16 @@ class ExtractiveSummarizer:
         text = "\n".join([*kept_items, *(c.line for c in chosen)])
         # Tokens of joined lines can differ from the sum of their parts by a token or two:
         # drop the weakest lines until the whole fits.
-        while chosen and self._counter.count(text) > target:
+        while chosen and counted(self._counter, text) > target:
             weakest = min(chosen, key=lambda c: (c.score, c.index, c.order))
             chosen.remove(weakest)
             text = "\n".join([*kept_items, *(c.line for c in chosen)])
         return text
 
     def _line_tokens(self, line: str) -> int:
-        return self._counter.count(line) + 1  # the newline
+        """Tokens of one line and its newline; kept (LRU): a pass ranks the lines of its
+        tiers' turns again, and they are the same lines."""
+        return self._line_counts.get(text_key(line), lambda: self._counter.count(line) + 1)
 
 
 # ---------------------------------------------------------------- pure pieces

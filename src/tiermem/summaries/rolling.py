@@ -11,7 +11,17 @@ recent 700, middle 500, ancient 300 tokens).
 
 **Always from raw turns.** Every tier of a pass is summarized from the raw turns of its
 span, with the newer tier's prior (the tier just older than it) as context -- never from
-the text of the tier it replaces, so no summary is a summary of a summary.
+the text of the tier it replaces, so no summary is a summary of a summary (a verbatim
+engine's ancient tier ranks its own lines again: below).
+
+**Verbatim engines roll the ancient tier.** An engine whose every line is a sentence of a
+raw turn as said, with its turn index (``verbatim = True``: the offline
+:class:`~tiermem.summaries.offline.ExtractiveSummarizer`), builds the ancient tier from the
+raw turns rolled into it (the previous middle span) with the previous ancient lines as
+``prior``, which it ranks again with them: selecting among raw sentences again, not
+summarizing a summary. So a pass reads and ranks about two passes' worth of turns whatever
+the session's length, instead of every turn since the start. Any other engine (an LLM)
+rebuilds the ancient tier from all its raw turns.
 
 **When raw turns have expired** (the durable tier keeps turns 24 hours by default, the
 summaries longer), a tier whose span is no longer complete in the archive is *kept*: its
@@ -38,6 +48,7 @@ from tiermem.clock import Clock
 from tiermem.errors import ValidationError
 from tiermem.models.base import FrozenModel
 from tiermem.models.turns import Turn
+from tiermem.summaries._lru import counted
 from tiermem.summaries.models import SessionSummarizer, SummaryText, SummaryTier
 from tiermem.tokens import ModelSpec, TokenCounter
 
@@ -300,6 +311,9 @@ class BuiltTier:
     from_raw: bool
     """False when the span's raw turns had expired and older text was kept."""
     raw_tokens: int = 0
+    rolled: bool = False
+    """An ancient tier a verbatim engine re-ranked from its own lines and the raw turns
+    rolled into it (:meth:`RollingBuilder.build`); its ``raw_tokens`` are those turns'."""
 
 
 class RollingBuilder:
@@ -320,6 +334,9 @@ class RollingBuilder:
         self.clock = clock
         self._turns = turns
         self._cache: dict[tuple[int, int], Sequence[Turn]] = {}
+        self.verbatim = getattr(summarizer, "verbatim", False) is True
+        """The engine's lines are sentences of raw turns as said, with their turn indexes
+        (:class:`~tiermem.summaries.offline.ExtractiveSummarizer`)."""
 
     async def raw(self, first: int, through: int) -> Sequence[Turn]:
         key = (first, through)
@@ -349,6 +366,32 @@ class RollingBuilder:
             prior = done.text.text or prior
         return built
 
+    def rolled_into(
+        self, span: TierSpan, previous: Sequence[SummaryText]
+    ) -> tuple[SummaryText, int, int] | None:
+        """For a verbatim engine, the ancient tier ``span`` as the previous ancient tier
+        plus the raw turns ``first..through`` of the previous middle tier rolled into it;
+        None when the tier is built from all its raw turns (see the module docstring)."""
+        if span.tier is not SummaryTier.ANCIENT or not self.verbatim:
+            return None
+        held = {t.tier: t for t in previous}
+        ancient, middle = held.get(SummaryTier.ANCIENT), held.get(SummaryTier.MIDDLE)
+        if ancient is None or middle is None or ancient.engine != self.summarizer.name:
+            return None
+        if (ancient.first_index, middle.through_index) != (span.first, span.through):
+            return None
+        if middle.first_index != ancient.through_index + 1:
+            return None
+        return ancient, middle.first_index, middle.through_index
+
+    def first_needed(self, spans: Sequence[TierSpan], previous: Sequence[SummaryText]) -> int:
+        """The first raw turn the pass's tiers are built from (one archive read)."""
+        firsts = []
+        for span in spans:
+            rolled = self.rolled_into(span, previous)
+            firsts.append(span.first if rolled is None else rolled[1])
+        return min(firsts)
+
     async def _tier(
         self,
         span: TierSpan,
@@ -357,6 +400,23 @@ class RollingBuilder:
         must_keep: Sequence[str],
     ) -> BuiltTier:
         target = self.targets.of(span.tier)
+        rolled = self.rolled_into(span, previous)
+        if rolled is not None:
+            old, first, through = rolled
+            turns = await self.raw(first, through)
+            if len(turns) == through - first + 1:
+                # The old ancient lines are verbatim sentences of raw turns, each with its
+                # turn index: ranked again with the rolled-in turns, never reworded.
+                text = await self.summarizer.summarize(
+                    turns, prior=old.text, target_tokens=target, must_keep=tuple(must_keep)
+                )
+                return BuiltTier(
+                    self._text(span, text, engine=self.summarizer.name),
+                    span,
+                    from_raw=True,
+                    raw_tokens=self._raw_tokens(turns),
+                    rolled=True,
+                )
         turns = await self.raw(span.first, span.through)
         complete = len(turns) == span.through - span.first + 1
         covering = [
@@ -368,19 +428,21 @@ class RollingBuilder:
         text = await self.summarizer.summarize(
             turns, prior=prior, target_tokens=target, must_keep=tuple(must_keep)
         )
-        raw_tokens = sum(t.token_count or self.counter.count(t.text) for t in turns)
         return BuiltTier(
             self._text(span, text, engine=self.summarizer.name),
             span,
             from_raw=True,
-            raw_tokens=raw_tokens,
+            raw_tokens=self._raw_tokens(turns),
         )
+
+    def _raw_tokens(self, turns: Sequence[Turn]) -> int:
+        return sum(t.token_count or self.counter.count(t.text) for t in turns)
 
     def _text(self, span: TierSpan, text: str, *, engine: str) -> SummaryText:
         return SummaryText(
             tier=span.tier,
             text=text,
-            tokens=self.counter.count(text),
+            tokens=counted(self.counter, text),
             first_index=span.first,
             through_index=span.through,
             created_at=self.clock.now(),
@@ -400,5 +462,5 @@ class RollingBuilder:
         """``tier`` with its text replaced (and counted again)."""
         if text == tier.text.text:
             return tier
-        summary = tier.text.model_copy(update={"text": text, "tokens": self.counter.count(text)})
+        summary = tier.text.model_copy(update={"text": text, "tokens": counted(self.counter, text)})
         return replace(tier, text=summary)

@@ -54,8 +54,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from tiermem.errors import ValidationError
 from tiermem.extraction.entities import RuleEntityExtractor
@@ -67,11 +69,13 @@ from tiermem.longterm.detect import (
     favorite_key,
     is_question,
     read_sentences,
+    split_sentences,
 )
 from tiermem.models.content import TextBlock
 from tiermem.models.turns import Turn
 from tiermem.policies.phrases import TextView, normal_form
 from tiermem.policies.turn_text import rule_window
+from tiermem.summaries._lru import Lru, text_key
 from tiermem.summaries.models import Fact, Item, StructuredMemory
 
 __all__ = [
@@ -84,6 +88,7 @@ __all__ = [
     "render_structured",
     "same_value",
     "slot_statement",
+    "stated_in",
     "states_value",
     "turn_said",
     "value_key",
@@ -107,6 +112,12 @@ _DIGIT_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3})")
 _COMMA_MASK = "\x00"
 _SPACES = re.compile(r"\s+")
 _LATIN_EDGE = "0-9a-z\u00c0-\u024f"
+READ_CACHE = 16_384
+"""Texts whose sentence readings an extractor keeps (a pass re-reads its tiers' turns)."""
+VALUE_CACHE = 16_384
+"""Values, texts and entity sets the value functions keep (pure; validation repeats them)."""
+CACHE_CHARS = 8_000_000
+"""Characters of text each of those caches holds at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +174,15 @@ class RuleStructuredExtractor:
         self._entities = RuleEntityExtractor(known_titles)
         self._detector = RuleMemoryDetector(known_titles)
         self._max_items = max_items
+        # Extractors with the same catalogue read alike: they share their kept readings
+        # (the service's extractor and its summarizer's read the same turns).
+        catalogue = tuple(sorted(known_titles.items())) if known_titles else ()
+        readings = _READINGS.get(catalogue)
+        if readings is None:
+            readings = _READINGS[catalogue] = Lru(
+                READ_CACHE, max_chars=CACHE_CHARS, weigh=_reading_chars
+            )
+        self._readings = readings
 
     @property
     def entities(self) -> RuleEntityExtractor:
@@ -236,14 +256,48 @@ class RuleStructuredExtractor:
         Of a long text only the rule window is read (its first 8,000 and last 4,000
         characters, :mod:`tiermem.policies.turn_text`), as every rule engine does: the
         middle of a 200 KB paste or tool output holds someone else's values, and reading it
-        all would cost the rules time in proportion."""
+        all would cost the rules time in proportion.
+
+        A reading is a pure function of the text and the role, and every pass reads the
+        turns of its tiers again: the last :data:`READ_CACHE` texts' readings are kept."""
         user = role == "user"
-        return [
+        key = (user, 0, text_key(text))
+        return list(self._readings.get(key, lambda: self._read(text, user=user)))
+
+    def read_salient(self, text: str, *, role: str, limit: int) -> list[SentenceReading]:
+        """The first ``limit`` salient sentences of ``text`` (:meth:`read`'s readings whose
+        ``signals.salient`` holds, cut at ``limit``), reading sentences only until they
+        are found: of a large tool output the summarizer keeps a line or two, so the rest
+        is split but not read. Kept like :meth:`read`."""
+        if limit < 1:
+            return []
+        user = role == "user"
+        key = (user, limit, text_key(text))
+        return list(self._readings.get(key, lambda: self._salient(text, user, limit)))
+
+    def _salient(self, text: str, user: bool, limit: int) -> tuple[SentenceReading, ...]:
+        out: list[SentenceReading] = []
+        for sentence in split_sentences(rule_window(text)):
+            # As read_sentences reads each sentence (one sentence at a time).
+            signals = SentenceSignals(
+                text=sentence,
+                entities=self._entities.extract(sentence),
+                memories=self._detector.detect(sentence),
+                has_number=bool(rules.DIGIT.search(sentence)),
+            )
+            if signals.salient:
+                out.append(self._sentence(signals, user=user))
+                if len(out) == limit:
+                    break
+        return tuple(out)
+
+    def _read(self, text: str, *, user: bool) -> tuple[SentenceReading, ...]:
+        return tuple(
             self._sentence(signals, user=user)
             for signals in read_sentences(
                 rule_window(text), entities=self._entities, detector=self._detector
             )
-        ]
+        )
 
     def _sentence(self, signals: SentenceSignals, *, user: bool) -> SentenceReading:
         normal = signals.text
@@ -422,22 +476,61 @@ def _add_item(items: list[Item], text: str, turn_index: int) -> None:
 
 
 _DEFAULT_ENTITIES = RuleEntityExtractor()
+_READINGS: dict[
+    tuple[tuple[str, str], ...], Lru[tuple[bool, int, str | bytes], tuple[SentenceReading, ...]]
+] = {}
+"""Kept sentence readings, one cache per title catalogue (few per process)."""
+_EntitySet = frozenset[tuple[str, str]]
+_ENTITY_SETS: weakref.WeakKeyDictionary[RuleEntityExtractor, Lru[str | bytes, _EntitySet]]
+_ENTITY_SETS = weakref.WeakKeyDictionary()
+_VALUE_KEYS: Lru[tuple[str | bytes, str | None], str] = Lru(
+    VALUE_CACHE, max_chars=CACHE_CHARS, weigh=len
+)
+_STATED: weakref.WeakKeyDictionary[
+    RuleEntityExtractor, Lru[tuple[str | bytes, str, str | None], bool]
+] = weakref.WeakKeyDictionary()
+_HAYSTACKS: Lru[str | bytes, str] = Lru(VALUE_CACHE, max_chars=CACHE_CHARS, weigh=len)
 
 
-def _entities_in(text: str, extractor: RuleEntityExtractor) -> set[tuple[str, str]]:
+def _reading_chars(readings: tuple[SentenceReading, ...]) -> int:
+    return 64 + sum(len(r.text) for r in readings)
+
+
+def _entities_in(text: str, extractor: RuleEntityExtractor) -> frozenset[tuple[str, str]]:
     """Every ``(kind, value)`` in ``text``, read line by line so that a long text is read
-    whole (the rules read a window of each text they are given)."""
+    whole (the rules read a window of each text they are given). Each line's entities are
+    kept per extractor: a pass's summary is mostly the previous pass's lines, and
+    validation asks this of it once per slot."""
+    cache = _ENTITY_SETS.get(extractor)
+    if cache is None:
+        cache = _ENTITY_SETS[extractor] = Lru(VALUE_CACHE)
+    return cache.get(text_key(text), partial(_read_entities, text, extractor, cache))
+
+
+def _read_entities(
+    text: str, extractor: RuleEntityExtractor, cache: Lru[str | bytes, _EntitySet]
+) -> _EntitySet:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) == 1:
+        return frozenset((e.kind, e.value) for e in extractor.extract(lines[0]))
     found: set[tuple[str, str]] = set()
-    for line in text.splitlines():
-        if line.strip():
-            found.update((e.kind, e.value) for e in extractor.extract(line))
-    return found
+    for line in lines:
+        found.update(cache.get(text_key(line), partial(_read_entities, line, extractor, cache)))
+    return frozenset(found)
+
+
+def _haystack(text: str) -> str:
+    return _HAYSTACKS.get(text_key(text), lambda: _SPACES.sub(" ", normal_form(text).casefold()))
 
 
 def value_key(value: str, *, slot: str | None = None) -> str:
     """A value in the form two statements of it share: ``"kind:canonical"`` when it is one
     entity ("¥8,000" and "8000円" are both ``money:JPY 8000``; "vol 3" under ``volume`` is
-    ``volume:3``), else its folded text with whitespace collapsed."""
+    ``volume:3``), else its folded text with whitespace collapsed. Pure, so kept (LRU)."""
+    return _VALUE_KEYS.get((text_key(value), slot), lambda: _value_key(value, slot))
+
+
+def _value_key(value: str, slot: str | None) -> str:
     kind = _SLOT_KINDS.get(slot, slot) if slot else None
     found = _DEFAULT_ENTITIES.find(value)
     if kind in _ENTITY_KINDS:
@@ -465,8 +558,55 @@ def states_value(
     """``text`` states ``value`` (of ``slot``): as the same entity, or as written (folded,
     on word boundaries, so "¥8,000" is not found in "¥18,000"). A volume, an amount or a
     date is found only as an entity: "3" alone is not volume 3. ``extractor`` (with a title
-    catalogue) finds series by any of their names."""
+    catalogue) finds series by any of their names. Pure, so kept (LRU per extractor):
+    validation and the summarizer's stale-line check ask it of the same texts every pass."""
     reader = extractor or _DEFAULT_ENTITIES
+    cache = _STATED.get(reader)
+    if cache is None:
+        cache = _STATED[reader] = Lru(VALUE_CACHE)
+    key = (text_key(text), value, slot)
+    return cache.get(key, lambda: _states_value(text, value, slot, reader))
+
+
+def stated_in(
+    text: str, *, extractor: RuleEntityExtractor | None = None
+) -> Callable[[str, str | None], bool]:
+    """``states_value`` of one ``text`` for many values: ``check(value, slot)``. The text
+    is read once (its entities, its folded form), not once per value, as validation asks
+    it of every slot of structured memory."""
+    reader = extractor or _DEFAULT_ENTITIES
+    entities: dict[str, set[str]] | None = None
+    haystack: str | None = None
+
+    def check(value: str, slot: str | None) -> bool:
+        nonlocal entities, haystack
+        key = value_key(value, slot=slot)
+        kind, _, canonical = key.partition(":")
+        if kind in _ENTITY_KINDS and canonical:
+            if entities is None:
+                entities = {}
+                for k, v in _entities_in(text, reader):
+                    entities.setdefault(k, set()).add(v.casefold())
+            if canonical in entities.get(kind, ()):
+                return True
+            if kind not in _NAMED_KINDS:
+                return False
+            needle = canonical
+        else:
+            needle = _SPACES.sub(" ", normal_form(value).casefold()).strip()
+        if not needle:
+            return False
+        if haystack is None:
+            haystack = _haystack(text)
+        if needle not in haystack:
+            return False
+        pattern = rf"(?<![{_LATIN_EDGE}]){re.escape(needle)}(?![{_LATIN_EDGE}])"
+        return re.search(pattern, haystack) is not None
+
+    return check
+
+
+def _states_value(text: str, value: str, slot: str | None, reader: RuleEntityExtractor) -> bool:
     key = value_key(value, slot=slot)
     kind, _, canonical = key.partition(":")
     if kind in _ENTITY_KINDS and canonical:
@@ -479,7 +619,7 @@ def states_value(
         needle = _SPACES.sub(" ", normal_form(value).casefold()).strip()
     if not needle:
         return False
-    haystack = _SPACES.sub(" ", normal_form(text).casefold())
+    haystack = _haystack(text)
     pattern = rf"(?<![{_LATIN_EDGE}]){re.escape(needle)}(?![{_LATIN_EDGE}])"
     return re.search(pattern, haystack) is not None
 

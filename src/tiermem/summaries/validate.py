@@ -30,13 +30,14 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from tiermem.longterm.detect import split_sentences
 from tiermem.models.base import FrozenModel
-from tiermem.summaries.models import Fact, StructuredMemory, SummaryText, SummaryTier
-from tiermem.summaries.quality import lost_items
+from tiermem.summaries._lru import Lru, text_key
+from tiermem.summaries.models import StructuredMemory, SummaryText, SummaryTier
 from tiermem.summaries.rolling import BuiltTier, RollingBuilder, TierSpan
-from tiermem.summaries.structured import same_value, states_value
+from tiermem.summaries.structured import same_value, stated_in, states_value
 
 __all__ = [
     "PassQuality",
@@ -133,8 +134,17 @@ def _norm(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
-def _words(text: str) -> set[str]:
-    return {w.strip(".,:") for w in _WORD.findall(_norm(text))} - _STOP - {""}
+def _words(text: str) -> frozenset[str]:
+    """The content words of ``text``; kept (LRU): a pass asks them of one summary text
+    once per item."""
+    return _WORDS.get(text_key(text), lambda: _read_words(text))
+
+
+def _read_words(text: str) -> frozenset[str]:
+    return frozenset({w.strip(".,:") for w in _WORD.findall(_norm(text))} - _STOP - {""})
+
+
+_WORDS: Lru[str | bytes, frozenset[str]] = Lru(4_096, max_chars=4_000_000, weigh=len)
 
 
 def mentions(summary: str, item: SlotItem) -> bool:
@@ -164,27 +174,25 @@ def slot_items(structured: StructuredMemory, through: int) -> list[SlotItem]:
 
 def lost_slots(summary: str, items: Sequence[SlotItem]) -> list[SlotItem]:
     """The items ``summary`` does not state: values by
-    :func:`~tiermem.summaries.quality.lost_items` (the rule quality measurements use),
-    decisions and intentions by their words."""
-    values = [i for i in items if i.exact and i.slot is not None]
-    memory = StructuredMemory(
-        entities={
-            i.slot: Fact(slot=i.slot, value=i.text, turn_index=i.turn_index)
-            for i in values
-            if i.kind == "entity" and i.slot is not None
-        },
-        facts={
-            i.slot: Fact(slot=i.slot, value=i.text, turn_index=i.turn_index)
-            for i in values
-            if i.kind == "fact" and i.slot is not None
-        },
-    )
-    lost_values = set(lost_items(summary, memory))
-    return [
-        item
-        for item in items
-        if (item.slot in lost_values if item in values else not mentions(summary, item))
-    ]
+    :func:`~tiermem.summaries.structured.states_value` (the rule
+    :func:`~tiermem.summaries.quality.lost_items` and quality measurements use), decisions
+    and intentions by their words (:func:`mentions`)."""
+    stated = stated_in(summary)
+    words: frozenset[str] | None = None
+    lost = []
+    for item in items:
+        if item.exact:
+            if not stated(item.text, item.slot):
+                lost.append(item)
+            continue
+        wanted = _words(item.text)
+        if not wanted:
+            continue
+        if words is None:
+            words = _words(summary)
+        if len(wanted & words) / len(wanted) < ITEM_WORD_SHARE:
+            lost.append(item)
+    return lost
 
 
 def drop_stale(text: str, structured: StructuredMemory) -> tuple[str, int]:
@@ -206,17 +214,13 @@ def drop_stale(text: str, structured: StructuredMemory) -> tuple[str, int]:
         return text, 0
     dropped = 0
     lines: list[str] = []
+    stale_key = tuple(stale)
     for line in text.splitlines():
-        sentences = split_sentences(line)
-        kept = [
-            sentence
-            for sentence in sentences
-            if not any(
-                states_value(sentence, old, slot=slot)
-                and not states_value(sentence, latest, slot=slot)
-                for slot, old, latest in stale
-            )
-        ]
+        sentences = _SENTENCES.get(text_key(line), partial(_split, line))
+        # A line's verdict depends only on it and the stale values: kept across passes.
+        kept = _LINE_VERDICTS.get(
+            (text_key(line), stale_key), partial(_fresh_sentences, sentences, stale)
+        )
         if len(kept) == len(sentences):
             lines.append(line)
             continue
@@ -224,6 +228,36 @@ def drop_stale(text: str, structured: StructuredMemory) -> tuple[str, int]:
         if kept:
             lines.append(" ".join(s.strip() for s in kept))
     return "\n".join(lines), dropped
+
+
+def _fresh_sentences(
+    sentences: tuple[str, ...], stale: list[tuple[str, str, str]]
+) -> tuple[str, ...]:
+    """The sentences that state no superseded value without the latest one."""
+    return tuple(
+        sentence
+        for sentence in sentences
+        if not any(
+            states_value(sentence, old, slot=slot) and not states_value(sentence, latest, slot=slot)
+            for slot, old, latest in stale
+        )
+    )
+
+
+def _split(line: str) -> tuple[str, ...]:
+    return tuple(split_sentences(line))
+
+
+def _chars(sentences: tuple[str, ...]) -> int:
+    return 16 + sum(map(len, sentences))
+
+
+_SENTENCES: Lru[str | bytes, tuple[str, ...]] = Lru(16_384, max_chars=8_000_000, weigh=_chars)
+"""Sentences of summary lines (a pass's tiers are mostly the previous pass's lines)."""
+_LINE_VERDICTS: Lru[tuple[str | bytes, tuple[tuple[str, str, str], ...]], tuple[str, ...]] = Lru(
+    16_384, max_chars=8_000_000, weigh=_chars
+)
+"""The sentences :func:`drop_stale` keeps of a line, by line and stale values."""
 
 
 def _tier_of(spans: Sequence[TierSpan], turn_index: int) -> SummaryTier | None:
@@ -291,7 +325,9 @@ async def validated_pass(
             final = _append(builder, final, spans, still)
             appended = [i.text for i in still]
     kept_after = len(items) - len(lost_slots(_joined(final), items))
-    built_raw = [b for b in final if b.from_raw]
+    # A rolled ancient tier read only the turns rolled into it: the ratio is of the tiers
+    # built from all their raw turns.
+    built_raw = [b for b in final if b.from_raw and not b.rolled]
     raw_tokens = sum(b.raw_tokens for b in built_raw)
     summary_tokens = sum(b.text.tokens for b in built_raw)
     quality = PassQuality(

@@ -1,0 +1,114 @@
+"""A small bounded least-recently-used map, for the pure analyses a pass repeats.
+
+Every tier of a pass is summarized from raw turns, so the same sentences, values and lines
+are read again at every pass; their analyses are pure functions of their text, so a pass
+can take them from here instead of running the rules again. Keys are the text itself or
+its digest (:func:`text_key`), never a session and turn index, so a redacted or edited
+turn is a new key and is read afresh. Entries are dropped oldest first past ``size``
+entries or ``max_chars`` characters (as weighed by the caller), so a burst of 200 KB tool
+outputs cannot grow the process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from functools import partial
+from typing import Any, Generic, Protocol, TypeVar
+
+__all__ = ["Lru", "counted", "text_key"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+_INLINE_KEY = 256
+"""Texts up to this many characters are their own key; longer ones are keyed by digest."""
+
+
+def text_key(text: str) -> str | bytes:
+    """``text`` itself if short, else its length and 128-bit BLAKE2b digest (a long text
+    is not held twice, as a key and in its analysis)."""
+    if len(text) <= _INLINE_KEY:
+        return text
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
+    return len(text).to_bytes(8, "little") + digest.digest()
+
+
+class Lru(Generic[K, V]):
+    """At most ``size`` entries and ``max_chars`` total weight; :meth:`get` computes and
+    keeps a missing entry (its weight: ``weigh(value)``, 1 by default). Thread-safe: the
+    engines are shared, and may be called from worker threads."""
+
+    __slots__ = ("_data", "_lock", "_max_chars", "_size", "_weigh", "_weight", "hits", "misses")
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        max_chars: int | None = None,
+        weigh: Callable[[V], int] | None = None,
+    ) -> None:
+        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._size = size
+        self._max_chars = max_chars
+        self._weigh = weigh
+        self._weight = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: K, compute: Callable[[], V]) -> V:
+        data = self._data
+        with self._lock:
+            entry = data.get(key)
+            if entry is not None:
+                self.hits += 1
+                data.move_to_end(key)
+                return entry[0]
+            self.misses += 1
+        value = compute()  # outside the lock: pure, so a race computes it twice at worst
+        weight = self._weigh(value) if self._weigh is not None else 1
+        with self._lock:
+            held = data.pop(key, None)
+            if held is not None:
+                self._weight -= held[1]
+            data[key] = (value, weight)
+            self._weight += weight
+            limit = self._max_chars
+            while data and (len(data) > self._size or (limit is not None and self._weight > limit)):
+                _, (_, dropped) = data.popitem(last=False)
+                self._weight -= dropped
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._weight = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class _Counter(Protocol):
+    def count(self, text: str) -> int: ...
+
+
+_COUNTS: weakref.WeakKeyDictionary[Any, Lru[str | bytes, int]] = weakref.WeakKeyDictionary()
+COUNT_CACHE = 4_096
+"""Texts whose token count is kept per counter (a pass counts each tier's text in the
+engine, in the builder and after validation: the same text)."""
+
+
+def counted(counter: _Counter, text: str) -> int:
+    """``counter.count(text)``, kept per counter (LRU) when the counter can be weakly
+    referenced (a counter is pure: the same text has the same count)."""
+    try:
+        cache = _COUNTS.get(counter)
+        if cache is None:
+            cache = _COUNTS[counter] = Lru(COUNT_CACHE)
+    except TypeError:  # not weakly referenceable: count every time
+        return counter.count(text)
+    return cache.get(text_key(text), partial(counter.count, text))
