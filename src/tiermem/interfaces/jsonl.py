@@ -227,12 +227,18 @@ class _Importer:
             await self.turn(number, record)
             return
         await self.flush()
-        if kind == "session":
-            await self.session(number, record)
-        elif kind == "memory":
-            await self.memory_line(number, record)
-        else:
-            self.report.skipped_unknown += 1
+        try:
+            if kind == "session":
+                await self.session(number, record)
+            elif kind == "memory":
+                await self.memory_line(number, record)
+            else:
+                self.report.skipped_unknown += 1
+        except ValidationError as exc:
+            if str(exc).startswith(f"line {number}"):
+                raise
+            # The service's own refusals (a session of another user...) name no line.
+            raise ValidationError(f"line {number}: {exc}") from exc
 
     async def session(self, number: int, record: dict[str, Any]) -> None:
         fields = {k: v for k, v in record.items() if k not in ("type", "format")}
