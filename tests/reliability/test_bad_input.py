@@ -261,20 +261,15 @@ async def test_ids_built_to_collide_keys_stay_apart_between_users_and_tenants(ap
     assert await _texts(api.b, _quote("u:1")) == [marks[("tenant-b", "u:1")]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="REST routes match the decoded path, so an id with '/' can be created (POST "
-    "/v1/sessions takes it in the body) but not addressed: every /v1/sessions/{id}/... is 404. "
-    "Reported in #13; remove this mark when ids with '/' are refused or routable.",
-)
-async def test_an_id_with_a_slash_is_refused_or_addressable(api: Api) -> None:
+async def test_an_id_with_a_slash_is_refused_at_the_edge(api: Api) -> None:
+    """REST routes match the decoded path: an id with '/' could be created (POST
+    /v1/sessions takes it in the body) but never addressed, so the edge refuses it."""
     r = await api.a.post("/v1/sessions", json={"user_id": "u-1", "session_id": "a/b"})
-    if r.status_code == 422:
-        return  # refused at the edge: consistent
-    r = await api.a.post(
-        f"/v1/sessions/{_quote('a/b')}/turns", json={"role": "user", "content": "x"}
-    )
-    assert r.status_code == 201, r.text
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == "session_id"
+    assert "'/'" in r.json()["error"]["message"]
+    r = await api.a.post("/v1/sessions", json={"user_id": "a/b", "session_id": "s-1"})
+    assert r.status_code == 422, r.text
 
 
 def _quote(value: str) -> str:

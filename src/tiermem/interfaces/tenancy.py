@@ -149,14 +149,23 @@ class TenantScope:
         """The store id for the caller's ``value``.
 
         Raises:
-            InvalidIdError: not a string, empty, with control characters, or too long once
-                prefixed (the message gives this tenant's limit).
+            InvalidIdError: not a string, empty, with control characters or '/', or too
+                long once prefixed (the message gives this tenant's limit).
         """
         try:
             validate_id(value, what=field)
         except ValidationError as exc:
             raise InvalidIdError(str(exc), field=field) from None
         assert isinstance(value, str)  # validate_id checked it; this narrows the type
+        if "/" in value:
+            # REST routes match the decoded path, so such an id could be created but never
+            # addressed again; every interface refuses it so the tenant's ids stay usable
+            # from all of them.
+            raise InvalidIdError(
+                f"{field} {value!r} contains '/', which the API cannot address in a URL "
+                "path; use another separator such as ':' or '-'",
+                field=field,
+            )
         if len(value) > self.max_id_length:
             raise InvalidIdError(
                 f"{field} is {len(value)} characters long; the limit is {self.max_id_length} "
