@@ -1,13 +1,15 @@
 """Shared fixtures: the backends under test.
 
 Redis and DynamoDB tests run against real servers whose addresses come from
-``TIERMEM_TEST_REDIS_URL`` and ``TIERMEM_TEST_DYNAMODB_URL`` (scripts/test.sh starts both).
+``TIERMEM_TEST_REDIS_URL``, ``TIERMEM_TEST_REDIS_CLUSTER_URL`` (a startup node of a
+3-master Redis Cluster) and ``TIERMEM_TEST_DYNAMODB_URL`` (scripts/test.sh starts all three).
 When ``TIERMEM_REQUIRE_BACKENDS=1`` (always in CI) a missing server is an error, never a skip.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 
 from tiermem.testing import BackendUnderTest, FakeClock
 
-BACKENDS = ["memory", "sqlite", "redis", "dynamodb"]
+BACKENDS = ["memory", "sqlite", "redis", "redis-cluster", "dynamodb"]
 
 
 def require_backends() -> bool:
@@ -25,7 +27,11 @@ def require_backends() -> bool:
 
 def server_url(backend: str) -> str:
     """The URL of a real server for ``backend``; fails or skips the test when unset."""
-    var = {"redis": "TIERMEM_TEST_REDIS_URL", "dynamodb": "TIERMEM_TEST_DYNAMODB_URL"}[backend]
+    var = {
+        "redis": "TIERMEM_TEST_REDIS_URL",
+        "redis-cluster": "TIERMEM_TEST_REDIS_CLUSTER_URL",
+        "dynamodb": "TIERMEM_TEST_DYNAMODB_URL",
+    }[backend]
     url = os.environ.get(var)
     if not url:
         message = f"{var} is not set: start the servers with scripts/test.sh"
@@ -55,6 +61,10 @@ async def open_backend(name: str, clock: FakeClock, tmp_path: Path) -> BackendUn
         from tests.backends.redis import open_redis_backend
 
         return await open_redis_backend(server_url("redis"), clock)
+    if name == "redis-cluster":
+        from tests.backends.redis import open_redis_cluster_backend
+
+        return await open_redis_cluster_backend(server_url("redis-cluster"), clock)
     if name == "dynamodb":
         from tests.backends.dynamodb import open_dynamodb_backend
 
@@ -77,13 +87,23 @@ async def backend(
 _passed_by_backend: Counter[str] = Counter()
 
 
+def backends_named(params: str) -> set[str]:
+    """The backends a test id's parameters name ("redis-cluster+dynamodb-3"), longest name
+    first so that "redis-cluster" does not also count as "redis"."""
+    named: set[str] = set()
+    for name in sorted(BACKENDS, key=len, reverse=True):
+        pattern = re.compile(rf"(?:^|(?<=[-+])){re.escape(name)}(?=$|[-+])")
+        if pattern.search(params):
+            named.add(name)
+            params = pattern.sub("", params)
+    return named
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.passed and report.nodeid.endswith("]"):
         params = report.nodeid[report.nodeid.rindex("[") + 1 : -1]
-        named = set(params.replace("+", "-").split("-"))
-        for name in BACKENDS:
-            if name in named:
-                _passed_by_backend[name] += 1
+        for name in backends_named(params):
+            _passed_by_backend[name] += 1
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

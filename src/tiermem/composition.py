@@ -22,15 +22,23 @@ from tiermem.store.contract import Capability, DurableStore, HotStore
 from tiermem.tokens import TokenCounter
 
 if TYPE_CHECKING:
+    from tiermem.background import BackgroundWork
     from tiermem.service import MemoryService
+    from tiermem.summaries.handoff import SessionHandoff
+    from tiermem.summaries.jobs import SummaryJobs
+    from tiermem.summaries.models import SessionSummarizer, StructuredExtractor
+    from tiermem.summaries.rolling import SummaryPolicy
+    from tiermem.summaries.rollup import ProgressiveRollup, RollupPolicy
 
 __all__ = [
     "build_longterm",
+    "build_summaries",
     "open_durable_store",
     "open_embedder",
     "open_hot_store",
     "open_search_index",
     "open_service",
+    "summary_engines",
 ]
 
 _EXTRAS = {"redis": "redis", "dynamodb": "dynamodb"}
@@ -59,9 +67,10 @@ def _open(
         from tiermem.store.backends import sqlite
 
         path = settings.sqlite_path or sqlite.default_database_path()
+        sync = settings.sqlite_synchronous
         if role == "hot":
-            return sqlite.SQLiteHotStore(path, clock=clock, gc_grace=grace)
-        return sqlite.SQLiteDurableStore(path, clock=clock)
+            return sqlite.SQLiteHotStore(path, clock=clock, gc_grace=grace, synchronous=sync)
+        return sqlite.SQLiteDurableStore(path, clock=clock, synchronous=sync)
     if backend == "redis":
         try:
             from tiermem.store.backends import redis as redis_backend
@@ -69,7 +78,11 @@ def _open(
             raise _missing_extra("redis", exc) from exc
         cls = redis_backend.RedisHotStore if role == "hot" else redis_backend.RedisDurableStore
         return cls.from_url(
-            settings.redis_url, clock=clock, prefix=settings.redis_prefix, gc_grace=grace
+            settings.redis_url,
+            clock=clock,
+            prefix=settings.redis_prefix,
+            gc_grace=grace,
+            cluster=settings.redis_cluster,
         )
     try:
         from tiermem.store.backends import dynamodb
@@ -111,7 +124,12 @@ def open_search_index(
     if "redis" in (settings.hot_backend, settings.durable_backend):
         from tiermem.longterm.index_redis import RedisIndex
 
-        return RedisIndex.from_url(settings.redis_url, prefix=settings.redis_prefix, clock=clock)
+        return RedisIndex.from_url(
+            settings.redis_url,
+            prefix=settings.redis_prefix,
+            clock=clock,
+            cluster=settings.redis_cluster,
+        )
     if settings.durable_backend == "sqlite":
         from tiermem.longterm.index_sqlite import SQLiteIndex
         from tiermem.store.backends import sqlite
@@ -218,9 +236,73 @@ def open_service(
         engines["index"] = open_search_index(settings, clock=clock)
     if "embedder" not in engines:
         engines["embedder"] = open_embedder(settings)
+    for name, engine in summary_engines(settings).items():
+        engines.setdefault(name, engine)
     return MemoryService(
         open_hot_store(settings, clock=clock),
         open_durable_store(settings, clock=clock),
         clock=clock,
         **engines,
     )
+
+
+# -- summaries (rolling tiers, handoff, roll-up) ----------------------------------------------
+
+
+def build_summaries(
+    durable: DurableStore,
+    longterm: LongTermMemory,
+    background: BackgroundWork,
+    *,
+    clock: Clock,
+    tokens: TokenCounter,
+    summarizer: SessionSummarizer | None = None,
+    extractor: StructuredExtractor | None = None,
+    policy: SummaryPolicy | None = None,
+    rollup_policy: RollupPolicy | None = None,
+) -> tuple[SummaryJobs, SessionHandoff, ProgressiveRollup]:
+    """Summarization jobs, the session handoff and the progressive roll-up, wired. Without
+    engines: the offline ones (extractive summaries, rule-based structured memory)."""
+    from tiermem.summaries.handoff import SessionHandoff
+    from tiermem.summaries.jobs import SummaryJobs
+    from tiermem.summaries.offline import ExtractiveSummarizer
+    from tiermem.summaries.rollup import ProgressiveRollup
+    from tiermem.summaries.structured import RuleStructuredExtractor
+
+    jobs = SummaryJobs(
+        durable,
+        summarizer=summarizer or ExtractiveSummarizer(tokens),
+        extractor=extractor or RuleStructuredExtractor(),
+        background=background,
+        clock=clock,
+        tokens=tokens,
+        policy=policy,
+    )
+    rollup = ProgressiveRollup(longterm, clock=clock, tokens=tokens, policy=rollup_policy)
+    handoff = SessionHandoff(
+        durable, longterm, jobs, clock=clock, tokens=tokens, after=rollup.roll_up
+    )
+    return jobs, handoff, rollup
+
+
+def summary_engines(settings: TierMemSettings) -> dict[str, Any]:
+    """The LLM summarization engines and policy the settings name: an LLM engine when
+    ``TIERMEM_LLM`` names a provider (else none: the service uses the offline engine), and
+    a trigger threshold from ``default_model``'s window (min(60% of it, 8k) tokens)."""
+    from tiermem.errors import UnknownModelError
+    from tiermem.llm.chat_factory import open_chat_model
+    from tiermem.summaries.llm_engine import LLMStructuredExtractor, LLMSummarizer
+    from tiermem.summaries.rolling import SummaryPolicy
+    from tiermem.tokens import default_registry
+
+    engines: dict[str, Any] = {}
+    try:
+        spec = default_registry().get(settings.default_model)
+    except UnknownModelError:
+        spec = None  # an unlisted model: the 8k default applies
+    engines["summary_policy"] = SummaryPolicy.for_model(spec)
+    model = open_chat_model(settings)
+    if model is not None:
+        engines["summarizer"] = LLMSummarizer(model)
+        engines["extractor"] = LLMStructuredExtractor(model)
+    return engines

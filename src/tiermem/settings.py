@@ -36,7 +36,14 @@ class TierMemSettings(BaseSettings):
     shares it). See docs/decisions.md, "SQLite durability"."""
 
     redis_url: str = "redis://localhost:6379/0"
+    """One server's URL; with ``redis_cluster``, one or more startup nodes of a Redis
+    Cluster, comma-separated (``redis://10.0.0.1:6379,redis://10.0.0.2:6379``)."""
     redis_prefix: str = Field(default="tm", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
+    redis_cluster: bool = False
+    """Talk to a Redis Cluster (``TIERMEM_REDIS_CLUSTER=true``): the client discovers every
+    master from the startup nodes in ``redis_url`` and follows MOVED/ASK redirections.
+    A session's keys share one hash tag and so do a user's, so every script runs on one
+    slot; ``tiermem doctor`` checks it."""
 
     dynamodb_table: str = Field(default="tiermem", pattern=r"^[A-Za-z0-9_.-]{3,255}$")
     dynamodb_endpoint_url: str | None = None

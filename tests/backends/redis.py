@@ -59,15 +59,17 @@ def open_redis_stores(
     prefix: str | None = None,
     gc_grace: timedelta = DEFAULT_GC_GRACE,
     activity_shards: int = 16,
+    cluster: bool = False,
     **client_options: object,
 ) -> tuple[RedisHotStore, RedisDurableStore]:
-    """Both stores on one client for ``url``, under ``prefix`` (fresh when None).
+    """Both stores on one client for ``url`` (a RedisCluster client with ``cluster``),
+    under ``prefix`` (fresh when None).
 
     Closing either store leaves the other working; the client closes with the second.
     Closing a store twice is harmless.
     """
     prefix = prefix or fresh_prefix()
-    shared = _SharedClient(client_from_url(url, **client_options), users=2)
+    shared = _SharedClient(client_from_url(url, cluster=cluster, **client_options), users=2)
     hot = _HotUnderTest(
         shared, clock=clock, prefix=prefix, gc_grace=gc_grace, activity_shards=activity_shards
     )
@@ -78,4 +80,12 @@ def open_redis_stores(
 async def open_redis_backend(url: str, clock: FakeClock) -> BackendUnderTest:
     """The conformance suite's Redis backend: see :func:`open_redis_stores`."""
     hot, durable = open_redis_stores(url, clock)
+    return BackendUnderTest(hot=hot, durable=durable, clock=clock)
+
+
+async def open_redis_cluster_backend(url: str, clock: FakeClock) -> BackendUnderTest:
+    """The conformance suite's Redis Cluster backend: both stores on one
+    :class:`~redis.asyncio.cluster.RedisCluster` client (as a deployment shares one),
+    built from the settings' path (:func:`client_from_url` with ``cluster=True``)."""
+    hot, durable = open_redis_stores(url, clock, cluster=True)
     return BackendUnderTest(hot=hot, durable=durable, clock=clock)

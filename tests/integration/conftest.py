@@ -1,7 +1,9 @@
 """Fixtures for the session tier: the backend pairings users run, and a private redis-server.
 
-Pairings: ``memory+sqlite`` (embedded default), ``redis+dynamodb`` (production) and
-``redis+sqlite``. Redis and DynamoDB are real servers (see tests/conftest.py).
+Pairings: ``memory+sqlite`` (embedded default), ``redis+dynamodb`` (production),
+``redis+sqlite`` and ``redis-cluster+redis-cluster`` (both tiers on a 3-master Redis
+Cluster, one client and one key prefix as a deployment has). Redis, the cluster and
+DynamoDB are real servers (see tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ from tiermem.store.contract import DurableStore, HotStore
 from tiermem.testing import FakeClock
 from tiermem.tiers import SessionTierConfig
 
-PAIRINGS = ["memory+sqlite", "redis+dynamodb", "redis+sqlite"]
+PAIRINGS = ["memory+sqlite", "redis+dynamodb", "redis+sqlite", "redis-cluster+redis-cluster"]
+
+ONE_DEPLOYMENT = frozenset({"redis-cluster"})
+"""Backends whose ``x+x`` pairing shares one client and one key prefix for both roles,
+as the composition root builds them (so the hot store's combined append applies)."""
 
 
 async def open_role(
@@ -54,6 +60,16 @@ async def open_pairing(name: str, tmp_path: Path) -> AsyncIterator[Pairing]:
     """A hot and a durable store named ``hot+durable`` on one fake clock, closed after."""
     hot_name, durable_name = name.split("+")
     clock = FakeClock()
+    if hot_name == durable_name and hot_name in ONE_DEPLOYMENT:
+        from tests.conftest import open_backend
+
+        pair = await open_backend(hot_name, clock, tmp_path)
+        try:
+            yield Pairing(name, pair.hot, pair.durable, clock)
+        finally:
+            await pair.hot.aclose()
+            await pair.durable.aclose()
+        return
     for role in ("hot", "durable"):
         (tmp_path / role).mkdir(exist_ok=True)
     hot = await open_role(hot_name, "hot", clock, tmp_path / "hot")

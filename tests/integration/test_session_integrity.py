@@ -28,6 +28,7 @@ SAME_BACKEND_PAIRINGS = [
     "redis+redis",
     "dynamodb+dynamodb",
     "redis+dynamodb",
+    "redis-cluster+redis-cluster",
 ]
 
 

@@ -1,7 +1,7 @@
 """Fixtures for long-term memory: every durable backend, a fake clock, the in-process index.
 
-``durable`` is parametrized over memory, sqlite, redis and dynamodb (real servers from
-scripts/test.sh; see tests/conftest.py), so every behaviour of
+``durable`` is parametrized over memory, sqlite, redis, redis-cluster and dynamodb (real
+servers from scripts/test.sh; see tests/conftest.py), so every behaviour of
 :class:`~tiermem.longterm.memory.LongTermMemory` is checked on every backend.
 """
 

@@ -88,6 +88,52 @@ append a turn twice. A hot ``append_turns`` does the same with its own write id 
 ``w``). The other hot writes rewrite the same values when resent (their version grows by
 one more); the clients built here keep redis-py's automatic retries off all the same.
 
+Redis Cluster. ``TIERMEM_REDIS_CLUSTER=true`` (``cluster=True`` to :func:`client_from_url`
+and the stores' ``from_url``) builds a :class:`redis.asyncio.cluster.RedisCluster` from
+the startup node(s) in ``TIERMEM_REDIS_URL`` (comma-separated; one reachable node is
+enough); :func:`~tiermem.store.backends.redis_scripts.cluster_client_from_url` is the one
+place it is built. Every script's keys share one hash tag, so each runs on one slot;
+``tiermem doctor`` reports standalone or cluster, the number of masters, and checks with
+``CLUSTER KEYSLOT`` that a session's keys and a user's keys each hash to one slot
+(:mod:`~tiermem.store.backends.redis_cluster`). Two clients built from the same startup
+nodes count as one server, so the one-script turn path applies on a cluster too.
+
+What redis-py's cluster client does by default, and what the client built here does
+instead (tested on a real 3-master cluster by ``tests/integration/test_redis_cluster.py``):
+
+* It resends a command after a connection error or a timeout (3 times), and a pipeline
+  resends every command that failed or answered a falsy value. Off here (``retry`` with
+  0 retries): a failed command surfaces as a retryable
+  :class:`~tiermem.errors.BackendUnavailableError` / ``BackendTimeoutError``.
+* It routes the first commands of a new client (or of one that just lost a connection)
+  before it knows the slot map; each answer is MOVED, and every 5th MOVED makes it close
+  *all* its connections, under the commands other tasks have in flight: their commands
+  fail with ``Connection closed by server`` or ``AttributeError: 'NoneType' object has no
+  attribute 'writelines'`` (the issue's failures; redis-py issues #3835, #4322). Here the
+  store has the client learn the slot map before each command (a no-op once known) and
+  follows a MOVED by patching that slot (``reinitialize_steps=0``); an AttributeError that
+  redis-py's own recovery still causes (a failover) is mapped to
+  ``BackendUnavailableError``, never raised raw.
+* MOVED and ASK (the command did not run) are followed inside the client. During a slot
+  migration redis-py sends ASKING on another pooled connection than the command, so a
+  script on the migrating slot bounces until the migration ends and redis-py gives up
+  ("TTL exhausted"); that, and a slot not covered, surface as a retryable
+  ``BackendUnavailableError`` saying the command did not run.
+
+A resent write (the application retrying after a timeout, or a user-built client with
+retries on): a durable or hot append carries a write id (above) and is answered as the
+first arrival; ``register_session``, ``redact_turn``, the deletes and ``purge_user`` are
+idempotent; an unconditional ``put_record``/``put_memory``/``put_metadata``/
+``put_state``/``update_entities``/``touch`` writes the same value again (its version grows
+by one more); a compare-and-set one (``expected_version``) that had applied answers
+:class:`~tiermem.errors.ConflictError` the second time -- re-reading shows the caller's
+own value, nothing is written twice.
+
+Failover: Redis replicates asynchronously, so when a master dies its replica may take
+over without the last writes it acknowledged. With SQLite or DynamoDB as the durable tier
+only the hot copy is affected (a hot miss reloads from the durable tier); with Redis as
+the durable tier those turns are lost. ``WAIT`` is not offered yet.
+
 Expiry. A hot session past ``expires_at`` reads as absent; with ``include_expired`` it is
 still returned until ``expires_at + gc_grace``, which is also when its native TTL fires.
 The first write that goes ahead on it deletes it inside the write's script and starts

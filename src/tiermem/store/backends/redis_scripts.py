@@ -18,25 +18,32 @@ import functools
 import hashlib
 import itertools
 import os
+import traceback
 import zlib
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, ParamSpec, Self, TypeVar
+from typing import Any, Literal, ParamSpec, Self, TypeVar, overload
+from urllib.parse import urlsplit
 
-from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
+import redis
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import (
+    AskError,
     AuthenticationError,
     AuthorizationError,
     BusyLoadingError,
     ClusterDownError,
+    ClusterError,
     NoScriptError,
     ReadOnlyError,
     RedisClusterException,
     RedisError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -64,6 +71,8 @@ __all__ = [
     "RedisKeys",
     "RedisStoreBase",
     "client_from_url",
+    "closed_under_command",
+    "cluster_client_from_url",
     "entity_args",
     "from_us",
     "grace_ms",
@@ -328,30 +337,123 @@ class Command:
     script: LuaScript | None = None
 
 
-def client_from_url(url: str, **options: Any) -> Redis:
-    """An asyncio client for a ``redis://``, ``rediss://`` or ``unix://`` URL.
+@overload
+def client_from_url(url: str, *, cluster: Literal[False] = False, **options: Any) -> Redis: ...
+@overload
+def client_from_url(url: str, *, cluster: bool, **options: Any) -> RedisClient: ...
+def client_from_url(url: str, *, cluster: bool = False, **options: Any) -> RedisClient:
+    """An asyncio client for a ``redis://``, ``rediss://`` or ``unix://`` URL; with
+    ``cluster``, a :class:`~redis.asyncio.cluster.RedisCluster` whose startup nodes are the
+    comma-separated URLs (see :func:`cluster_client_from_url`).
 
     Responses stay bytes (``decode_responses=False``: payloads are UTF-8 JSON and ids are
     decoded where needed). redis-py's automatic retries are off unless ``retry`` is passed:
     a retried EVALSHA whose first attempt reached the server would append the same turns
     twice. Failures surface as retryable :class:`~tiermem.errors.BackendError` instead,
     and callers retry with a version check, which is safe.
+
+    Raises:
+        ValidationError: several URLs without ``cluster``, or a URL a cluster cannot use.
     """
+    if cluster:
+        return cluster_client_from_url(url, **options)
+    if "," in url:
+        raise ValidationError(
+            "the Redis URL lists several servers; that is a Redis Cluster's startup nodes: "
+            "set TIERMEM_REDIS_CLUSTER=true (or pass cluster=True), or give one URL"
+        )
     options.setdefault("retry", Retry(NoBackoff(), 0))
     options["decode_responses"] = False
-    return Redis.from_url(url, **options)
+    # redis-py's default pool raises MaxConnectionsError once 100 commands are in flight
+    # (500 sessions at once did); a blocking pool makes the 101st wait for a free
+    # connection instead, so a burst queues in the client rather than failing.
+    options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+    options.setdefault("timeout", DEFAULT_POOL_TIMEOUT_S)
+    return Redis.from_pool(BlockingConnectionPool.from_url(url, **options))
+
+
+DEFAULT_MAX_CONNECTIONS = 100
+"""Connections per client (one client per store): redis-py's own default size."""
+DEFAULT_POOL_TIMEOUT_S = 20.0
+"""Seconds a command waits for a free pooled connection before failing (retryable)."""
+
+
+def cluster_client_from_url(urls: str | Sequence[str], **options: Any) -> RedisCluster:
+    """A :class:`~redis.asyncio.cluster.RedisCluster` discovering the cluster from its
+    startup nodes: ``urls`` is one URL, a comma-separated list or a sequence of them (the
+    first URL's credentials and TLS apply to every node). Any one reachable node is enough.
+
+    Retries: a cluster client by default resends a command after a connection error or a
+    timeout, and a pipeline resends every command that failed or answered nothing, after
+    closing every connection of the client (under the feet of the other tasks using it).
+    A resent durable or hot append is harmless (its write id, see
+    :mod:`tiermem.store.backends.redis`), but the other write scripts are not all
+    idempotent, so retries are off here (``retry`` with 0 retries): a failed command
+    surfaces as a retryable :class:`~tiermem.errors.BackendError`, and the client
+    rediscovers the slots on its next command. MOVED and ASK redirections (the command
+    was not run) are still followed inside the client, each by patching the client's
+    slot map (``reinitialize_steps=0``: the default rebuilds it every 5th MOVED by
+    closing every connection, failing the commands other tasks have in flight).
+
+    Raises:
+        ValidationError: no URL, a ``unix://`` URL, a database other than 0, or URLs
+            with different schemes.
+    """
+    listed = [u.strip() for u in urls.split(",")] if isinstance(urls, str) else list(urls)
+    listed = [u for u in listed if u]
+    if not listed:
+        raise ValidationError("a Redis Cluster needs at least one startup node URL")
+    nodes: list[ClusterNode] = []
+    scheme = urlsplit(listed[0]).scheme
+    for url in listed:
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss"):
+            raise ValidationError(
+                f"Redis Cluster startup node {url!r} must be a redis:// or rediss:// URL "
+                "(a cluster cannot be reached over a unix socket)"
+            )
+        if parts.scheme != scheme:
+            raise ValidationError(
+                f"Redis Cluster startup nodes mix {scheme}:// and {parts.scheme}://; "
+                "use one scheme for every node"
+            )
+        if parts.path.strip("/") not in ("", "0"):
+            raise ValidationError(
+                f"Redis Cluster startup node {url!r} names database {parts.path.strip('/')!r};"
+                " a cluster has only database 0"
+            )
+        if not parts.hostname:
+            raise ValidationError(f"Redis Cluster startup node {url!r} has no host")
+        nodes.append(ClusterNode(parts.hostname, parts.port or 6379))
+    options.setdefault("retry", Retry(NoBackoff(), 0))
+    # Follow each MOVED by patching that slot, never by closing every connection of the
+    # client (which fails the commands other tasks have in flight).
+    options.setdefault("reinitialize_steps", 0)
+    options["decode_responses"] = False
+    if len(nodes) > 1:
+        options["startup_nodes"] = nodes[1:]
+    try:
+        return RedisCluster.from_url(listed[0], **options)
+    except (RedisClusterException, ValueError) as exc:
+        raise ValidationError(f"cannot build a Redis Cluster client: {exc}") from exc
 
 
 _SERVER_FIELDS = ("host", "port", "path", "db", "username")
 
 
 def same_server(a: RedisClient, b: RedisClient) -> bool:
-    """Whether two clients reach the same server and database: the same client, or two
-    standalone clients built with the same address, socket path, database and user."""
+    """Whether two clients reach the same server and database: the same client, two
+    standalone clients built with the same address, socket path, database and user, or two
+    cluster clients built with the same startup nodes and user (the hot and the durable
+    store of one deployment, each built from the same settings)."""
     if a is b:
         return True
+    if isinstance(a, RedisCluster) and isinstance(b, RedisCluster):
+        return {n.name for n in a.startup_nodes} == {n.name for n in b.startup_nodes} and (
+            a.connection_kwargs.get("username") == b.connection_kwargs.get("username")
+        )
     if isinstance(a, RedisCluster) or isinstance(b, RedisCluster):
-        return False  # two cluster clients: only the same client is known to agree
+        return False
     ka, kb = a.connection_pool.connection_kwargs, b.connection_pool.connection_kwargs
     return all(ka.get(f) == kb.get(f) for f in _SERVER_FIELDS)
 
@@ -362,6 +464,11 @@ class RedisIO:
     Scripts run with EVALSHA; on NOSCRIPT (first use, ``SCRIPT FLUSH``, a failover to a
     server that never saw the script) the script is loaded and the call repeated. Pipelines
     are non-transactional, so their commands may address different slots of a cluster.
+
+    A cluster client is made to learn the slot map before each command is routed (a no-op
+    once it knows it; see :meth:`_ready`), and a connection that redis-py's own recovery
+    closed under a command surfaces as a retryable
+    :class:`~tiermem.errors.BackendUnavailableError` (see :func:`closed_under_command`).
     """
 
     def __init__(self, client: RedisClient) -> None:
@@ -376,27 +483,48 @@ class RedisIO:
                 "with decode_responses=False (the default), or use from_url"
             )
         self.client = client
+        self._cluster = client if isinstance(client, RedisCluster) else None
+
+    async def _ready(self) -> None:
+        """Have a cluster client learn the slot map before a command is routed.
+
+        redis-py's cluster client chooses a command's node before it initializes: a burst
+        of commands on a new client (or one that just lost a connection) goes to an
+        arbitrary node, each answer is MOVED, and every ``reinitialize_steps``-th MOVED
+        makes the client close all its connections, those of commands in flight in other
+        tasks included. ``initialize`` is idempotent and serialized by the client's lock.
+        """
+        if self._cluster is not None:
+            await self._cluster.initialize()
 
     async def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        try:
-            return await self.client.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await self.load(script)
-            return await self.client.evalsha(script.sha, len(keys), *keys, *args)
+        await self._ready()
+        with closed_under_command(self._cluster):
+            try:
+                return await self.client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                await self.load(script)
+                return await self.client.evalsha(script.sha, len(keys), *keys, *args)
 
     async def execute(self, *args: Arg) -> Any:
-        return await self.client.execute_command(*args)
+        await self._ready()
+        with closed_under_command(self._cluster):
+            return await self.client.execute_command(*args)
 
     async def load(self, *scripts: LuaScript) -> None:
-        for script in scripts:
-            await self.client.script_load(script.source)
+        await self._ready()
+        with closed_under_command(self._cluster):
+            for script in scripts:
+                await self.client.script_load(script.source)
 
     async def send(self, commands: Sequence[Command]) -> list[Any]:
         """One round trip; a command's error comes back as its result, not raised."""
-        pipe = self.client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command.args)
-        return list(await pipe.execute(raise_on_error=False))
+        await self._ready()
+        with closed_under_command(self._cluster):
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command.args)
+            return list(await pipe.execute(raise_on_error=False))
 
     async def batch(self, commands: Sequence[Command]) -> list[Any]:
         """:meth:`send` for independent commands: reload scripts on NOSCRIPT, raise errors."""
@@ -414,15 +542,49 @@ class RedisIO:
         return results
 
 
+_REDIS_PACKAGE = os.path.dirname(redis.__file__)
+
+
+@contextmanager
+def closed_under_command(cluster: RedisCluster | None) -> Iterator[None]:
+    """Turn the AttributeError of a cluster connection closed mid-command into a
+    retryable :class:`~tiermem.errors.BackendUnavailableError`.
+
+    When the cluster client rebuilds its slot map (a failover, a slot that is not
+    covered, too many MOVED answers) it closes every connection, including those that
+    other tasks are using; their command then fails inside redis-py with
+    ``'NoneType' object has no attribute ...`` (redis-py issues #3835, #4322). Only an
+    AttributeError raised inside redis-py on a cluster client is mapped; one from
+    tiermem's own code is a bug and propagates.
+    """
+    try:
+        yield
+    except AttributeError as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        if cluster is None or not frames or not frames[-1].filename.startswith(_REDIS_PACKAGE):
+            raise
+        raise BackendUnavailableError(
+            f"the Redis Cluster client closed a connection under this command while it "
+            f"rebuilt its slot map ({type(exc).__name__}: {exc}); the cluster is failing "
+            "over or being resharded. The command may or may not have been applied: "
+            "retry (a retried turn append is recognized by its write id)",
+            backend=BACKEND_NAME,
+        ) from exc
+
+
 # -- errors -------------------------------------------------------------------------------
 
 _UNAVAILABLE = (
     RedisConnectionError,
     BusyLoadingError,
     ClusterDownError,
+    ClusterError,
     TryAgainError,
     ReadOnlyError,
 )
+
+
+_REDIRECTED = (AskError, SlotNotCoveredError, ClusterError)  # MovedError is an AskError
 
 
 class RedisStoreBase:
@@ -485,6 +647,18 @@ def map_redis_error(exc: RedisError | RedisClusterException) -> BackendError:
         return BackendUnavailableError(
             f"Redis cannot be reached or is not serving ({detail}); check that the server "
             "is up and the URL is right, then retry",
+            backend=BACKEND_NAME,
+        )
+    if isinstance(exc, _REDIRECTED):
+        # A redirection means the command did not run. "TTL exhausted" (a ClusterError) is
+        # redis-py giving up after 16 redirections: during a slot migration its ASKING goes
+        # out on another pooled connection than the command, so a script on a migrating
+        # slot bounces between the two masters until the migration ends.
+        return BackendUnavailableError(
+            f"the Redis Cluster is moving a slot and the client could not follow it "
+            f"({detail}); the command did not run. Retry: the client refreshes its slot "
+            "map (a standalone client pointed at a cluster node gets this on every "
+            "command: set TIERMEM_REDIS_CLUSTER=true)",
             backend=BACKEND_NAME,
         )
     return BackendError(
