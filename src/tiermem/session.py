@@ -496,12 +496,12 @@ class Session:
                 longterm.build_user_context(self.user_id, query, budget_tokens=profile_tokens),
                 self._recall_for_context(query, recall_k, {t.index for t in view.turns}),
             )
-        sections, turns = await self._summary_context(view)
+        sections, turns, entities = await self._summary_context(view)
         return assemble_context(
             system=system,
             tools=tools or (),
             user_context=user_context,
-            entities=view.entities,
+            entities=entities,
             recall=hits,
             sections=sections,
             turns=turns,
@@ -610,14 +610,15 @@ class Session:
 
     async def _summary_context(
         self, view: SessionView
-    ) -> tuple[list[ContextSection], Sequence[Turn]]:
-        """Summary tiers and structured memory as context sections, and the hot turns the
-        summaries do not cover (pinned ones and the newest ``keep_hot`` always stay)."""
+    ) -> tuple[list[ContextSection], Sequence[Turn], dict[str, ActiveEntity]]:
+        """Summary tiers and structured memory as context sections, the hot turns the
+        summaries do not cover (pinned ones and the newest ``keep_hot`` always stay), and
+        the active entities agreeing with structured memory's corrections."""
         from tiermem.context import ContextSection, ItemProvenance
-        from tiermem.summaries.jobs import render_structured
+        from tiermem.summaries.jobs import current_entities, render_structured
 
         if not view.next_index:
-            return [], view.turns
+            return [], view.turns, view.entities
         found = await self._service.summaries.read(self.id)
         sections: list[ContextSection] = []
         for tier in found.tiers:
@@ -658,7 +659,10 @@ class Session:
         keep = found.compression.keep_hot
         newest = {t.index for t in view.turns[len(view.turns) - keep :]} if keep else set()
         turns = [t for t in view.turns if t.index > done or t.pinned or t.index in newest]
-        return sections, turns
+        entities = current_entities(
+            view.entities, found.structured, self._service.summaries.entity_reader()
+        )
+        return sections, turns, entities
 
 
 @dataclass(slots=True)

@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 
 from tiermem.errors import ValidationError
 from tiermem.extraction import (
+    DEFAULT_ENTITY_RULES,
     EntityRule,
     PhraseRule,
     RuleEntityExtractor,
     extract_entities,
 )
 from tiermem.models import Entity, TextBlock, ToolResultBlock, ToolUseBlock
-from tiermem.policies.turn_text import TurnText
+from tiermem.policies.turn_text import TurnText, as_turn_text
 
 TITLES = {
     "Berserk": "Berserk",
@@ -252,3 +253,27 @@ def test_a_long_paste_is_read_at_its_ends_only() -> None:
 @given(st.text(max_size=200))
 def test_a_turn_text_gives_what_its_string_gives(text: str) -> None:
     assert EXTRACTOR.extract(TurnText.of(text)) == EXTRACTOR.extract(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hello!",
+        "ASIN B012345678, not b012345678",
+        "ORD-12345 on 2024-01-15, ISBN 978-4-08-851234-1",
+        "order ord-99999 for ¥1,200 and 500 yen, vol. 42 and 第3巻",
+        "mail Someone@Example.COM about 2024年1月15日",
+        "Ｂ０１２３４５６７８ and ＯＲＤ－１２３４５",  # full width: gates read NFKC text
+    ],
+)
+def test_the_combined_gate_skips_only_rules_that_cannot_match(text: str) -> None:
+    # Every rule run on its own (each checks its own gate) finds what the extractor,
+    # which first skips the rules whose gate strings are absent, finds.
+    view = as_turn_text(text).view
+    expected = sorted(
+        (start, end, rule.kind, value)
+        for rule in DEFAULT_ENTITY_RULES
+        for start, end, value in rule.find(view)
+    )
+    assert sorted(RuleEntityExtractor().find(text)) == expected
+    assert expected or text == "Hello!"

@@ -351,6 +351,13 @@ class RuleEntityExtractor:
     ) -> None:
         self._titles = PhraseRule("series", known_titles) if known_titles else None
         self._rules = tuple(rules)
+        # One pass over the gate strings of every rule, then only the rules that can
+        # match run: most turns hold none of "ord-", "B0", "@", "$", "vol"... and a
+        # rule call costs more than a substring test.
+        gated = [r for r in self._rules if isinstance(r, EntityRule) and r.requires]
+        self._folded_gates = tuple({t for r in gated if r.folded for t in r.requires})
+        self._normal_gates = tuple({t for r in gated if not r.folded for t in r.requires})
+        self._gates = {id(r): frozenset(r.requires) for r in gated}
 
     def extract(self, text: str | TurnText) -> tuple[Entity, ...]:
         """The entities in ``text``, each ``(kind, value)`` once, by first appearance.
@@ -379,7 +386,14 @@ class RuleEntityExtractor:
         # Title spans are sorted and disjoint: the one that could hold a match is the last
         # that starts at or before it.
         starts = [start for start, _, _ in titles]
+        folded, normal = view.folded, view.normal
+        present = {t for t in self._folded_gates if t in folded}
+        present.update(t for t in self._normal_gates if t in normal)
+        gates = self._gates
         for rule in self._rules:
+            gate = gates.get(id(rule))
+            if gate is not None and gate.isdisjoint(present):
+                continue  # none of the strings the rule needs is in the text
             for start, end, value in rule.find(view):
                 i = bisect_right(starts, start) - 1
                 if i < 0 or titles[i][1] < end:  # not inside a title
