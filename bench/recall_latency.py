@@ -1,11 +1,19 @@
-"""Per-turn recall latency for ``Session.context``: ``recall_for_context`` (k = 8, BM25, with
-second hop and neighbours) over one user with 10,000 memories and 10,000 archived turns
-(50 sessions of 200 turns), on the embedded default (SQLite store + SQLiteIndex), in
-memory, and on Redis (``--redis``, with ``TIERMEM_TEST_REDIS_URL`` set, e.g. through
-``scripts/test.sh``). Also the index's ``search(limit=30)`` alone. Writes
-``bench/results/recall_latency.json``::
+"""Read-path latency of ``Session.context``, per deployment: the embedded default (SQLite
+store + SQLiteIndex), in memory, and Redis (``--redis``, with ``TIERMEM_TEST_REDIS_URL`` set,
+e.g. through ``scripts/test.sh``).
+
+1. Per-turn recall: ``recall_for_context`` (k = 8, BM25, neighbours) over one user with
+   10,000 memories and 10,000 archived turns (50 sessions of 200 turns), and the index's
+   ``search(limit=30)`` alone.
+2. ``Session.context()`` without a query, hot tier warm, at 10, 1,000 and 10,000 turns in
+   the session (``--context-sizes``): the whole call, and ``assemble_context`` alone.
+
+Each timing: p50/p99 wall time, mean process CPU time per call (steadier than wall time on
+the shared 2-core machine), and on Redis the server's CPU time per call (``INFO cpu``).
+Writes ``bench/results/recall_latency.json``::
 
     python bench/recall_latency.py [--memories 10000] [--turns 10000] [--runs 300] [--redis]
+        [--only sqlite memory redis] [--context-sizes 10 1000 10000]
 """
 
 from __future__ import annotations
@@ -81,17 +89,107 @@ async def fill(
     return time.perf_counter() - start
 
 
-async def timed(runs: int, call: Callable[[int], Awaitable[Any]]) -> dict[str, float]:
+async def redis_cpu_s(url: str) -> float:
+    """The Redis server's CPU time so far (user + sys, main thread and children)."""
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(url)
+    try:
+        info = await client.info("cpu")
+    finally:
+        await client.aclose()
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def timed(
+    runs: int, call: Callable[[int], Awaitable[Any]], redis_url: str | None = None
+) -> dict[str, float]:
     for i in range(20):
         await call(i)
     walls = []
+    server0 = await redis_cpu_s(redis_url) if redis_url else 0.0
+    cpu0 = time.process_time()
     for i in range(runs):
         t0 = time.perf_counter()
         await call(i)
         walls.append((time.perf_counter() - t0) * 1000)
-    return {
+    cpu = (time.process_time() - cpu0) / runs * 1000
+    out = {
         "p50_ms": round(statistics.median(walls), 3),
         "p99_ms": round(percentile(walls, 0.99), 3),
+        "cpu_ms_mean": round(cpu, 3),
+    }
+    if redis_url:
+        server = (await redis_cpu_s(redis_url) - server0) / runs * 1000
+        out["redis_server_cpu_ms_mean"] = round(server, 3)
+    return out
+
+
+async def context_no_query(name: str, turns: int, runs: int, tmp: Path) -> dict[str, Any]:
+    """``Session.context()`` without a query (warm hot tier) in a session of ``turns``
+    turns, and the share of it spent in ``assemble_context``."""
+    import tiermem.context as context_module
+    from tiermem.service import MemoryService
+    from tiermem.session import TurnInput
+    from tiermem.settings import TierMemSettings
+
+    redis_url = os.environ.get("TIERMEM_TEST_REDIS_URL") if name == "redis" else None
+    if name == "redis":
+        settings = TierMemSettings(
+            hot_backend="redis",
+            durable_backend="redis",
+            redis_url=redis_url or "",
+            redis_prefix=f"cx{uuid.uuid4().hex[:6]}",
+        )
+    elif name == "sqlite":
+        settings = TierMemSettings(
+            hot_backend="memory",
+            durable_backend="sqlite",
+            sqlite_path=tmp / f"{uuid.uuid4().hex}.db",
+        )
+    else:
+        settings = TierMemSettings(hot_backend="memory", durable_backend="memory")
+    assemble = context_module.assemble_context
+    assembly_ms: list[float] = []
+
+    def timed_assemble(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return assemble(*args, **kwargs)
+        finally:
+            assembly_ms.append((time.perf_counter() - t0) * 1000)
+
+    async with MemoryService.from_settings(settings) as memory:
+        session = await memory.session(f"cx-{turns}", user_id="bench-user")
+        texts = make_turn_texts(turns, random.Random(turns))
+        for start in range(0, turns, 50):
+            await session.add_turns(
+                [
+                    TurnInput(role="user" if i % 2 == 0 else "assistant", content=texts[i])
+                    for i in range(start, min(turns, start + 50))
+                ]
+            )
+        await memory.drain()
+        window = await session.context(system="You sell manga.")
+
+        async def call(i: int) -> None:
+            await session.context(system="You sell manga.")
+
+        context_module.assemble_context = timed_assemble  # type: ignore[assignment]
+        try:
+            timing = await timed(runs, call, redis_url)
+        finally:
+            context_module.assemble_context = assemble  # type: ignore[assignment]
+    measured = assembly_ms[20:]  # after the warm-up calls, as in timed()
+    return {
+        "turns": turns,
+        "hot_turns": window.stats.hot_turns,
+        "context_tokens": window.total_tokens,
+        "context": timing,
+        "assemble_context": {
+            "p50_ms": round(statistics.median(measured), 3),
+            "p99_ms": round(percentile(measured, 0.99), 3),
+        },
     }
 
 
@@ -138,15 +236,30 @@ async def run(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         async def search(i: int) -> None:
             await index.search(USER, queries[i % len(queries)], kinds=("memory", "turn"), limit=30)
 
-        result = {
+        redis_url = os.environ["TIERMEM_TEST_REDIS_URL"] if name == "redis" else None
+        result: dict[str, Any] = {
             "deployment": name,
             "memories": args.memories,
             "archived_turns": args.turns,
             "load_s": round(load_s, 1),
-            "recall_for_context": await timed(args.runs, recall),
-            "index_search": await timed(args.runs, search),
-            "load_average_1m": round(os.getloadavg()[0], 1),  # 2 cores, shared machine
+            "recall_for_context": await timed(args.runs, recall, redis_url),
+            "index_search": await timed(args.runs, search, redis_url),
         }
+        result["context_no_query"] = [
+            await context_no_query(name, size, args.runs, tmp) for size in args.context_sizes
+        ]
+        sizes = result["context_no_query"]
+        if len(sizes) > 1:
+            # Largest over smallest, and largest over the second size: from 10 turns the
+            # window gains a rolling summary, so the first ratio also measures more content.
+            for part in ("context", "assemble_context"):
+                result[f"{part}_p50_ratio_largest_to_smallest"] = round(
+                    sizes[-1][part]["p50_ms"] / sizes[0][part]["p50_ms"], 2
+                )
+                result[f"{part}_p50_ratio_largest_to_second"] = round(
+                    sizes[-1][part]["p50_ms"] / sizes[1][part]["p50_ms"], 2
+                )
+        result["load_average_1m"] = round(os.getloadavg()[0], 1)  # 2 cores, shared machine
         print(result)
         return result
     finally:
@@ -161,6 +274,7 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--redis", action="store_true")
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--context-sizes", type=int, nargs="*", default=[10, 1_000, 10_000])
     args = parser.parse_args()
     names = args.only or ["sqlite", "memory"] + (["redis"] if args.redis else [])
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,7 +286,10 @@ async def main() -> None:
     write_results(
         RESULTS / "recall_latency.json",
         results,
-        what="recall_for_context (k=8, BM25 only, second hop + neighbours) and index.search",
+        what=(
+            "recall_for_context (k=8, BM25 only, neighbours), index.search (limit 30), and "
+            "Session.context() without a query (warm hot tier) at 10, 1,000 and 10,000 turns"
+        ),
         runs=args.runs,
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import sqlite3
 from collections import Counter
 from collections.abc import Sequence
@@ -17,7 +18,14 @@ from tests.conftest import server_url
 from tests.recall.conftest import T0, days, doc, held_doc_ids, memory
 from tiermem.errors import BackendError, ValidationError
 from tiermem.longterm.index import IndexedDoc
-from tiermem.longterm.index_memory import InProcessIndex, WarmingIndex
+from tiermem.longterm.index_memory import (
+    POSTING_SHIFT,
+    InProcessIndex,
+    WarmingIndex,
+    bm25_scores,
+    bm25_top,
+    top_scores,
+)
 from tiermem.longterm.index_sqlite import INDEX_COMPONENT, INDEX_MIGRATIONS, SQLiteIndex
 from tiermem.longterm.recall import (
     WARM_SESSIONS,
@@ -28,6 +36,7 @@ from tiermem.longterm.recall import (
     turn_loader,
 )
 from tiermem.longterm.records import CHANGE_LOG_TYPE
+from tiermem.longterm.text import bm25_idf, bm25_term
 from tiermem.longterm.types import MemoryType, MemoryTypeRegistry
 from tiermem.models import SessionRef
 from tiermem.store.backends.memory import MemoryDurableStore
@@ -259,7 +268,53 @@ async def test_redis_concurrent_collectors_remove_each_document_once() -> None:
         await second.aclose()
 
 
+@pytest.mark.redis
+async def test_redis_search_hides_expired_documents_beyond_its_first_read() -> None:
+    """More expired, uncollected documents than a search reads in its round trip: it reads
+    the rest, and answers none of them (they outscore the live one)."""
+    from tests.backends.redis import fresh_prefix
+    from tiermem.longterm import index_redis
+
+    clock = FakeClock(T0)
+    index = index_redis.RedisIndex.from_url(server_url("redis"), prefix=fresh_prefix(), clock=clock)
+    try:
+        count = index_redis._EXPIRED_READ + 5
+        await index.upsert(
+            [doc(f"e{i}", "berserk", kind="turn", expires_at=T0 + days(1)) for i in range(count)]
+        )
+        await index.upsert([doc("live", "berserk volume deluxe")])
+        clock.advance(days(2))
+        for limit in (3, count + 10):
+            hits = await index.search("u1", "berserk", kinds=ALL, limit=limit)
+            assert [h.doc_id for h in hits] == ["live"]
+    finally:
+        await index.aclose()
+
+
 # -- InProcessIndex -----------------------------------------------------------------------
+
+
+def test_top_scores_orders_ties_by_key_and_filters_past_its_first_pass() -> None:
+    scores = {f"d{i:02d}": 1.0 if i < 10 else 0.5 for i in range(30)}
+    assert top_scores(scores, 2, lambda key: True) == [("d00", 1.0), ("d01", 1.0)]
+    # The best 2 * count are all rejected: the rest is searched.
+    assert top_scores(scores, 2, lambda key: key >= "d10") == [("d10", 0.5), ("d11", 0.5)]
+    assert top_scores(scores, 5, lambda key: key in {"d29", "d03"}) == [
+        ("d03", 1.0),
+        ("d29", 0.5),
+    ]
+
+
+def test_bm25_scores_equal_the_formula_for_int_and_bytes_postings() -> None:
+    shift = POSTING_SHIFT
+    postings = [(2, {"a": 7 * shift + 1, "b": 3 * shift + 2}), (1, {"b": 3 * shift + 1})]
+    want_b = bm25_term(bm25_idf(10, 2), 2, 3, 5.0) + bm25_term(bm25_idf(10, 1), 1, 3, 5.0)
+    got = bm25_scores(postings, 10, 5.0)
+    assert got == {"a": bm25_term(bm25_idf(10, 2), 1, 7, 5.0), "b": want_b}
+    as_bytes = [
+        (df, {k.encode(): str(v).encode() for k, v in posting.items()}) for df, posting in postings
+    ]
+    assert bm25_scores(as_bytes, 10, 5.0) == {k.encode(): v for k, v in got.items()}
 
 
 async def test_in_process_expiry_heap_stays_proportional_to_documents() -> None:
@@ -489,3 +544,59 @@ async def test_warmed_turns_expire_with_their_retention() -> None:
     clock.advance(days(1))
     assert await index.search("u1", "berserk", kinds=ALL, limit=5) == []
     assert await index.collect_expired() == 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bm25_top_equals_scoring_everything(seed: int) -> None:
+    """The pruned top (terms taken best bound first, lists cut once the top is settled)
+    is the plain top of every score, to the bit, whatever the filter."""
+    rng = random.Random(seed)
+    docs = [f"d{i:03d}" for i in range(rng.randint(5, 300))]
+    postings = []
+    for _ in range(rng.randint(1, 6)):
+        held = rng.sample(docs, rng.randint(1, len(docs)))
+        postings.append(
+            (len(held), {d: rng.randint(3, 30) * POSTING_SHIFT + rng.randint(1, 3) for d in held})
+        )
+    count = rng.randint(1, 40)
+    hidden = set(rng.sample(docs, rng.randint(0, len(docs) // 2)))
+
+    def keep(doc_id: str) -> bool:
+        return doc_id not in hidden
+
+    want = top_scores(bm25_scores(postings, len(docs), 12.5), count, keep)
+    assert bm25_top(postings, len(docs), 12.5, count, keep) == want
+    groups: list[dict[int, set[str]]] = []
+    for _, posting in postings:
+        by_value: dict[int, set[str]] = {}
+        for doc_id, value in posting.items():
+            by_value.setdefault(value, set()).add(doc_id)
+        groups.append(by_value)
+    assert bm25_top(postings, len(docs), 12.5, count, keep, groups) == want
+
+
+async def test_in_process_search_equals_scoring_everything_after_rewrites() -> None:
+    """Replaced and removed documents leave the postings (and their by-value groups) as if
+    the survivors had been written alone."""
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(12)]
+    index = InProcessIndex()
+    fresh = InProcessIndex()
+    texts: dict[str, str] = {}
+    for round_ in range(6):
+        batch = {
+            f"d{rng.randrange(80)}": " ".join(rng.choices(words, k=rng.randint(2, 9)))
+            for _ in range(60)
+        }
+        texts.update(batch)
+        await index.upsert([doc(d, t) for d, t in batch.items()])
+        gone = rng.sample(sorted(texts), 10)
+        await index.remove("u1", gone)
+        for d in gone:
+            del texts[d]
+        if round_ == 5:
+            await fresh.upsert([doc(d, t) for d, t in texts.items()])
+    for query in ("w1", "w2 w3", "w0 w4 w7 w9", " ".join(words)):
+        for limit in (1, 5, 30):
+            got = await index.search("u1", query, kinds=ALL, limit=limit)
+            assert got == await fresh.search("u1", query, kinds=ALL, limit=limit)

@@ -3,6 +3,7 @@ the recall block's budget, and that recall never lands in the stored history."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -263,6 +264,50 @@ async def test_a_user_turn_hit_brings_the_answer_after_it() -> None:
     )
     hits = await recall_for_context(recaller, "u1", "after Planetes", now=clock.now())
     assert [(h.doc_id, h.neighbour_of) for h in hits] == [("s0#0", None), ("s0#1", "s0#0")]
+
+
+async def test_candidate_turns_are_read_in_runs_with_their_neighbours() -> None:
+    filler = [("assistant", f"filler {i}") for i in range(40)]
+    sessions = {
+        "s0": [("user", f"berserk note {i}") for i in range(6)],
+        "s1": [("user", "berserk first"), *filler[:29], ("user", "berserk later"), *filler[:9]],
+    }
+    recaller, store, _, clock = await _recaller(sessions)
+    reads: Counter[str] = Counter()
+    get_turn, get_turns = store.get_turn, store.get_turns
+
+    # Instrumentation on the real store: count the reads, answer as it does.
+    async def counted_turn(session_id: str, index: int) -> Turn:
+        reads["get_turn"] += 1
+        return await get_turn(session_id, index)
+
+    async def counted_turns(session_id: str, start: int = 0, end: int | None = None) -> list[Turn]:
+        reads["get_turns"] += 1
+        return await get_turns(session_id, start, end)
+
+    store.get_turn = counted_turn  # type: ignore[method-assign]
+    store.get_turns = counted_turns  # type: ignore[method-assign]
+    scope = ("memory", "turn")
+    one_by_one = await recaller.recall("u1", "berserk", k=8, scope=scope, candidates=12)
+    assert reads == {"get_turn": 8}
+    reads.clear()
+    read: dict[str, Turn | None] = {}
+    in_runs = await recaller.recall(
+        "u1", "berserk", k=8, scope=scope, candidates=12, turns_read=read
+    )
+    # s0's six turns are one run [0, 7); s1's two hits are far apart: two runs.
+    assert reads == {"get_turns": 3}
+    assert in_runs == one_by_one
+    assert read["s0#6"] is None  # past the session's end: known missing
+    reads.clear()
+    neighbours = await recaller.neighbour_turns(in_runs, known=read)
+    assert reads == {}
+    assert neighbours == await recaller.neighbour_turns(in_runs)
+    assert {h.doc_id for h in neighbours} >= {"s1#1", "s1#31"}
+    # recall_for_context reads candidates and neighbours in runs only.
+    reads.clear()
+    await recall_for_context(recaller, "u1", "berserk", now=clock.now())
+    assert reads["get_turn"] == 0
 
 
 # -- the recall block ----------------------------------------------------------------------------

@@ -37,18 +37,23 @@ Round trips: ``upsert`` 1 (one script per user and per 200 documents, and, pipel
 due mark of a user this process has not marked in the last 5 minutes at or before the new
 documents' earliest expiry -- so a user writing turns costs one command per upsert; one
 upsert in :data:`COLLECT_EVERY_WRITES` adds a ``collect_expired``),
-``remove`` 1, ``search`` 1, ``purge_user`` 2 (+1 per 500 documents beyond the first 500),
-``collect_expired`` 1 when nothing is due, else 4 per round.
-``search`` reads the posting lists of the query's terms (at most
-:data:`~tiermem.longterm.text.MAX_QUERY_TERMS`) in the asked kinds and keeps the best
-``limit`` in a heap: its work (and the time it holds Redis's one thread) grows with the
-user's postings of those terms, never with the keyspace; see ``docs/recall.md`` for
-numbers. Scores equal the in-process index's (same formula, same order of operations).
+``remove`` 1, ``search`` 1 (2 when more than 1,024 expired documents await collection),
+``purge_user`` 2 (+1 per 500 documents beyond the first 500), ``collect_expired`` 1 when
+nothing is due, else 4 per round.
+``search`` is one pipeline of plain reads -- the statistics, the user's expired documents,
+``HLEN`` of each query term's lists (df) and ``HGETALL`` of its lists in the asked kinds
+(at most :data:`~tiermem.longterm.text.MAX_QUERY_TERMS` terms) -- and the client scores them
+with :func:`~tiermem.longterm.index_memory.bm25_top`, the in-process index's code, so
+scores are equal by construction. Why not a Lua script: scoring a broad query's ~5,000
+postings in Lua held Redis's one thread for ~9 ms (measured, ``docs/recall.md``);
+serializing the lists costs it ~1.6 ms, and the scoring (which prunes, see
+:func:`~tiermem.longterm.index_memory.bm25_top`) runs in the application processes.
+Its work grows with the user's postings of the query's terms, never with the keyspace.
 
 Expiry. Index keys carry no native TTL (a posting list holds documents with different
 expiries). A document's expiry is in ``ix:exp``; ``search`` leaves out documents whose
-expiry has passed (read-only: one ``ZCOUNT``, and one ``ZSCORE`` per matched document only
-while the user has expired documents not yet collected). Collection, bounded, earliest
+expiry has passed (it reads the user's expired, uncollected ids from ``ix:exp`` in its
+pipeline). Collection, bounded, earliest
 expiry first:
 
 * each ``upsert`` script also drops up to
@@ -88,6 +93,7 @@ from tiermem.longterm.index import (
     terms_of,
 )
 from tiermem.longterm.index_memory import (
+    bm25_top,
     check_collect_limit,
     check_docs,
     check_search_args,
@@ -99,10 +105,9 @@ from tiermem.longterm.index_redis_scripts import (
     INDEX_DUE_POP,
     INDEX_DUE_READ,
     INDEX_REMOVE,
-    INDEX_SEARCH,
     INDEX_UPSERT,
 )
-from tiermem.longterm.text import BM25_B, BM25_K1, query_terms
+from tiermem.longterm.text import query_terms
 from tiermem.store.backends.redis_scripts import (
     Arg,
     Command,
@@ -150,11 +155,13 @@ class RedisIndexKeys(RedisKeys):
         return self._user(user_id, f"ix:{kind[0]}:t={term}")
 
 
-_KIND_OF_LETTER: dict[bytes, DocKind] = {b"m": "memory", b"t": "turn", b"c": "chunk"}
+_KIND_OF_LETTER: dict[str, DocKind] = {"m": "memory", "t": "turn", "c": "chunk"}
+_EXPIRED_READ = 1024
+"""Expired, uncollected documents a search reads in its round trip (more: a second read)."""
 
 
 class RedisIndex:
-    """BM25 postings in Redis under each user's hash tag, scored server-side in Lua.
+    """BM25 postings in Redis under each user's hash tag, scored in the client.
 
     ``client`` is an asyncio client with ``decode_responses=False`` (as for the Redis
     stores; share theirs); it is not closed by :meth:`aclose` unless the index was made by
@@ -359,26 +366,53 @@ class RedisIndex:
         terms = query_terms(query)
         if not terms or not kinds:
             return []
-        reply = await self._io.call(
-            INDEX_SEARCH,
-            self._keys.index(user_id),
-            [
-                to_us(self._clock.now()),
-                repr(BM25_K1),
-                repr(BM25_B),
-                limit,
-                " ".join(sorted(set(kinds))),
-                *terms,
-            ],
-        )
-        return [
-            SearchHit(
-                doc_id=reply[i].decode(),
-                kind=_KIND_OF_LETTER[reply[i + 1]],
-                score=float(reply[i + 2]),
-            )
-            for i in range(0, len(reply), 3)
+        _, _, stats_key, exp_key = self._keys.index(user_id)
+        now_us = to_us(self._clock.now())
+        asked = sorted({kind[0] for kind in kinds})
+        # One round trip of plain reads: statistics, the expired documents not yet
+        # collected, each term's df (HLEN of its three kinds' lists) and the asked kinds'
+        # posting lists. Scoring runs here, not in a Lua script: Redis's one thread only
+        # serializes the lists (see the module docstring).
+        commands = [
+            Command(("HMGET", stats_key, "n", "len")),
+            Command(("ZRANGEBYSCORE", exp_key, "-inf", now_us, "LIMIT", 0, _EXPIRED_READ)),
         ]
+        for term in terms:
+            commands += [
+                Command(("HLEN", self._keys.posting(user_id, _KIND_OF_LETTER[k], term)))
+                for k in "mtc"
+            ]
+            commands += [
+                Command(("HGETALL", self._keys.posting(user_id, _KIND_OF_LETTER[k], term)))
+                for k in asked
+            ]
+        replies = await self._io.batch(commands)
+        n_raw, len_raw = replies[0]
+        count = int(n_raw or 0)
+        if count <= 0:
+            return []
+        expired: set[bytes] = set(replies[1])
+        if len(expired) >= _EXPIRED_READ:  # rare: many await collection; read them all
+            expired = set(await self._io.execute("ZRANGEBYSCORE", exp_key, "-inf", now_us))
+        lists: list[tuple[int, dict[bytes, bytes]]] = []
+        kind_lists: list[tuple[str, dict[bytes, bytes]]] = []
+        step = 3 + len(asked)
+        for t in range(len(terms)):
+            at = 2 + t * step
+            df = sum(int(replies[at + j]) for j in range(3))
+            for j, k in enumerate(asked):
+                posting: dict[bytes, bytes] = replies[at + 3 + j]
+                if posting:
+                    lists.append((df, posting))
+                    kind_lists.append((k, posting))
+        top = bm25_top(
+            lists, count, int(len_raw) / count, limit, lambda doc_id: doc_id not in expired
+        )
+
+        def kind(doc_id: bytes) -> DocKind:
+            return next(_KIND_OF_LETTER[k] for k, posting in kind_lists if doc_id in posting)
+
+        return [SearchHit(doc_id=doc_id.decode(), kind=kind(doc_id), score=s) for doc_id, s in top]
 
     async def vector_search(
         self, user_id: str, vector: Sequence[float], *, kinds: Collection[DocKind], limit: int

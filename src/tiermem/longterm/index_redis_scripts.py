@@ -1,6 +1,8 @@
 """The Lua scripts of :class:`~tiermem.longterm.index_redis.RedisIndex` (key layout and
 design in :mod:`tiermem.longterm.index_redis`).
 
+Search has no script: it reads the posting lists with plain commands in one pipeline and
+scores them in the client (see :meth:`~tiermem.longterm.index_redis.RedisIndex.search`).
 Per-user scripts declare the user's ``docs``, ``terms``, ``stats`` and ``exp`` keys (one hash
 tag) and reach posting lists by name under the same tag; the ``ixdue`` scripts touch one
 shard each. ``now`` always comes from the index's injected clock, never the server's.
@@ -16,7 +18,6 @@ __all__ = [
     "INDEX_DUE_POP",
     "INDEX_DUE_READ",
     "INDEX_REMOVE",
-    "INDEX_SEARCH",
     "INDEX_UPSERT",
 ]
 
@@ -103,99 +104,6 @@ local removed = 0
 for _, id in ipairs(ARGV) do removed = removed + drop(id) end
 tidy()
 return removed
-""",
-)
-
-INDEX_SEARCH = LuaScript(
-    "index_search",
-    _PRELUDE
-    + """
--- ARGV: 1 now, 2 k1, 3 b, 4 limit, 5 kinds (space-separated), 6.. distinct query terms.
--- Read-only. Answers doc_id, kind letter, score ('%.17g') triples, best first (ties by
--- doc_id). Work: one HLEN per term and kind, one HGETALL per term and asked kind, and a
--- heap of `limit` entries; no table per document. Expired documents count in n, df and
--- the average length until collected (as in every index) but are never answered.
-local n = tonumber(redis.call('HGET', KEYS[3], 'n') or '0')
-if n <= 0 then return {} end
-local avg = tonumber(redis.call('HGET', KEYS[3], 'len')) / n
-local now = tonumber(ARGV[1])
-local k1, b, limit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local expired = redis.call('ZCOUNT', KEYS[4], '-inf', ARGV[1]) > 0
-local function hidden(id)
-  if not expired then return false end
-  local at = redis.call('ZSCORE', KEYS[4], id)
-  return at ~= false and tonumber(at) <= now
-end
-local asked = {}
-for kind in string.gmatch(ARGV[5], '%S+') do asked[#asked + 1] = string.sub(kind, 1, 1) end
-local scores, kind_of, ids = {}, {}, {}
-for t = 6, #ARGV do
-  local suffix = ':t=' .. ARGV[t]
-  local df = 0
-  for _, k in ipairs({'m', 't', 'c'}) do df = df + redis.call('HLEN', base .. k .. suffix) end
-  if df > 0 then
-    local idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-    for _, k in ipairs(asked) do
-      local flat = redis.call('HGETALL', base .. k .. suffix)
-      for j = 1, #flat, 2 do
-        local id, v = flat[j], tonumber(flat[j + 1])
-        local tf = v % SHIFT
-        local len = (v - tf) / SHIFT
-        local part = idf * (tf * (k1 + 1.0)) / (tf + k1 * (1.0 - b + b * len / avg))
-        local s = scores[id]
-        if s then
-          scores[id] = s + part
-        else
-          scores[id] = part
-          kind_of[id] = k
-          if not hidden(id) then ids[#ids + 1] = id end
-        end
-      end
-    end
-  end
-end
--- Keep the best `limit` in a heap whose root is the worst kept (lowest score, then the
--- largest id), then sort those few.
-local function worse(x, y)
-  local sx, sy = scores[x], scores[y]
-  if sx ~= sy then return sx < sy end
-  return x > y
-end
-local heap = {}
-local function sift_down(i)
-  local size = #heap
-  while true do
-    local l, r, m = 2 * i, 2 * i + 1, i
-    if l <= size and worse(heap[l], heap[m]) then m = l end
-    if r <= size and worse(heap[r], heap[m]) then m = r end
-    if m == i then return end
-    heap[i], heap[m] = heap[m], heap[i]
-    i = m
-  end
-end
-for _, id in ipairs(ids) do
-  if #heap < limit then
-    heap[#heap + 1] = id
-    local i = #heap
-    while i > 1 do
-      local parent = math.floor(i / 2)
-      if not worse(heap[i], heap[parent]) then break end
-      heap[i], heap[parent] = heap[parent], heap[i]
-      i = parent
-    end
-  elseif worse(heap[1], id) then
-    heap[1] = id
-    sift_down(1)
-  end
-end
-table.sort(heap, function(x, y) return worse(y, x) end)
-local out = {}
-for _, id in ipairs(heap) do
-  out[#out + 1] = id
-  out[#out + 1] = kind_of[id]
-  out[#out + 1] = string.format('%.17g', scores[id])
-end
-return out
 """,
 )
 

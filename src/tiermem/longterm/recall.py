@@ -10,8 +10,10 @@ them, and ranks them with the pure policy :mod:`tiermem.policies.recall`:
    An empty query (no terms) takes the N most recent memories and ranks them by recency,
    importance and use.
 2. Fetch: memories with one ``get_memories`` (one per :data:`MAX_MEMORY_IDS_PER_GET`
-   candidates), turns with ``get_turn`` (at most ``fetch_concurrency`` at once), all
-   concurrently; other kinds through a registered resolver. Never the whole partition.
+   candidates), turns with ``get_turn`` (at most ``fetch_concurrency`` at once) -- or, for
+   per-turn recall (``turns_read``), one ``get_turns`` per run of nearby candidates of a
+   session, which also reads the neighbours the context adds -- all concurrently; other
+   kinds through a registered resolver. Never the whole partition.
 3. Filter: the asked ``types``, ``min_importance`` and time range; expired records,
    superseded ones (``invalid_from`` ≤ now), not yet valid ones (``valid_from`` > now) and
    internal types (``_...``) are never returned.
@@ -409,6 +411,7 @@ class Recaller:
         scope: Collection[DocKind] = _MEMORY_ONLY,
         candidates: int | None = None,
         embed_missing: bool = True,
+        turns_read: dict[str, Turn | None] | None = None,
     ) -> list[RecallHit]:
         """The ``k`` best hits for ``query`` among the user's documents of ``scope``.
 
@@ -418,7 +421,10 @@ class Recaller:
         a candidate without a vector (from the index's vector search or the record) gets no
         embedding part instead of being embedded now, so the query is the only text
         embedded (per-turn recall: turns are embedded when indexed, see
-        :meth:`embed_documents`).
+        :meth:`embed_documents`). ``turns_read``: when given, candidate turns are read with
+        the turns either side of them (one ``get_turns`` per run of nearby candidates in a
+        session, instead of one ``get_turn`` each), and every turn read is recorded there
+        by doc id (None: no visible turn at that index), for :meth:`neighbour_turns`.
 
         ``types`` and the time range (``since`` inclusive, ``until`` exclusive, on the
         creation time) filter memories; ``min_importance`` filters memories and turns.
@@ -448,7 +454,7 @@ class Recaller:
         found, vector = await self._gather(
             user_id, query, kinds, type_set, since, until, k, candidates
         )
-        stale = await self._fetch(user_id, found)
+        stale = await self._fetch(user_id, found, turns_read)
         kept = [
             c
             for c in found.values()
@@ -493,12 +499,17 @@ class Recaller:
         return out
 
     async def neighbour_turns(
-        self, hits: Sequence[RecallHit], *, exclude: Collection[str] = ()
+        self,
+        hits: Sequence[RecallHit],
+        *,
+        exclude: Collection[str] = (),
+        known: Mapping[str, Turn | None] | None = None,
     ) -> list[RecallHit]:
         """For each turn hit, the turn completing its exchange: after a user turn the
         next turn (the answer), before any other the previous one (the question); as hits
         with ``neighbour_of`` set and the hit's score, in the order of ``hits``. Turns in
-        ``exclude`` (doc ids), missing, redacted or empty turns are left out.
+        ``exclude`` (doc ids), missing, redacted or empty turns are left out. Turns in
+        ``known`` (the ``turns_read`` of :meth:`recall`) are not read again.
 
         Raises:
             BackendError: the durable store failed.
@@ -516,7 +527,12 @@ class Recaller:
             wanted.append((hit, hit.session_id, index))
         gate = asyncio.Semaphore(self._fetch_concurrency)
 
+        read = known or {}
+
         async def one(session_id: str, index: int) -> Turn | None:
+            doc_id = turn_doc_id(session_id, index)
+            if doc_id in read:
+                return read[doc_id]
             async with gate:
                 try:
                     return await self._durable.get_turn(session_id, index)
@@ -639,11 +655,23 @@ class Recaller:
             return None
 
     async def _fetch(
-        self, user_id: str, candidates: dict[tuple[str, str], _Candidate]
+        self,
+        user_id: str,
+        candidates: dict[tuple[str, str], _Candidate],
+        turns_read: dict[str, Turn | None] | None = None,
     ) -> list[tuple[DocKind, str]]:
         """Fetch every candidate's record; drop (and return) those that have gone."""
         gate = asyncio.Semaphore(self._fetch_concurrency)
         stale: list[tuple[DocKind, str]] = []
+
+        async def turn_run(session_id: str, start: int, end: int, group: list[_Candidate]) -> None:
+            async with gate:
+                read = {t.index: t for t in await self._durable.get_turns(session_id, start, end)}
+            for c in group:
+                c.turn = read.get(parse_turn_doc_id(c.doc_id)[1])
+            if turns_read is not None:
+                for index in range(start, end):
+                    turns_read[turn_doc_id(session_id, index)] = read.get(index)
 
         async def memories(group: list[_Candidate]) -> None:
             found = await self._durable.get_memories(user_id, [c.doc_id for c in group])
@@ -671,13 +699,22 @@ class Recaller:
         jobs: list[Awaitable[None]] = []
         unfetched: list[_Candidate] = []
         others: dict[DocKind, list[_Candidate]] = {}
+        by_session: dict[str, list[tuple[int, _Candidate]]] = {}
         for c in candidates.values():
             if c.kind == "memory" and c.memory is None:
                 unfetched.append(c)
+            elif c.kind == "turn" and turns_read is not None:
+                try:
+                    session_id, index = parse_turn_doc_id(c.doc_id)
+                except ValidationError:
+                    continue
+                by_session.setdefault(session_id, []).append((index, c))
             elif c.kind == "turn":
                 jobs.append(turn(c))
             elif c.kind not in ("memory", "turn"):
                 others.setdefault(c.kind, []).append(c)
+        for session_id, runs in _turn_runs(by_session):
+            jobs.extend(turn_run(session_id, start, end, group) for start, end, group in runs)
         jobs.extend(
             memories(unfetched[start : start + MAX_MEMORY_IDS_PER_GET])
             for start in range(0, len(unfetched), MAX_MEMORY_IDS_PER_GET)
@@ -740,6 +777,29 @@ class Recaller:
 
 async def _none() -> None:
     return None
+
+
+_RUN_GAP = 4
+"""Candidate turns of a session at most this far apart are read in one ``get_turns``."""
+
+
+def _turn_runs(
+    by_session: Mapping[str, list[tuple[int, _Candidate]]],
+) -> list[tuple[str, list[tuple[int, int, list[_Candidate]]]]]:
+    """Per session, the index ranges [start, end) to read: each candidate's turn and the
+    turns either side, nearby candidates merged into one range."""
+    out: list[tuple[str, list[tuple[int, int, list[_Candidate]]]]] = []
+    for session_id, found in by_session.items():
+        found.sort(key=lambda pair: pair[0])
+        runs: list[tuple[int, int, list[_Candidate]]] = []
+        for index, c in found:
+            start, end = max(0, index - 1), index + 2
+            if runs and start <= runs[-1][1] + _RUN_GAP:
+                runs[-1] = (runs[-1][0], end, [*runs[-1][2], c])
+            else:
+                runs.append((start, end, [c]))
+        out.append((session_id, runs))
+    return out
 
 
 def _text(c: _Candidate) -> str:

@@ -19,7 +19,9 @@ embeddings when configured), for a query asked now in a session:
    others wait, and no near-duplicate text.
 6. **Neighbours**: each turn hit brings the turn that completes its exchange (a user turn
    the assistant's answer after it, an assistant turn the question before it), marked
-   ``neighbour_of``: the context places them only when every hit fits.
+   ``neighbour_of``: the context places them only when every hit fits. They were read with
+   the candidates (one ``get_turns`` per run of nearby candidate turns of a session), so
+   this step reads nothing.
 
 Reads only; nothing is written to the history or the store.
 """
@@ -37,6 +39,7 @@ from tiermem.longterm.index import DocKind
 from tiermem.longterm.recall import Recaller, turn_doc_id
 from tiermem.longterm.recall_dates import query_date_terms
 from tiermem.longterm.text import STOPWORDS, query_terms, tokenize
+from tiermem.models import Turn
 from tiermem.policies.recall import diversify, rrf_fuse
 
 __all__ = ["ContextRecallPolicy", "expand_query", "hop_names", "recall_for_context"]
@@ -141,7 +144,13 @@ async def recall_for_context(
 
     expanded = expand_query(query, now, policy.aliases, dates=policy.dates)
     limit = min(100, policy.candidates + min(len(hot), policy.candidates))
-    first = fresh(await recaller.recall(user_id, expanded, k=limit, scope=scope, candidates=limit))
+    # Candidate turns are read with their neighbours, so step 6 reads nothing more.
+    read: dict[str, Turn | None] = {}
+    first = fresh(
+        await recaller.recall(
+            user_id, expanded, k=limit, scope=scope, candidates=limit, turns_read=read
+        )
+    )
     by_id = {h.doc_id: h for h in first}
     rankings = [[h.doc_id for h in first]]
     if policy.second_hop and first:
@@ -154,6 +163,7 @@ async def recall_for_context(
                     k=limit,
                     scope=scope,
                     candidates=limit,
+                    turns_read=read,
                 )
             )
             for h in second:
@@ -186,5 +196,5 @@ async def recall_for_context(
     if not policy.neighbours:
         return picked
     taken = {h.doc_id for h in picked} | hot
-    neighbours = await recaller.neighbour_turns(picked, exclude=taken)
+    neighbours = await recaller.neighbour_turns(picked, exclude=taken, known=read)
     return picked + neighbours

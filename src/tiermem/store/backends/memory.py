@@ -684,11 +684,11 @@ class MemoryDurableStore:
     async def get_turn(self, session_id: str, index: int) -> Turn:
         validate_id(session_id, what="session_id")
         check_index(index)
-        with self._lock:
-            turn = self._visible(session_id).get(index)
-        if turn is None:
+        with self._lock:  # one entry, not the session's visible map (O(1), not O(turns))
+            entry = self._turns.get(session_id, {}).get(index)
+        if entry is None or not is_live(entry[1], self._clock.now()):
             raise NotFoundError(f"session {session_id!r} has no turn {index}")
-        return turn
+        return entry[0]
 
     async def get_turns(
         self, session_id: str, start: int = 0, end: int | None = None
