@@ -96,8 +96,10 @@ async def test_summaries_and_recall_in_a_context_name_ids_as_the_caller_knows_th
         "/v1/sessions/s-0/turns", json={"role": "user", "content": "I live in Osaka"}
     )
     await _open(client_a)
+    # Each turn says something new; none supersedes an earlier one (a sentence stating a
+    # superseded value is dropped from summaries, which would leave nothing to show).
     for n in range(60):
-        text = f"Is Berserk vol {n} in stock? My budget is {n * 100} yen."
+        text = f"Note {n}: I enjoyed chapter {n} of Berserk and want to read more seinen."
         r = await client_a.post("/v1/sessions/s-1/turns", json={"role": "user", "content": text})
         assert r.status_code == 201
     await service.drain()
