@@ -8,6 +8,7 @@ from tests.context.conftest import T0, turn
 from tiermem.context import (
     Allocation,
     ContextSection,
+    ContextWindow,
     ItemProvenance,
     assemble_context,
     resolve_budget,
@@ -215,17 +216,33 @@ def test_recall_skips_hot_turns_duplicates_and_profile_memories(
 
 
 def test_memory_share_bounds_derived_memory(counter: TiktokenCounter) -> None:
+    """Derived memory takes at most its 20% share plus the part of the 65% hot share the
+    conversation does not need: with two short turns that spare part is large; with turns
+    that fill the hot share, derived memory is held to its own share."""
     hits = [
         _memory_hit(f"h-{i}", f"fact number {i} " + "words " * 30, score=1 - i / 100)
         for i in range(40)
     ]
+    kinds = ("profile", "summary", "structured_memory", "entities", "recall")
+
+    def derived(w: ContextWindow) -> int:
+        return sum(i.tokens for i in w.items if i.kind in kinds)
+
+    def conversation(w: ContextWindow) -> int:
+        return sum(i.tokens for i in w.items if i.kind in ("turn", "current"))
+
+    long_turns = [
+        turn(i, "user" if i % 2 == 0 else "assistant", f"turn {i} " + "chatter " * 40)
+        for i in range(40)
+    ]
+    full = _full(counter, recall=hits, budget=2_000, turns=long_turns)
+    kept_turns = sum(1 for i in full.items if i.kind == "turn")
+    assert kept_turns < len(long_turns)  # the turns need more than the hot share...
+    assert derived(full) <= 400  # ...so derived memory keeps to its own share
     window = _full(counter, recall=hits, budget=2_000)
-    memory = sum(
-        i.tokens
-        for i in window.items
-        if i.kind in ("profile", "summary", "structured_memory", "entities", "recall")
-    )
-    assert memory <= 400
+    spare_hot = 1_300 - conversation(window)
+    assert spare_hot > 1_000
+    assert 400 < derived(window) <= 400 + spare_hot
     assert window.stats.recall_dropped > 0
     kept = [i.provenance.memory_ids[0] for i in window.items if i.kind == "recall"]
     assert kept == [f"h-{i}" for i in range(len(kept))]  # best scores first

@@ -97,6 +97,35 @@ async def test_300_turns_at_4k_keep_every_latest_value_and_nothing_stale(served:
         assert turns[-1].provenance.turn_indexes == (len(conversation.turns) - 1,)
 
 
+async def test_with_summaries_a_query_still_gets_recall_at_4k(served: Served) -> None:
+    """Profile, summaries and structured memory would fill the 20% memory share on their
+    own: recall still gets room (the hot share's unused part, a quarter of the memory room
+    kept for it), so the turns that answer the query are in the window by provenance."""
+    conversation = served.conversation
+    await served.session.summaries(wait_through=len(conversation.turns) - 1)
+    window = await served.session.context(query=QUERY, budget=4096, model=MODEL)
+    assert window.total_tokens <= window.budget_tokens
+    assert window.stats.summary_active
+    by_slot = {f.slot: f for f in conversation.facts}
+    # The turns that state each asked-for slot's latest value (a correction's turn if any).
+    evidence = {
+        slot: f.corrected_at if f.corrected_at is not None else f.turn_index
+        for slot, f in by_slot.items()
+        if slot in ("budget", "postcode", "order_id")
+    }
+    assert len(evidence) == 3
+    recalled = {
+        index
+        for item in window.items
+        if item.kind == "recall" and item.provenance.session_id in (None, "s-planted")
+        for index in item.provenance.turn_indexes
+    }
+    hot = {i.provenance.turn_indexes[0] for i in window.items if i.kind == "turn"}
+    for slot, index in evidence.items():
+        assert index not in hot, slot  # beyond the hot window: only recall can bring it
+        assert index in recalled, slot
+
+
 async def test_the_check_fails_when_the_budget_cannot_hold_the_facts(served: Served) -> None:
     await served.session.summaries(wait_through=len(served.conversation.turns) - 1)
     window = await served.session.context(budget=300, model=MODEL)
@@ -122,7 +151,8 @@ async def test_without_summaries_the_hot_window_alone_loses_facts(tmp_path: Path
 
 def test_a_superseded_value_in_state_or_in_the_last_word_is_stale() -> None:
     """The checker itself, on hand-made windows: an old value in a summary, or an old value
-    in a turn after the correction's turn, is reported; the correction after it is not."""
+    in a turn after the correction's turn (or after a summary line quoting a later turn),
+    is reported; the correction after it is not."""
     from tiermem.context import ContextSection, assemble_context
     from tiermem.models import TextBlock, Turn
 
@@ -146,23 +176,43 @@ def test_a_superseded_value_in_state_or_in_the_last_word_is_stale() -> None:
     assert check_facts(old_summary, [fact], entities).stale == ("budget",)
     old_last = window("Shopping for manga.", ["My budget is ¥8,000.", "My budget is ¥5,000."])
     assert check_facts(old_last, [fact], entities) == FactCheck(lost=(), stale=("budget",))
+    # A summary line quoting a turn is a dated statement: a correction quoted from turn 2
+    # follows the old value said at turn 0; a value quoted from turn 0 does not follow
+    # the old value said at turn 1.
+    dated = window("- [2] User: Actually my budget is ¥8,000.", ["My budget is ¥5,000."])
+    assert check_facts(dated, [fact], entities) == FactCheck(lost=(), stale=())
+    undone = window("- [0] User: My budget is ¥8,000.", ["Hi.", "My budget is ¥5,000."])
+    assert check_facts(undone, [fact], entities) == FactCheck(lost=(), stale=("budget",))
 
 
 def test_structured_memory_is_served_before_summaries_when_the_share_is_short() -> None:
-    """The memory share holds structured memory whole and cuts the summary: structured
-    memory states every current value in a few tokens; a summary cut short loses facts."""
+    """The memory room holds structured memory whole and cuts the summary: structured
+    memory states every current value in a few tokens; a summary cut short loses facts.
+    The room is the 20% memory share plus the part of the 65% hot share the conversation
+    leaves unused: all of it with no turns, none with turns that fill the hot share."""
     from tiermem.context import ContextSection, assemble_context
+    from tiermem.models import TextBlock, Turn
 
     facts = "; ".join(f"slot{i}=value{i}" for i in range(40))
-    window = assemble_context(
-        sections=[
-            ContextSection(kind="summary", text="The user talked about manga. " * 200),
-            ContextSection(kind="structured_memory", text=f"Facts: {facts}"),
-        ],
-        budget=2_000,  # a 400-token memory share
-    )
-    kinds = {i.kind: i for i in window.items}
-    assert [i.kind for i in window.items] == ["summary", "structured_memory"]  # layout kept
-    assert not kinds["structured_memory"].truncated
-    assert kinds["summary"].truncated
-    assert sum(i.tokens for i in window.items) <= 400
+    sections = [
+        ContextSection(kind="summary", text="The user talked about manga. " * 400),
+        ContextSection(kind="structured_memory", text=f"Facts: {facts}"),
+    ]
+    chatty = [
+        Turn(
+            index=i,
+            role="user" if i % 2 == 0 else "assistant",
+            content=(TextBlock(text=f"turn {i} " + "chatter " * 40),),
+            timestamp=T0,
+        )
+        for i in range(40)
+    ]
+    # budget 2,000: a 400-token memory share, a 1,300-token hot share.
+    for turns, bound in (([], 400 + 1_300), (chatty, 400)):
+        window = assemble_context(sections=sections, turns=turns, budget=2_000)
+        derived = [i for i in window.items if i.kind in ("summary", "structured_memory")]
+        kinds = {i.kind: i for i in derived}
+        assert [i.kind for i in derived] == ["summary", "structured_memory"]  # layout kept
+        assert not kinds["structured_memory"].truncated
+        assert kinds["summary"].truncated
+        assert sum(i.tokens for i in derived) <= bound

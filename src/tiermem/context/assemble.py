@@ -13,9 +13,11 @@ Budget (seed 004): the budget is the explicit ``budget``, or the model's usable 
 (window minus output reservation, shrunk by its safety margin), or the smaller of the two
 (the explicit budget shrunk by the model's margin). ``allocation.buffer`` of it is kept
 free for optional content; derived memory (profile, summaries, structured memory,
-entities, recall) takes at most ``allocation.memory`` and never what the required messages
-need, structured memory served first when it fits whole (it states every slot's current
-value in a few hundred tokens; a summary cut short loses facts); hot turns take the rest
+entities, recall) takes at most ``allocation.memory`` plus the part of ``allocation.hot``
+the conversation does not need, and never what the required messages need. Within it,
+structured memory is served first when it fits whole (it states every slot's current value
+in a few hundred tokens; a summary cut short loses facts), and when recall has hits the
+profile and summaries leave it at least a quarter of the room; hot turns take the rest
 (their nominal share, plus what memory left unused). Which turns stay is
 :func:`~tiermem.context.eviction.plan_eviction`'s decision; tool pairs are
 :mod:`~tiermem.context.tool_pairs`' rule.
@@ -313,14 +315,40 @@ def assemble_context(
         )
     required = required_tokens(planned)
 
-    # 3. Derived memory, in layout order, within its share.
-    memory_room = max(0, min(memory_cap, fill - static_used - required))
+    # 3. Derived memory, in layout order, within its share -- plus whatever of the hot
+    # share the conversation does not need (a short hot window must not leave the budget
+    # empty while summaries crowd recall out).
+    hot_need = sum(m.tokens for m in planned)
+    spare_hot = max(0, math.floor(total_budget * allocation.hot) - hot_need)
+    memory_room = max(0, min(memory_cap + spare_hot, fill - static_used - required))
     used = 0
 
     def room() -> int:
         return memory_room - used
 
     profile = _profile_section(user_context) if user_context is not None else None
+    hot_indexes = {t.index for t in turns}
+    profile_ids = set(profile.provenance.memory_ids) if profile is not None else set()
+    seen: set[tuple[str, str]] = set()
+    fresh_hits = []
+    for hit in sorted(recall, key=lambda h: -h.score):
+        in_hot = (
+            hit.kind == "turn"
+            and hit.turn is not None
+            and hit.turn.index in hot_indexes
+            and (hit.session_id is None or hit.session_id == session_id)
+        )
+        in_profile = hit.kind == "memory" and hit.doc_id in profile_ids
+        if in_hot or in_profile or (hit.kind, hit.doc_id) in seen:
+            continue
+        seen.add((hit.kind, hit.doc_id))
+        fresh_hits.append(hit)
+    # Recall answers this turn's question: when there are hits, the profile and summaries
+    # leave it at least a quarter of the room (what it does not use goes to hot turns).
+    recall_reserve = 0
+    if fresh_hits:
+        wanted, _ = plan_recall_block(fresh_hits, memory_room, counter)
+        recall_reserve = min(sum(i.tokens for i in wanted), memory_room // 4)
     summaries = [s for s in sections if s.kind == "summary"]
     structured = [s for s in sections if s.kind == "structured_memory"]
     slow = ([profile] if profile is not None else []) + summaries
@@ -338,7 +366,7 @@ def assemble_context(
             section.text,
             section.provenance,
             name=section.name,
-            room=room() - reserved,
+            room=room() - reserved - recall_reserve,
         )
     slow_end = len(b.items) - 1
     for section in structured:
@@ -356,22 +384,6 @@ def assemble_context(
             ),
         )
         used += b.add("entities", "\n".join(lines), provenance, room=room())
-    hot_indexes = {t.index for t in turns}
-    profile_ids = set(profile.provenance.memory_ids) if profile is not None else set()
-    seen: set[tuple[str, str]] = set()
-    fresh_hits = []
-    for hit in sorted(recall, key=lambda h: -h.score):
-        in_hot = (
-            hit.kind == "turn"
-            and hit.turn is not None
-            and hit.turn.index in hot_indexes
-            and (hit.session_id is None or hit.session_id == session_id)
-        )
-        in_profile = hit.kind == "memory" and hit.doc_id in profile_ids
-        if in_hot or in_profile or (hit.kind, hit.doc_id) in seen:
-            continue
-        seen.add((hit.kind, hit.doc_id))
-        fresh_hits.append(hit)
     recall_items, recall_dropped = plan_recall_block(fresh_hits, room(), counter)
     for item in recall_items:
         used += b.add("recall", item.text, item.provenance, name=item.name)

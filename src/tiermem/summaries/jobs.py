@@ -36,14 +36,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from tiermem.background import BackgroundWork
 from tiermem.clock import Clock
 from tiermem.errors import ConflictError, TierMemError, ValidationError
-from tiermem.models import JsonValue, SessionRecord, Turn
+from tiermem.extraction.entities import RuleEntityExtractor
+from tiermem.models import ActiveEntity, JsonValue, SessionRecord, Turn
 from tiermem.models.base import FrozenModel, UtcDatetime
 from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.contract import DurableStore
@@ -64,8 +65,9 @@ from tiermem.summaries.rolling import (
     plan_tiers,
     summarized_through,
 )
+from tiermem.summaries.structured import ENTITY_SLOTS, same_value
 from tiermem.summaries.structured import render_structured as structured_text
-from tiermem.summaries.validate import PassQuality, validated_pass
+from tiermem.summaries.validate import PassQuality, drop_stale, validated_pass
 from tiermem.tokens import TokenCounter
 
 __all__ = [
@@ -77,6 +79,7 @@ __all__ = [
     "SummaryJobStats",
     "SummaryJobs",
     "Watermarks",
+    "current_entities",
     "render_structured",
 ]
 
@@ -145,6 +148,53 @@ class SessionSummaries(FrozenModel):
     def text(self) -> str:
         """The tiers' text, oldest first."""
         return "\n".join(t.text for t in self.tiers if t.text)
+
+
+def current_entities(
+    active: Mapping[str, ActiveEntity],
+    structured: StructuredMemory,
+    extractor: RuleEntityExtractor | None = None,
+) -> dict[str, ActiveEntity]:
+    """The session's active entities, each agreeing with ``structured``: an active value
+    that structured memory records as replaced (a ``previous`` value of any slot: the
+    language, or the anniversary a date was said for), set at or before the turn that
+    gave the slot its current value, is replaced by that value when it is an entity of the
+    same kind, else left out.
+
+    Why: the hot tier tracks entities by kind with no reading of corrections, so "make it
+    the French edition, not German" leaves ``language: German`` active (and "my
+    anniversary is 2015-12-12, not 2015-08-21" leaves ``date: 2015-08-21``), which the
+    context would present as current next to structured memory's latest values. A value
+    said after the slot's latest statement is newer than it and stays."""
+    reader = extractor or _ENTITY_READER
+    slots = [*structured.entities.items(), *structured.facts.items()]
+    out = dict(active)
+    for kind, entity in active.items():
+        if entity.turn_index is None:
+            continue
+        for slot, fact in slots:
+            if entity.turn_index > fact.turn_index or same_value(
+                entity.value, fact.value, slot=slot
+            ):
+                continue
+            if not any(same_value(entity.value, old, slot=slot) for old in fact.previous):
+                continue
+            if ENTITY_SLOTS.get(entity.kind, entity.kind) == slot:
+                value: str | None = fact.value
+            else:
+                found = reader.extract(fact.value)
+                value = next((e.value for e in found if e.kind == entity.kind), None)
+            if value is None:
+                out.pop(kind, None)
+            else:
+                out[kind] = entity.model_copy(
+                    update={"value": value, "turn_index": fact.turn_index}
+                )
+            break
+    return out
+
+
+_ENTITY_READER = RuleEntityExtractor()
 
 
 def render_structured(structured: StructuredMemory) -> str:
@@ -242,8 +292,8 @@ class SummaryJobs:
             self.durable.get_record(session_id, STRUCTURED_RECORD),
             self.durable.get_record(session_id, WATERMARKS_RECORD),
         )
-        tiers = _tiers(summary_rec)
         structured = _structured(structured_rec)
+        tiers = self._current(_tiers(summary_rec), structured)
         marks = _watermarks(marks_rec)
         marks = marks.model_copy(
             update={
@@ -264,6 +314,28 @@ class SummaryJobs:
             summary_version=summary_rec.version if summary_rec else 0,
             structured_version=structured_rec.version if structured_rec else 0,
         )
+
+    def entity_reader(self) -> RuleEntityExtractor | None:
+        """The structured extractor's entity reader (its title catalogue), if it has one."""
+        reader = getattr(self.extractor, "entities", None)
+        return reader if isinstance(reader, RuleEntityExtractor) else None
+
+    def _current(
+        self, tiers: tuple[SummaryText, ...], structured: StructuredMemory
+    ) -> tuple[SummaryText, ...]:
+        """``tiers`` without sentences that present a value ``structured`` has superseded.
+
+        A pass already drops them from every tier it commits; this holds the same rule when
+        the two records were committed by different passes (a pass that lost the summary's
+        compare-and-set after committing structured memory, a crash between the writes),
+        so what is read never depends on how the jobs were timed."""
+        out = []
+        for tier in tiers:
+            text, dropped = drop_stale(tier.text, structured, extractor=self.entity_reader())
+            if dropped:
+                tier = tier.model_copy(update={"text": text, "tokens": self.tokens.count(text)})
+            out.append(tier)
+        return tuple(out)
 
     # -- the response path: a check without I/O -----------------------------------------
 
@@ -413,7 +485,12 @@ class SummaryJobs:
                 fresh_structured = fresh_structured.model_copy(update={"through_index": last})
         effective = fresh_structured or structured
         built, quality = await validated_pass(
-            builder, spans, current, effective, check=self.policy.validate
+            builder,
+            spans,
+            current,
+            effective,
+            check=self.policy.validate,
+            extractor=self.entity_reader(),
         )
         # Commit: nothing was written before this point, so a failure above changes nothing.
         expires_at = self.record_expiry()

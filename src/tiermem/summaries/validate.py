@@ -5,8 +5,9 @@ are checked against the text of every tier after a pass. Each slot is checked ag
 tiers as a whole (a fact said at turn 3 lives in the ancient tier), and only slots of turns
 the pass summarized (turns kept raw are in the context anyway). Then:
 
-0. sentences that present a superseded fact value as current are dropped from every tier
-   (:func:`drop_stale`: an older tier cannot know a later correction);
+0. sentences that present a superseded value (of a fact or an entity kind) as current are
+   dropped from every tier, whichever pass built it (:func:`drop_stale`: an older tier
+   cannot know a later correction);
 1. nothing lost: done;
 2. lost slots: the tiers that should hold them (the tier whose span has the slot's turn)
    are summarized again from their raw turns, once, with the lost items as ``must_keep``;
@@ -28,10 +29,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from tiermem.extraction.entities import RuleEntityExtractor
 from tiermem.longterm.detect import split_sentences
 from tiermem.models.base import FrozenModel
 from tiermem.summaries._lru import Lru, text_key
@@ -195,31 +198,41 @@ def lost_slots(summary: str, items: Sequence[SlotItem]) -> list[SlotItem]:
     return lost
 
 
-def drop_stale(text: str, structured: StructuredMemory) -> tuple[str, int]:
-    """``text`` without the sentences that present a superseded fact value as current (a
-    sentence stating an earlier value of a fact slot and not its latest one), and how many
-    were dropped. Sentences are deleted, never reworded. Entity kinds are not facts: an
-    earlier volume is history ("bought vol 3, then asked about vol 4"), not a stale value.
+def drop_stale(
+    text: str, structured: StructuredMemory, *, extractor: RuleEntityExtractor | None = None
+) -> tuple[str, int]:
+    """``text`` without the sentences that present a superseded value as current (a
+    sentence stating an earlier value of a slot -- a fact or an entity kind -- and not its
+    latest one), and how many were dropped. Sentences are deleted, never reworded.
+    ``extractor`` (with a title catalogue) finds a series by any of its names.
 
     A tier summarizes its own span, so an older tier cannot know a later correction ("my
-    budget is ¥5,000" in ancient, "actually ¥8,000" in recent): this is where the pass
-    makes the whole of its tiers agree with structured memory."""
+    budget is ¥5,000" in ancient, "actually ¥8,000" in recent; "I'm reading Berserk" in
+    ancient, then "make it Blame!"): this is where the pass makes the whole of its tiers
+    agree with structured memory, whichever pass built each tier. Entity kinds count too:
+    structured memory records an entity's earlier value only when the user replaced it, and
+    a sentence naming the replaced series or ASIN alone reads as the current one."""
     stale = [
         (slot, old, fact.value)
-        for slot, fact in structured.facts.items()
+        for slots in (structured.facts, structured.entities)
+        for slot, fact in slots.items()
         for old in fact.previous
         if old.strip() and not same_value(old, fact.value, slot=slot)
     ]
     if not stale or not text:
         return text, 0
+    reader = extractor or _DEFAULT_READER
+    verdicts = _LINE_VERDICTS.get(reader)
+    if verdicts is None:
+        verdicts = _LINE_VERDICTS[reader] = Lru(16_384, max_chars=8_000_000, weigh=_chars)
     dropped = 0
     lines: list[str] = []
     stale_key = tuple(stale)
     for line in text.splitlines():
         sentences = _SENTENCES.get(text_key(line), partial(_split, line))
         # A line's verdict depends only on it and the stale values: kept across passes.
-        kept = _LINE_VERDICTS.get(
-            (text_key(line), stale_key), partial(_fresh_sentences, sentences, stale)
+        kept = verdicts.get(
+            (text_key(line), stale_key), partial(_fresh_sentences, sentences, stale, reader)
         )
         if len(kept) == len(sentences):
             lines.append(line)
@@ -231,14 +244,15 @@ def drop_stale(text: str, structured: StructuredMemory) -> tuple[str, int]:
 
 
 def _fresh_sentences(
-    sentences: tuple[str, ...], stale: list[tuple[str, str, str]]
+    sentences: tuple[str, ...], stale: list[tuple[str, str, str]], reader: RuleEntityExtractor
 ) -> tuple[str, ...]:
     """The sentences that state no superseded value without the latest one."""
     return tuple(
         sentence
         for sentence in sentences
         if not any(
-            states_value(sentence, old, slot=slot) and not states_value(sentence, latest, slot=slot)
+            states_value(sentence, old, slot=slot, extractor=reader)
+            and not states_value(sentence, latest, slot=slot, extractor=reader)
             for slot, old, latest in stale
         )
     )
@@ -254,10 +268,13 @@ def _chars(sentences: tuple[str, ...]) -> int:
 
 _SENTENCES: Lru[str | bytes, tuple[str, ...]] = Lru(16_384, max_chars=8_000_000, weigh=_chars)
 """Sentences of summary lines (a pass's tiers are mostly the previous pass's lines)."""
-_LINE_VERDICTS: Lru[tuple[str | bytes, tuple[tuple[str, str, str], ...]], tuple[str, ...]] = Lru(
-    16_384, max_chars=8_000_000, weigh=_chars
-)
-"""The sentences :func:`drop_stale` keeps of a line, by line and stale values."""
+_DEFAULT_READER = RuleEntityExtractor()
+_LINE_VERDICTS: weakref.WeakKeyDictionary[
+    RuleEntityExtractor,
+    Lru[tuple[str | bytes, tuple[tuple[str, str, str], ...]], tuple[str, ...]],
+] = weakref.WeakKeyDictionary()
+"""The sentences :func:`drop_stale` keeps of a line, by line and stale values, per entity
+reader (its title catalogue decides what names a series)."""
 
 
 def _tier_of(spans: Sequence[TierSpan], turn_index: int) -> SummaryTier | None:
@@ -293,12 +310,15 @@ async def validated_pass(
     structured: StructuredMemory,
     *,
     check: bool = True,
+    extractor: RuleEntityExtractor | None = None,
 ) -> tuple[list[BuiltTier], PassQuality]:
     """Build the tiers of a pass, check them against ``structured``, retry once with
     ``must_keep``, then append what is still lost (module docstring). ``previous``: the
-    tiers before the pass (fallback text for expired spans, and the drift baseline)."""
+    tiers before the pass (fallback text for expired spans, and the drift baseline).
+    ``extractor``: the entity reader of the structured extractor (its title catalogue), so
+    a superseded series is found by any of its names."""
     prev = list(previous)
-    first, stale = _without_stale(builder, await builder.build(spans, prev), structured)
+    first, stale = _without_stale(builder, await builder.build(spans, prev), structured, extractor)
     through = max(s.through for s in spans)
     items = slot_items(structured, through) if check else []
     lost = lost_slots(_joined(first), items)
@@ -317,7 +337,7 @@ async def validated_pass(
         if retry:
             reuse = {b.span.tier: b for b in first if b.span.tier not in retry}
             rebuilt = await builder.build(spans, prev, must_keep=retry, reuse=reuse)
-            final, more = _without_stale(builder, rebuilt, structured)
+            final, more = _without_stale(builder, rebuilt, structured, extractor)
             stale += more
             retried = [t.value for t in retry]
         still = lost_slots(_joined(final), lost)
@@ -348,12 +368,16 @@ async def validated_pass(
 
 
 def _without_stale(
-    builder: RollingBuilder, tiers: Sequence[BuiltTier], structured: StructuredMemory
+    builder: RollingBuilder,
+    tiers: Sequence[BuiltTier],
+    structured: StructuredMemory,
+    extractor: RuleEntityExtractor | None,
 ) -> tuple[list[BuiltTier], int]:
+    """Every tier of the pass (rebuilt, rolled or kept) without its stale sentences."""
     out: list[BuiltTier] = []
     dropped = 0
     for tier in tiers:
-        text, count = drop_stale(tier.text.text, structured)
+        text, count = drop_stale(tier.text.text, structured, extractor=extractor)
         out.append(builder.retexted(tier, text))
         dropped += count
     return out, dropped
