@@ -132,7 +132,22 @@ own value, nothing is written twice.
 Failover: Redis replicates asynchronously, so when a master dies its replica may take
 over without the last writes it acknowledged. With SQLite or DynamoDB as the durable tier
 only the hot copy is affected (a hot miss reloads from the durable tier); with Redis as
-the durable tier those turns are lost. ``WAIT`` is not offered yet.
+the durable tier those turns are lost. While the dead master's slots have no master
+(``cluster-node-timeout`` plus the replica's election, a few seconds) every command on
+them fails fast with a retryable ``BackendUnavailableError``: the service answers those
+sessions from the durable tier (write-through) and the hot tier serves them again once
+the replica is promoted (``tests/integration/test_redis_failover.py``, 3 masters + 3
+replicas, SIGKILL mid-load, 0 acknowledged turns lost on SQLite).
+
+What replication can lose with Redis as the durable tier: every write the master
+acknowledged that had not reached the replica when it died -- on loopback a few
+milliseconds of writes, across a congested network or a slow replica up to its whole
+replication backlog. The lost turns are the session's *last* ones, so its indexes stay
+gap-free and the next append reuses their indexes (an idempotency key the client keeps
+re-sending is not found and is applied again). Nothing flags the loss. ``WAIT``
+(a write returns only after N replicas acknowledged it) is not offered yet; until it is,
+a deployment that cannot lose acknowledged turns uses SQLite or DynamoDB as the durable
+tier.
 
 Expiry. A hot session past ``expires_at`` reads as absent; with ``include_expired`` it is
 still returned until ``expires_at + gc_grace``, which is also when its native TTL fires.
