@@ -17,6 +17,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tiermem.errors import TierMemError
 from tiermem.interfaces.tenancy import LOCAL_TENANT, TenantScope
@@ -49,7 +50,8 @@ RAW_IDS_OPTION = typer.Option(
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print ``message`` as an error and exit with ``code``."""
-    err_console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    # The message is text, not markup: "pip install 'tiermem[api]'" must keep its [api].
+    err_console.print(f"[red]error:[/red] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(code=code)
 
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
@@ -525,12 +524,8 @@ def demo(settings: TierMemSettings, *, serve: bool = False, port: int = 8080) ->
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        # fail() prints rich markup: escape, or "[api]" would be read as a style tag.
         fail(
-            escape(
-                "--serve needs the 'api' extra (FastAPI, uvicorn): "
-                f"pip install 'tiermem[api]' ({exc})"
-            )
+            f"--serve needs the 'api' extra (FastAPI, uvicorn): pip install 'tiermem[api]' ({exc})"
         )
     from tiermem.interfaces.tenancy import KeyStore, check_bind_allowed
 
