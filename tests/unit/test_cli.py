@@ -73,3 +73,21 @@ def test_every_command_is_wired() -> None:
     keys = runner.invoke(app, ["keys", "--help"], env={"COLUMNS": "200"})
     for command in ("create", "revoke", "list"):
         assert f" {command} " in keys.stdout, command
+
+
+def test_an_error_message_is_printed_as_text_not_markup() -> None:
+    """An install hint names its extra in brackets; rich markup would swallow "[api]"."""
+    import typer
+    from typer.testing import CliRunner
+
+    from tiermem.interfaces.cli_common import fail
+
+    app = typer.Typer()
+
+    @app.command()
+    def broken() -> None:
+        fail("the REST API needs the 'api' extra: pip install 'tiermem[api]'")
+
+    result = CliRunner().invoke(app, [])
+    assert result.exit_code == 1
+    assert "pip install 'tiermem[api]'" in result.output
