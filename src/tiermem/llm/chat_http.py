@@ -12,12 +12,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tiermem.errors import BackendError, BackendTimeoutError, BackendUnavailableError
+from tiermem.errors import (
+    BackendError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    UnsupportedCapabilityError,
+    ValidationError,
+)
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["post_json", "retryable_status"]
+__all__ = ["open_http_client", "post_json", "retryable_status"]
 
 _ADVICE = {
     400: "check llm_model and max_tokens; if the server does not support response_format, "
@@ -27,6 +33,37 @@ _ADVICE = {
     404: "check llm_base_url (OpenAI-compatible servers usually end in /v1) and llm_model",
     429: "the server is rate limiting: slow down or raise the quota",
 }
+
+
+def open_http_client(
+    owner: str,
+    *,
+    base_url: str,
+    timeout: float,
+    max_attempts: int,
+    http_client: httpx.AsyncClient | None,
+) -> httpx.AsyncClient:
+    """The client an HTTP chat adapter uses, after the checks every adapter shares:
+    ``http_client`` if given, else a new one with ``timeout``.
+
+    Raises:
+        UnsupportedCapabilityError: httpx is not installed (``owner`` names the adapter).
+        ValidationError: ``base_url`` is not http(s), ``timeout`` <= 0 or
+            ``max_attempts`` < 1.
+    """
+    try:
+        import httpx
+    except ImportError as exc:
+        raise UnsupportedCapabilityError(
+            f"{owner} needs httpx; install it with `pip install 'tiermem[llm]'`"
+        ) from exc
+    if not base_url.startswith(("http://", "https://")):
+        raise ValidationError(f"base_url must start with http:// or https://, got {base_url!r}")
+    if timeout <= 0:
+        raise ValidationError(f"timeout must be > 0 seconds, got {timeout}")
+    if max_attempts < 1:
+        raise ValidationError(f"max_attempts must be >= 1, got {max_attempts}")
+    return http_client or httpx.AsyncClient(timeout=timeout)
 
 
 def retryable_status(status: int) -> bool:

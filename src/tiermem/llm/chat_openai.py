@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tiermem.errors import BackendError, UnsupportedCapabilityError, ValidationError
+from tiermem.errors import BackendError, ValidationError
 from tiermem.llm.chat import ChatMessage, ChatReply
-from tiermem.llm.chat_http import post_json
+from tiermem.llm.chat_http import open_http_client, post_json
 from tiermem.llm.chat_json import (
     check_chat_request,
     complete_with_retries,
@@ -65,20 +65,15 @@ class OpenAICompatibleChatModel:
         backoff_base: float = 0.5,
         backoff_cap: float = 8.0,
     ) -> None:
-        try:
-            import httpx
-        except ImportError as exc:
-            raise UnsupportedCapabilityError(
-                f"OpenAICompatibleChatModel needs httpx; install it with `{_INSTALL}`"
-            ) from exc
-        if not base_url.startswith(("http://", "https://")):
-            raise ValidationError(f"base_url must start with http:// or https://, got {base_url!r}")
         if not model:
             raise ValidationError("model is empty; name the model the server serves")
-        if timeout <= 0:
-            raise ValidationError(f"timeout must be > 0 seconds, got {timeout}")
-        if max_attempts < 1:
-            raise ValidationError(f"max_attempts must be >= 1, got {max_attempts}")
+        client = open_http_client(
+            type(self).__name__,
+            base_url=base_url,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            http_client=http_client,
+        )
         self.model_id = model
         self.name = f"openai-compatible:{model}"
         self._url = base_url.rstrip("/") + "/chat/completions"
@@ -87,7 +82,7 @@ class OpenAICompatibleChatModel:
         self._max_attempts = max_attempts
         self._backoff = (backoff_base, backoff_cap)
         self._owns_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(timeout=timeout)
+        self._client = client
 
     async def aclose(self) -> None:
         """Close the HTTP client if this model made it."""
