@@ -31,8 +31,6 @@ ANTHROPIC_API_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 """The ``anthropic-version`` header: the Messages API's stable version."""
 
-_INSTALL = "pip install 'tiermem[llm]'"
-
 
 class AnthropicChatModel:
     """A :class:`~tiermem.llm.chat.ChatModel` over Anthropic's Messages API.

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["OpenAICompatibleChatModel"]
 
-_INSTALL = "pip install 'tiermem[llm]'"
-
 
 class OpenAICompatibleChatModel:
     """A :class:`~tiermem.llm.chat.ChatModel` over ``POST {base_url}/chat/completions``.
