@@ -21,7 +21,9 @@ layers (redis-py, botocore, sqlite3) are mapped to these at the backend boundary
     │   └── ToolServerError         the tool server cannot be started or reached
     └── BackendError                a backend failed; ``retryable`` says if a retry may help
         ├── BackendUnavailableError the backend cannot be reached
-        └── BackendTimeoutError     the backend did not answer in time
+        ├── BackendTimeoutError     the backend did not answer in time
+        └── NotReplicatedError      a write is stored, but fewer replicas confirmed it than
+                                    required (Redis ``WAIT``)
 
 Every message says what was wrong and what to do about it.
 """
@@ -36,6 +38,7 @@ __all__ = [
     "ConflictError",
     "CorruptDataError",
     "NotFoundError",
+    "NotReplicatedError",
     "TierMemError",
     "UnknownModelError",
     "UnsupportedCapabilityError",
@@ -114,3 +117,27 @@ class BackendTimeoutError(BackendError):
 
     def __init__(self, message: str, *, backend: str, retryable: bool = True) -> None:
         super().__init__(message, backend=backend, retryable=retryable)
+
+
+class NotReplicatedError(BackendError):
+    """A write was applied on the primary, but fewer replicas acknowledged it within the
+    timeout than the deployment requires (Redis ``WAIT``, ``TIERMEM_REDIS_WAIT_REPLICAS``).
+
+    The write is *not* undone: it is stored and readable, only its survival of a failover
+    is unconfirmed. ``retryable`` is True when repeating the same call is harmless (it is
+    recognised, writes nothing twice and waits for the replicas again); ``required`` and
+    ``acknowledged`` are the replica counts asked for and confirmed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str,
+        required: int,
+        acknowledged: int,
+        retryable: bool,
+    ) -> None:
+        super().__init__(message, backend=backend, retryable=retryable)
+        self.required = required
+        self.acknowledged = acknowledged

@@ -7,9 +7,9 @@ startup) and passed down; no module reads the environment on its own.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["BackendName", "TierMemSettings"]
@@ -44,6 +44,19 @@ class TierMemSettings(BaseSettings):
     master from the startup nodes in ``redis_url`` and follows MOVED/ASK redirections.
     A session's keys share one hash tag and so do a user's, so every script runs on one
     slot; ``tiermem doctor`` checks it."""
+    redis_wait_replicas: int = Field(default=0, ge=0, le=16)
+    """With Redis as the durable tier: how many replicas must acknowledge a turn append (and
+    a session record write) before the call returns (Redis ``WAIT``, sent on the write's
+    connection in the same round trip). 0 (default): off, a write returns once the master
+    applied it. When fewer acknowledge within ``redis_wait_timeout_ms`` the call raises
+    ``NotReplicatedError``: the turn *is* stored on the master, only not confirmed on the
+    replicas; a retry with the same idempotency key writes nothing twice and waits again.
+    WAIT narrows what a failover can lose; it is not strong consistency (see
+    docs/decisions.md, "Redis durability and WAIT")."""
+    redis_wait_timeout_ms: int = Field(default=100, ge=1, le=60_000)
+    """How long a write waits for ``redis_wait_replicas`` acknowledgements, in
+    milliseconds (1..60000; WAIT's 0 would block forever when a replica is down). It is
+    also the longest a turn can be delayed by a slow or missing replica."""
 
     dynamodb_table: str = Field(default="tiermem", pattern=r"^[A-Za-z0-9_.-]{3,255}$")
     dynamodb_endpoint_url: str | None = None
@@ -96,3 +109,14 @@ class TierMemSettings(BaseSettings):
     """Requests per minute each API key (or the local tenant) may make; more get a 429."""
     api_rate_limit_burst: int = Field(default=60, ge=1, le=1_000_000)
     """Requests a key may make at once before the per-minute rate applies."""
+
+    @model_validator(mode="after")
+    def _wait_needs_redis_durable(self) -> Self:
+        if self.redis_wait_replicas and self.durable_backend != "redis":
+            raise ValueError(
+                f"TIERMEM_REDIS_WAIT_REPLICAS={self.redis_wait_replicas} applies only when Redis "
+                f"is the durable tier (TIERMEM_DURABLE_BACKEND=redis), not "
+                f"{self.durable_backend!r}: the hot tier is rebuilt from the durable tier after "
+                "a failover and needs no WAIT. Unset it, or set it to 0"
+            )
+        return self

@@ -79,6 +79,9 @@ SCRIPT LOAD and a resend). Counted by ``tests/integration/test_redis_specific.py
 * 3 per round: hot ``claim_expired`` (due entries of every shard; the candidates' real
   expiries; the leases), at most 8 rounds.
 
+With ``WAIT`` on (see "Replication and WAIT"), a durable append, ``append_through`` and
+``put_record`` stay one round trip: WAIT goes in the same pipeline as the script.
+
 Retried writes. Every durable append (alone or in ``append_through``) carries a write id
 the store makes for the call; the script records the last few in the session header and
 answers a second arrival of the same id as it answers a repeated idempotency key: nothing
@@ -132,7 +135,8 @@ own value, nothing is written twice.
 Failover: Redis replicates asynchronously, so when a master dies its replica may take
 over without the last writes it acknowledged. With SQLite or DynamoDB as the durable tier
 only the hot copy is affected (a hot miss reloads from the durable tier); with Redis as
-the durable tier those turns are lost. While the dead master's slots have no master
+the durable tier those turns are lost, unless ``WAIT`` is on (below). While the dead
+master's slots have no master
 (``cluster-node-timeout`` plus the replica's election, a few seconds) every command on
 them fails fast with a retryable ``BackendUnavailableError``: the service answers those
 sessions from the durable tier (write-through) and the hot tier serves them again once
@@ -144,10 +148,57 @@ acknowledged that had not reached the replica when it died -- on loopback a few
 milliseconds of writes, across a congested network or a slow replica up to its whole
 replication backlog. The lost turns are the session's *last* ones, so its indexes stay
 gap-free and the next append reuses their indexes (an idempotency key the client keeps
-re-sending is not found and is applied again). Nothing flags the loss. ``WAIT``
-(a write returns only after N replicas acknowledged it) is not offered yet; until it is,
-a deployment that cannot lose acknowledged turns uses SQLite or DynamoDB as the durable
-tier.
+re-sending is not found and is applied again). Nothing flags the loss unless ``WAIT`` is
+on.
+
+Replication and WAIT. ``TIERMEM_REDIS_WAIT_REPLICAS=N`` (``replica_wait=ReplicaWait(N,
+timeout_ms)`` on :class:`RedisDurableStore`; off by default) makes every durable turn
+append -- alone or in ``append_through`` -- and every ``put_record`` send ``WAIT N
+timeout_ms`` right after its script, on the same connection and in the same round trip.
+WAIT counts only the writes made on its own connection, hence the same connection:
+standalone, one non-transactional pipeline; cluster, one pipeline on one connection to the
+master of the session's slot (redis-py's cluster pipeline routes every command by its key
+and WAIT has none, so :class:`~tiermem.store.backends.redis_scripts.RedisIO` groups the
+commands by node itself, follows MOVED by patching the slot map, and rediscovers the
+cluster after a failed connection). With WAIT on, the hot store's activity mark always
+rides in the same round trip (on its own node), so a plain turn stays one round trip.
+
+* N replicas acknowledge within the timeout: the call returns as before. Those replicas
+  have *received* the write (applied in memory; on disk only as their own AOF/RDB settings
+  say -- ``WAITAOF``, Redis 7.2+, is not used).
+* Fewer do: the write is applied on the master all the same (WAIT undoes nothing) and the
+  call raises :class:`~tiermem.errors.NotReplicatedError` (``required``,
+  ``acknowledged``). It is ``retryable`` when repeating the call is harmless: an append
+  with an idempotency key (the script answers it as a repeat and writes nothing twice) or
+  an unconditional ``put_record``. An append without a key is not: a retry would store the
+  turns twice (they are readable on the master). A repeat rewrites the session's lifetime
+  field with its own value, a replicated no-op, so that the retry's WAIT covers the first
+  arrival even on another connection (Redis 7.0, tested here, moves a connection's WAIT
+  offset after every command; a server that moves it only after a replicated write would
+  otherwise confirm such a retry at once). A write that raised may survive a failover or
+  not.
+
+What WAIT guarantees: a turn acknowledged with WAIT N is on N replicas, so a failover that
+promotes one of them keeps it. With one replica per master (the tested layout) and N = 1,
+the only replica that can be promoted has every acknowledged turn:
+``tests/integration/test_redis_wait.py`` kills -9 the master of a loaded session's slot
+(3 rounds, 0 acknowledged turns lost) and, with the replica stalled behind a cut link,
+shows the failover losing 3 acknowledged turns without WAIT and none with it (each raised
+NotReplicatedError instead). What it does not: WAIT is not strong consistency. With more
+replicas per master than N, a failover may promote one that did not acknowledge (Redis
+Cluster prefers the replica with the largest replication offset, on a best-effort basis;
+``CLUSTER FAILOVER FORCE``/``TAKEOVER`` or an operator can pick any); N = the number of
+replicas per master rules that out, at the price that one replica down fails every write
+with NotReplicatedError until it is back. The master and the acknowledging replicas lost
+together, or a master restarted without persistence that its replicas then resync from
+(empty), lose acknowledged turns. A master cut off from the majority keeps accepting
+writes until ``cluster-node-timeout``; with WAIT those writes raise instead of being
+acknowledged. Not waited for: the hot-only writes (the hot tier is rebuilt from the
+durable one), ``register_session``, long-term memories (``put_memory``, in the user's
+slot), redactions and deletes -- though a waited write confirms every earlier write of
+the same master, the session's registration included. Each waited write holds its
+connection until the replicas answer (or the timeout), so the client's ``socket_timeout``,
+if set, must exceed ``TIERMEM_REDIS_WAIT_TIMEOUT_MS``.
 
 Expiry. A hot session past ``expires_at`` reads as absent; with ``include_expired`` it is
 still returned until ``expires_at + gc_grace``, which is also when its native TTL fires.
@@ -194,6 +245,6 @@ another's latest mark, the handoff waits for that later mark.
 
 from tiermem.store.backends.redis_durable import RedisDurableStore
 from tiermem.store.backends.redis_hot import RedisHotStore
-from tiermem.store.backends.redis_scripts import RedisKeys, client_from_url
+from tiermem.store.backends.redis_scripts import RedisKeys, ReplicaWait, client_from_url
 
-__all__ = ["RedisDurableStore", "RedisHotStore", "RedisKeys", "client_from_url"]
+__all__ = ["RedisDurableStore", "RedisHotStore", "RedisKeys", "ReplicaWait", "client_from_url"]

@@ -13,7 +13,10 @@ kind/json pairs), applied in the same script: to the hot ``ent`` hash, and merge
 durable ``entities`` record (decoded and encoded with Redis's bundled ``cjson``; version
 + 1, framed as ``put_record`` frames it). A durable append that is recognised as a retry --
 by the caller's idempotency key, or by the write id the store gives every call -- writes
-nothing at all, entity change included.
+nothing at all, entity change included; it only rewrites the session's lifetime field
+with its own value, a write that changes nothing but is replicated, so that a ``WAIT``
+sent after the retry confirms the first arrival on the replicas too (see "Replication
+and WAIT" in :mod:`tiermem.store.backends.redis`).
 """
 
 from __future__ import annotations
@@ -204,7 +207,13 @@ local function archive_append(now_arg, grace, expires, first, key, wid, ent_at, 
   local live = h == 'inf' or (h ~= false and tonumber(h) > now)
   if live then
     local seen_first, seen_count = seen_append(key, wid, recent)
-    if seen_first then return 'repeat', seen_first, seen_count end
+    if seen_first then
+      -- Rewrite the lifetime unchanged: no data changes, but the write is replicated, so
+      -- a WAIT after this answer confirms everything written before it on this master,
+      -- the first arrival of this append included (a retry re-confirms replication).
+      redis.call('HSET', DK[3], 'h', h)
+      return 'repeat', seen_first, seen_count
+    end
   end
   local start = 0
   if live then start = redis.call('LLEN', DK[1]) end

@@ -1,7 +1,8 @@
 """What a Redis deployment looks like from tiermem's side: a standalone server or a
 cluster, how many masters, and whether each group of keys a script declares together
 (one session's, one user's) hashes to one slot, asked of the server with
-``CLUSTER KEYSLOT``. ``tiermem doctor`` prints it (:func:`check_redis`).
+``CLUSTER KEYSLOT``. ``tiermem doctor`` prints it (:func:`check_redis`), and with
+``TIERMEM_REDIS_WAIT_REPLICAS`` flags a master with fewer replicas than the writes wait for.
 
 A cluster refuses a script whose keys span slots (CROSSSLOT), so this is the property the
 key layout in :mod:`tiermem.store.backends.redis` is built for; the check proves it on the
@@ -146,6 +147,19 @@ async def _describe(client: RedisClient, key_groups: Mapping[str, Sequence[str]]
     )
 
 
+async def _fewest_replicas(client: RedisClient) -> int:
+    """The fewest replicas connected to any master (``INFO replication``), which is what
+    a ``WAIT`` of the durable writes can count on."""
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+        counts = [
+            int((await client.info("replication", target_nodes=node)).get("connected_slaves", 0))
+            for node in client.get_primaries()
+        ]
+        return min(counts, default=0)
+    return int((await client.info("replication")).get("connected_slaves", 0))
+
+
 def _local_slots(key_groups: Mapping[str, Sequence[str]]) -> dict[str, list[int]]:
     return {name: sorted({key_slot(k.encode()) for k in keys}) for name, keys in key_groups.items()}
 
@@ -183,7 +197,20 @@ async def check_redis(settings: TierMemSettings) -> RedisTopology:
     """
     client = client_from_url(settings.redis_url, cluster=settings.redis_cluster)
     try:
-        return await describe_redis(client, probe_key_groups(settings.redis_prefix))
+        topology = await describe_redis(client, probe_key_groups(settings.redis_prefix))
+        wanted = settings.redis_wait_replicas
+        if wanted:
+            try:
+                fewest = await _fewest_replicas(client)
+            except (RedisError, RedisClusterException) as exc:
+                raise map_redis_error(exc) from exc
+            if fewest < wanted:
+                topology.problems.append(
+                    f"TIERMEM_REDIS_WAIT_REPLICAS={wanted} but a master has only {fewest} "
+                    "connected replica(s): every turn on it would raise NotReplicatedError; "
+                    "add replicas or lower the setting"
+                )
+        return topology
     finally:
         with contextlib.suppress(RedisError, RedisClusterException, OSError):
             await client.aclose()  # best effort: the answer is already in hand

@@ -1,7 +1,9 @@
 """Redis plumbing shared by :mod:`~tiermem.store.backends.redis_hot` and
 :mod:`~tiermem.store.backends.redis_durable`: the key builder, value framing, how Lua
 scripts are addressed and run (each store keeps its own scripts beside the code that calls
-them), the one door through which every command goes, and the error boundary.
+them), the one door through which every command goes (with ``WAIT`` on the write's own
+connection when a durable write must reach replicas: :class:`ReplicaWait`), and the error
+boundary.
 
 The key layout and the design are drawn in :mod:`tiermem.store.backends.redis`.
 
@@ -14,9 +16,12 @@ a Redis Cluster.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
 import hashlib
 import itertools
+import logging
 import os
 import traceback
 import zlib
@@ -29,7 +34,7 @@ from urllib.parse import urlsplit
 
 import redis
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, PipelineCommand, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import (
@@ -39,6 +44,8 @@ from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
     ClusterError,
+    MaxConnectionsError,
+    MovedError,
     NoScriptError,
     ReadOnlyError,
     RedisClusterException,
@@ -54,6 +61,7 @@ from tiermem.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    NotReplicatedError,
     ValidationError,
 )
 from tiermem.models import NewTurn
@@ -70,6 +78,7 @@ __all__ = [
     "RedisIO",
     "RedisKeys",
     "RedisStoreBase",
+    "ReplicaWait",
     "client_from_url",
     "closed_under_command",
     "cluster_client_from_url",
@@ -88,6 +97,8 @@ __all__ = [
 ]
 
 BACKEND_NAME = "redis"
+
+logger = logging.getLogger(__name__)
 
 RedisClient = Redis | RedisCluster
 """A standalone or cluster asyncio client; the stores use only what both offer."""
@@ -336,6 +347,90 @@ class Command:
     args: tuple[Arg, ...]
     script: LuaScript | None = None
 
+    @property
+    def first_key(self) -> Arg:
+        """The key that routes the command in a cluster (every key of a command shares
+        its hash tag): an EVALSHA's first declared key, else the first argument."""
+        return self.args[3] if self.script is not None else self.args[1]
+
+
+MAX_WAIT_TIMEOUT_MS = 60_000
+"""The longest a write may wait for its replicas (WAIT's timeout; 0 would block forever)."""
+
+
+@dataclass(frozen=True)
+class ReplicaWait:
+    """Confirm a durable write on ``replicas`` replicas before it returns: Redis ``WAIT
+    replicas timeout_ms``, sent on the write's own connection right after it (WAIT counts
+    only the writes of its connection). See "Replication and WAIT" in
+    :mod:`tiermem.store.backends.redis`.
+
+    ``what`` names the write in the error, and ``unsafe_retry`` says why repeating the call
+    would not be harmless ('' when it is: the error is then ``retryable``).
+
+    Raises:
+        ValidationError: ``replicas`` < 1, or ``timeout_ms`` outside 1..60000.
+    """
+
+    replicas: int
+    timeout_ms: int
+    what: str = "the write"
+    unsafe_retry: str = ""
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValidationError(
+                f"WAIT needs at least 1 replica, got {self.replicas}; to write without "
+                "waiting for replicas set TIERMEM_REDIS_WAIT_REPLICAS=0 (no ReplicaWait)"
+            )
+        if not 1 <= self.timeout_ms <= MAX_WAIT_TIMEOUT_MS:
+            raise ValidationError(
+                f"the WAIT timeout must be 1..{MAX_WAIT_TIMEOUT_MS} ms, got {self.timeout_ms}"
+                " (0 would block the write forever when a replica is down)"
+            )
+
+    def of(self, what: str, *, unsafe_retry: str = "") -> ReplicaWait:
+        """The same wait, for one call."""
+        return dataclasses.replace(self, what=what, unsafe_retry=unsafe_retry)
+
+    def command(self) -> Command:
+        return Command(("WAIT", self.replicas, self.timeout_ms))
+
+    def check(self, reply: Any, acknowledged: Any) -> None:
+        """Raise when ``reply`` (a write script's answer) says the write is stored --
+        first element ``ok``, or ``repeat`` (an earlier arrival of it is) -- and fewer than
+        ``replicas`` replicas acknowledged it.
+
+        Raises:
+            NotReplicatedError: it is stored, but not confirmed on enough replicas.
+            redis.exceptions.RedisError: WAIT itself failed (mapped at the boundary).
+        """
+        if not isinstance(reply, list) or not reply or reply[0] not in (b"ok", b"repeat"):
+            return  # nothing written ('conflict', 'index', ...): nothing to confirm
+        if isinstance(acknowledged, Exception):
+            raise acknowledged
+        count = int(acknowledged)
+        if count >= self.replicas:
+            return
+        if self.unsafe_retry:
+            advice = f"Do not retry the call blindly: {self.unsafe_retry}."
+        else:
+            advice = (
+                "Retrying the same call is harmless (it is recognised and writes nothing "
+                "twice) and waits for the replicas again."
+            )
+        raise NotReplicatedError(
+            f"{self.what} is stored on the Redis master, but only {count} of the "
+            f"{self.replicas} replica(s) required (TIERMEM_REDIS_WAIT_REPLICAS) confirmed "
+            f"it within {self.timeout_ms} ms: a failover now could lose it. {advice} If "
+            "this persists, check the replicas (INFO replication: a replica down, lagging "
+            "or unreachable) or raise TIERMEM_REDIS_WAIT_TIMEOUT_MS.",
+            backend=BACKEND_NAME,
+            required=self.replicas,
+            acknowledged=count,
+            retryable=not self.unsafe_retry,
+        )
+
 
 @overload
 def client_from_url(url: str, *, cluster: Literal[False] = False, **options: Any) -> Redis: ...
@@ -506,6 +601,23 @@ class RedisIO:
                 await self.load(script)
                 return await self.client.evalsha(script.sha, len(keys), *keys, *args)
 
+    async def call_waited(
+        self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg], wait: ReplicaWait
+    ) -> Any:
+        """:meth:`call` followed by WAIT on the script's connection, in one round trip (a
+        pipeline). A write the script says it stored that too few replicas acknowledged
+        raises :class:`~tiermem.errors.NotReplicatedError` (:meth:`ReplicaWait.check`)."""
+        command = script.command(keys, args)
+        results, acked = await self._send_with_wait([command], wait)
+        if isinstance(results[0], NoScriptError):
+            # NOSCRIPT wrote nothing (so WAIT confirmed nothing of it): load and resend.
+            await self.load(script)
+            results, acked = await self._send_with_wait([command], wait)
+        if isinstance(results[0], Exception):
+            raise results[0]
+        wait.check(results[0], acked)
+        return results[0]
+
     async def execute(self, *args: Arg) -> Any:
         await self._ready()
         with closed_under_command(self._cluster):
@@ -526,6 +638,94 @@ class RedisIO:
                 pipe.execute_command(*command.args)
             return list(await pipe.execute(raise_on_error=False))
 
+    async def send_waited(self, commands: Sequence[Command], wait: ReplicaWait) -> list[Any]:
+        """:meth:`send` where the first command is a write to confirm: WAIT follows it on
+        its connection in the same round trip, and :meth:`ReplicaWait.check` raises
+        :class:`~tiermem.errors.NotReplicatedError` if it stored something that too few
+        replicas acknowledged."""
+        results, acked = await self._send_with_wait(commands, wait)
+        wait.check(results[0], acked)
+        return results
+
+    async def _send_with_wait(
+        self, commands: Sequence[Command], wait: ReplicaWait
+    ) -> tuple[list[Any], Any]:
+        """``commands`` and a WAIT right after ``commands[0]`` on the same connection, in
+        one round trip: (each command's result or error, WAIT's answer or error).
+
+        WAIT counts only the writes made on its own connection. A standalone client sends
+        everything in one non-transactional pipeline (one connection). A cluster client
+        cannot: its pipeline routes each command by its key and WAIT has none, so the
+        commands are grouped by the master of their slot and each group goes as one
+        pipeline on one of that node's connections (:meth:`ClusterNode.execute_pipeline
+        <redis.asyncio.cluster.ClusterNode.execute_pipeline>`), WAIT last in the group of
+        ``commands[0]``; the groups go out concurrently.
+        """
+        await self._ready()
+        with closed_under_command(self._cluster):
+            if self._cluster is None:
+                pipe = self.client.pipeline(transaction=False)
+                for command in commands:
+                    pipe.execute_command(*command.args)
+                pipe.execute_command(*wait.command().args)
+                out = list(await pipe.execute(raise_on_error=False))
+                return out[:-1], out[-1]
+            return await self._send_with_wait_on_nodes(self._cluster, commands, wait)
+
+    async def _send_with_wait_on_nodes(
+        self, cluster: RedisCluster, commands: Sequence[Command], wait: ReplicaWait
+    ) -> tuple[list[Any], Any]:
+        """:meth:`_send_with_wait` on a cluster. A command answered MOVED did not run: the
+        slot map is patched (as redis-py does) and it is sent again, with WAIT if it is
+        ``commands[0]``, up to :data:`_MOVED_FOLLOWED` times; after that, or on ASK (a
+        slot migrating), its MovedError/AskError is its result (mapped to a retryable
+        "did not run" error). A failed connection makes the client rediscover the cluster
+        before it raises, so the next call finds a promoted replica."""
+        results: list[Any] = [None] * len(commands)
+        acked: Any = None
+        todo = list(range(len(commands)))
+        for _ in range(_MOVED_FOLLOWED + 1):
+            groups: dict[str, tuple[ClusterNode, list[int]]] = {}
+            for i in todo:
+                node = cluster.nodes_manager.get_node_from_slot(
+                    cluster.keyslot(commands[i].first_key)
+                )
+                groups.setdefault(node.name, (node, []))[1].append(i)
+            sent: list[tuple[ClusterNode, list[int], list[PipelineCommand]]] = []
+            for node, indexes in groups.values():
+                batch = [PipelineCommand(n, *commands[i].args) for n, i in enumerate(indexes)]
+                if 0 in indexes:
+                    batch.append(PipelineCommand(len(batch), *wait.command().args))
+                sent.append((node, indexes, batch))
+            outcomes = await asyncio.gather(
+                *(node.execute_pipeline(batch) for node, _, batch in sent),
+                return_exceptions=True,
+            )
+            for (node, indexes, batch), outcome in zip(sent, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    if not isinstance(outcome, Exception):
+                        raise outcome  # cancelled
+                    if isinstance(
+                        outcome, RedisConnectionError | RedisTimeoutError
+                    ) and not isinstance(outcome, MaxConnectionsError):
+                        # (all of the node's connections busy is no sign of a failed node)
+                        await _forget_failed_node(cluster, node)
+                    if 0 in indexes:
+                        raise outcome
+                    for i in indexes:
+                        results[i] = outcome
+                    continue
+                for i, sent_command in zip(indexes, batch, strict=False):
+                    results[i] = sent_command.result
+                if 0 in indexes:
+                    acked = batch[-1].result
+            todo = [i for i in todo if isinstance(results[i], MovedError)]
+            if not todo:
+                break
+            for i in todo:
+                await cluster.nodes_manager.move_slot(results[i])
+        return results, acked
+
     async def batch(self, commands: Sequence[Command]) -> list[Any]:
         """:meth:`send` for independent commands: reload scripts on NOSCRIPT, raise errors."""
         results = await self.send(commands)
@@ -540,6 +740,25 @@ class RedisIO:
             if isinstance(result, Exception):
                 raise result
         return results
+
+
+_MOVED_FOLLOWED = 3
+"""MOVED answers a waited write follows (each patches the client's slot map) before its
+MovedError becomes its result."""
+
+
+async def _forget_failed_node(cluster: RedisCluster, node: ClusterNode) -> None:
+    """After a connection to ``node`` failed: what redis-py's cluster client does for its
+    own commands (reconnect that node's connections, try it last), then rediscover the
+    slot map so that the next command finds the replica once it is promoted. A failure to
+    rediscover is left to the next command (the caller raises the original error)."""
+    node.update_active_connections_for_reconnect()
+    await node.disconnect_free_connections()
+    cluster.nodes_manager.move_node_to_end_of_cached_nodes(node.name)
+    try:
+        await cluster.nodes_manager.initialize(last_failed_node_name=node.name)
+    except (RedisError, RedisClusterException) as exc:
+        logger.debug("redis: rediscovering the cluster after %s failed: %s", node.name, exc)
 
 
 _REDIS_PACKAGE = os.path.dirname(redis.__file__)
