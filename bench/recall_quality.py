@@ -4,10 +4,19 @@
 For each question and budget (512 / 2k / 4k tokens): is every evidence turn in the
 assembled context, by provenance? Three methods through the same harness
 (``tiermem.testing.recall_harness``): the last-N window, the hot window plus BM25 over raw
-turns, and the hot window plus the recall engine. Then ablations at 2k (each idea of the
-engine switched alone). With ``--embeddings``, the engine also runs hybrid with the local
-all-MiniLM-L6-v2 (every turn embedded once at index time, batched; a query embeds itself).
-Writes ``bench/results/recall_quality.json`` and ``.png``::
+turns, and the hot window plus the recall engine. The sessions are summarized as they load
+(offline engines, as the service does) and the engine also searches earlier sessions'
+summary lines. Then ablations at 2k (each idea of the engine switched alone).
+
+**Expired variant** (run ``expired``): the same fixture with turns kept 24 h and summaries
+30 days, as the service keeps them, asked at the same time: every earlier session's raw
+turns are gone, for every method. Reported: the three methods, the engine without summary
+lines and without structured items, and the share of questions whose evidence is still
+there at all (live turns or named by a stored summary line), the ceiling of any method.
+
+With ``--embeddings``, the engine also runs hybrid with the local all-MiniLM-L6-v2 (every
+turn embedded once at index time, batched; a query embeds itself). Writes
+``bench/results/recall_quality.json`` and ``.png``::
 
     python bench/recall_quality.py [--conversations 20] [--embeddings]
 """
@@ -52,6 +61,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "with second hop (off by default)": {"second_hop": True},
     "no neighbours": {"neighbours": False},
     "no diversity (no per-session cap)": {"per_session": RECALL_K},
+    "no summary lines (earlier sessions' summaries not searched)": {"summaries": False},
 }
 
 
@@ -83,7 +93,8 @@ async def main() -> None:
     args = parser.parse_args()
     fixture = generate_recall_fixture(args.conversations)
     started = time.perf_counter()
-    report = await evaluate_recall_quality(fixture, budgets=BUDGETS)
+    cache: dict[object, object] = {}  # each variant loaded and summarized once
+    report = await evaluate_recall_quality(fixture, budgets=BUDGETS, cache=cache)
     main_json = report.to_json()
     print(json.dumps(main_json["share"]))
     results: list[dict[str, Any]] = [{"run": "main", **main_json}]
@@ -91,11 +102,38 @@ async def main() -> None:
     ablations: dict[str, float] = {"engine (all on)": report.share("engine", 2048)}
     for name, change in ABLATIONS.items():
         ablated = await evaluate_recall_quality(
-            fixture, budgets=(2048,), policy=replace(base, **change)
+            fixture, budgets=(2048,), policy=replace(base, **change), cache=cache
         )
         ablations[name] = round(ablated.share("engine", 2048), 4)
         print(name, ablations[name])
     results.append({"run": "ablations_at_2048", "engine_share": ablations})
+    unsummarized = await evaluate_recall_quality(fixture, budgets=BUDGETS, summaries=False)
+    results.append({"run": "main_without_summarizing", **unsummarized.to_json()})
+    print("without summarizing", json.dumps(unsummarized.to_json()["share"]))
+
+    expired = await evaluate_recall_quality(fixture, budgets=BUDGETS, expired=True, cache=cache)
+    expired_json = expired.to_json()
+    no_lines = await evaluate_recall_quality(
+        fixture,
+        budgets=BUDGETS,
+        expired=True,
+        policy=replace(base, summaries=False),
+        cache=cache,
+    )
+    no_items = await evaluate_recall_quality(
+        fixture, budgets=BUDGETS, expired=True, structured=False
+    )
+    results.append(
+        {
+            "run": "expired",
+            **expired_json,
+            "engine_without_summaries": no_lines.to_json()["share"]["engine"],  # type: ignore[index]
+            "engine_without_structured_items": no_items.to_json()["share"]["engine"],  # type: ignore[index]
+        }
+    )
+    print("expired", json.dumps(expired_json["share"]), expired_json["evidence_available"])
+    print("expired, engine without summaries", json.dumps(no_lines.to_json()["share"]["engine"]))  # type: ignore[index]
+    print("expired, no structured items", json.dumps(no_items.to_json()["share"]["engine"]))  # type: ignore[index]
     shares = {m: main_json["share"][m] for m in METHODS}  # type: ignore[index]
     if args.embeddings:
         from tiermem.llm.embeddings_local import LocalMiniLMEmbedder

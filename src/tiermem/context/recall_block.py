@@ -8,14 +8,18 @@ The chosen items are then laid out: memories and knowledge chunks first, by scor
 the turns by **dated session**: one header per earlier session ("Session s1 — Tuesday
 2026-03-10:") with its turns in order, oldest session first. A turn's relative dates are
 shown resolved against the day it was said ("yesterday → 2026-03-09"), so "when did …"
-questions can be answered from the block. Every item keeps its own provenance (session id
-and turn index, memory id).
+questions can be answered from the block. Lines of an earlier session's summary and items
+of its structured memory (kept 30 days, after its raw turns have expired) go under the same
+dated header, marked ``[summary, turn 12]`` / ``[structured, turn 12]``, in turn order with
+the session's turns, with provenance tier ``session``, the summary id and the turn. Every
+item keeps its own provenance (session id and turn index, memory id, summary id).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tiermem.context.models import ItemProvenance, SourceTier
@@ -38,6 +42,8 @@ LEAD_NEIGHBOURS = 3
 others only once every hit has been offered."""
 
 _HIT_TIERS: dict[str, SourceTier] = {"turn": "archive", "memory": "longterm", "chunk": "knowledge"}
+_SUMMARY_SOURCES = frozenset({"summary", "structured"})
+"""``Provenance.source`` of summary lines (``tiermem.longterm.recall.SUMMARY_SOURCES``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +63,31 @@ def _clip(text: str) -> str:
     return text
 
 
+def _is_summary(hit: RecallHit) -> bool:
+    return hit.kind == "chunk" and hit.provenance.source in _SUMMARY_SOURCES
+
+
+def _when(hit: RecallHit) -> datetime | None:
+    return hit.turn.timestamp if hit.turn is not None else hit.created_at
+
+
 def _session_key(hit: RecallHit) -> str | None:
-    return hit.session_id if hit.kind == "turn" and hit.turn is not None else None
+    if hit.kind == "turn" and hit.turn is not None:
+        return hit.session_id
+    if _is_summary(hit) and hit.session_id is not None and hit.created_at is not None:
+        return hit.session_id
+    return None
 
 
-def _session_header(hit: RecallHit) -> str:
-    assert hit.turn is not None
-    day = hit.turn.timestamp
-    return f"Session {hit.session_id} — {day:%A} {day.date().isoformat()}:"
+def _session_header(session_id: str | None, day: datetime) -> str:
+    return f"Session {session_id} — {day:%A} {day.date().isoformat()}:"
+
+
+def _turn_of(hit: RecallHit) -> int:
+    if hit.turn is not None:
+        return hit.turn.index
+    indexes = hit.provenance.turn_indexes
+    return indexes[0] if indexes else 1 << 62
 
 
 def hit_line(hit: RecallHit, *, in_session: bool) -> str:
@@ -85,10 +108,32 @@ def hit_line(hit: RecallHit, *, in_session: bool) -> str:
         return f"- [{turn.role}, {where}turn {turn.index}, {day}] {text}{dates}"
     if hit.kind == "memory" and hit.memory is not None:
         return f"- [{hit.memory.memory_type}, {hit.memory.created_at.date().isoformat()}] {text}"
+    if _is_summary(hit):
+        indexes = hit.provenance.turn_indexes
+        where = f", turn {indexes[0]}" if indexes else ""
+        dates = ""
+        if hit.created_at is not None:
+            resolved = [
+                f"{m.phrase} → {m.day.isoformat()}"
+                for m in find_date_mentions(hit.text, hit.created_at)
+                if m.relative and m.precision == "day"
+            ]
+            dates = f" ({'; '.join(resolved)})" if resolved else ""
+        if in_session:
+            return f"- [{hit.provenance.source}{where}] {text}{dates}"
+        return f"- [{hit.provenance.source}, session {hit.session_id}{where}] {text}{dates}"
     return f"- [{hit.kind}] {text}"
 
 
 def hit_provenance(hit: RecallHit) -> ItemProvenance:
+    if _is_summary(hit):
+        ids = hit.provenance.memory_ids
+        return ItemProvenance(
+            tier="session",
+            session_id=hit.session_id or hit.provenance.session_id,
+            turn_indexes=hit.provenance.turn_indexes,
+            summary_id=ids[0] if ids else None,
+        )
     tier: SourceTier = _HIT_TIERS[hit.kind]
     session_id = hit.session_id or hit.provenance.session_id
     indexes = hit.provenance.turn_indexes
@@ -113,15 +158,16 @@ def _layout(chosen: Sequence[RecallHit], counter: TokenCounter) -> list[RecallIt
         else:
             sessions.setdefault(key, []).append(hit)
     groups = sorted(
-        sessions.values(),
-        key=lambda hits: min(h.turn.timestamp for h in hits if h.turn is not None),
+        ((min(w for h in hits if (w := _when(h)) is not None), hits) for hits in sessions.values()),
+        key=lambda pair: pair[0],
     )
     items = [_item(hit_line(hit, in_session=False), hit, counter) for hit in others]
-    for group in groups:
-        group.sort(key=lambda h: h.turn.index if h.turn is not None else 0)
+    for day, group in groups:
+        group.sort(key=lambda h: (_turn_of(h), h.kind != "turn"))
         for i, hit in enumerate(group):
             line = hit_line(hit, in_session=True)
-            items.append(_item(f"{_session_header(hit)}\n{line}" if i == 0 else line, hit, counter))
+            header = _session_header(hit.session_id, day)
+            items.append(_item(f"{header}\n{line}" if i == 0 else line, hit, counter))
     if items:
         first = items[0]
         items[0] = _item(f"{RECALL_HEADER}\n{first.text}", None, counter, like=first)
@@ -157,8 +203,9 @@ def plan_recall_block(
     def cost(hit: RecallHit) -> int:
         key = _session_key(hit)
         line = hit_line(hit, in_session=key is not None)
-        if key is not None and key not in sessions:
-            line = f"{_session_header(hit)}\n{line}"
+        when = _when(hit)
+        if key is not None and key not in sessions and when is not None:
+            line = f"{_session_header(key, when)}\n{line}"
         return message_tokens((TextBlock(text=line),), counter) + (0 if chosen else header_cost)
 
     def offer(hit: RecallHit) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from tiermem.longterm.index import DocKind
-from tiermem.models import FrozenModel, MemoryRecord, Provenance, Turn
+from tiermem.models import FrozenModel, MemoryRecord, Provenance, Turn, UtcDatetime
 
 __all__ = ["RecallHit"]
 
@@ -25,6 +25,9 @@ class RecallHit(FrozenModel):
     """The archived turn, for ``kind == "turn"``."""
     session_id: str | None = None
     provenance: Provenance = Field(default_factory=Provenance)
+    created_at: UtcDatetime | None = None
+    """When a resolved item (a knowledge chunk, a summary line) was made, if its resolver
+    knows; memories and turns carry their own time."""
     neighbour_of: str | None = None
     """For a turn added as context around a hit: the hit's ``doc_id`` (placed only if the
     budget has room after every hit)."""

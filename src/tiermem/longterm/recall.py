@@ -13,7 +13,9 @@ them, and ranks them with the pure policy :mod:`tiermem.policies.recall`:
    candidates), turns with ``get_turn`` (at most ``fetch_concurrency`` at once) -- or, for
    per-turn recall (``turns_read``), one ``get_turns`` per run of nearby candidates of a
    session, which also reads the neighbours the context adds -- all concurrently; other
-   kinds through a registered resolver. Never the whole partition.
+   kinds through a registered resolver, and session summary lines (``summaries=True``,
+   kind ``chunk`` with :func:`summary_doc_id` ids) through the summary resolver, which
+   returns only lines the session's records still hold. Never the whole partition.
 3. Filter: the asked ``types``, ``min_importance`` and time range; expired records,
    superseded ones (``invalid_from`` ≤ now), not yet valid ones (``valid_from`` > now) and
    internal types (``_...``) are never returned.
@@ -58,6 +60,8 @@ from tiermem.store.contract import MAX_MEMORY_IDS_PER_GET, DurableStore
 from tiermem.store.keys import validate_id
 
 __all__ = [
+    "SUMMARY_DOC_KIND",
+    "SUMMARY_SOURCES",
     "WARM_MEMORY_CAP",
     "WARM_MEMORY_PAGE",
     "WARM_SESSIONS",
@@ -68,7 +72,9 @@ __all__ = [
     "Resolver",
     "memory_doc",
     "memory_loader",
+    "parse_summary_doc_id",
     "parse_turn_doc_id",
+    "summary_doc_id",
     "turn_doc_id",
     "turn_docs",
     "turn_loader",
@@ -180,6 +186,31 @@ def turn_docs(
             )
         )
     return docs
+
+
+SUMMARY_DOC_KIND: DocKind = "chunk"
+"""The index kind of a session summary's line or structured-memory item (earlier sessions'
+summaries as recall sources, :mod:`tiermem.summaries.recall_docs`). The search index knows
+three kinds; summary documents share ``chunk`` with knowledge chunks and are told apart by
+their doc id (:func:`summary_doc_id`), so every index backend holds them unchanged."""
+SUMMARY_SOURCES = frozenset({"summary", "structured"})
+"""``Provenance.source`` of a recalled summary line / structured-memory item."""
+_SUMMARY_MARK = "#summary-"
+
+
+def summary_doc_id(session_id: str, key: str) -> str:
+    """``<session_id>#summary-<key>``: the doc id of one summary line or structured item of
+    a session (``key``: what the line is, see :mod:`tiermem.summaries.recall_docs`). Never a
+    turn's (``#<digits>``) or a knowledge chunk's id."""
+    return f"{session_id}{_SUMMARY_MARK}{key}"
+
+
+def parse_summary_doc_id(doc_id: str) -> tuple[str, str] | None:
+    """``(session_id, key)`` of a summary doc id, or None for any other id."""
+    session_id, sep, key = doc_id.rpartition(_SUMMARY_MARK)
+    if not sep or not session_id or not key or "#" in key:
+        return None
+    return session_id, key
 
 
 WARM_MEMORY_CAP = 10_000
@@ -378,6 +409,7 @@ class Recaller:
         self._fetch_concurrency = fetch_concurrency
         self._raise_embedding_errors = raise_embedding_errors
         self._resolvers: dict[str, Resolver] = {}
+        self._summaries: Resolver | None = None
         self._repairs: set[asyncio.Task[None]] = set()
         self.counters = RecallCounters()
 
@@ -398,6 +430,18 @@ class Recaller:
             )
         self._resolvers[kind] = resolver
 
+    def register_summary_resolver(self, resolver: Resolver) -> None:
+        """Fetch summary documents (:func:`summary_doc_id`) through ``resolver``; a
+        :meth:`recall` with ``summaries=True`` then searches them. The resolver returns only
+        lines the session's current summary records still hold: the others (superseded by a
+        later pass, reset by a redaction, expired) are stale and leave the index."""
+        self._summaries = resolver
+
+    @property
+    def has_summaries(self) -> bool:
+        """Whether summary documents can be recalled (a resolver is registered)."""
+        return self._summaries is not None
+
     async def recall(
         self,
         user_id: str,
@@ -412,6 +456,7 @@ class Recaller:
         candidates: int | None = None,
         embed_missing: bool = True,
         turns_read: dict[str, Turn | None] | None = None,
+        summaries: bool = False,
     ) -> list[RecallHit]:
         """The ``k`` best hits for ``query`` among the user's documents of ``scope``.
 
@@ -428,6 +473,11 @@ class Recaller:
 
         ``types`` and the time range (``since`` inclusive, ``until`` exclusive, on the
         creation time) filter memories; ``min_importance`` filters memories and turns.
+
+        ``summaries=True`` adds the lines of the user's session summaries and structured
+        memory (earlier sessions' derived memory, which outlives their raw turns) to
+        ``scope``, when a summary resolver is registered; otherwise they are never returned,
+        whatever ``scope`` says (a knowledge search finds only knowledge chunks).
 
         Raises:
             ValidationError: bad ids, ``k`` outside 1..100, an unknown kind in ``scope``
@@ -451,9 +501,21 @@ class Recaller:
         now = self._clock.now()
         self.counters.recalls += 1
 
+        with_summaries = summaries and self._summaries is not None
+        searched = kinds
+        if with_summaries and SUMMARY_DOC_KIND not in kinds:
+            searched = [*kinds, SUMMARY_DOC_KIND]
         found, vector = await self._gather(
-            user_id, query, kinds, type_set, since, until, k, candidates
+            user_id, query, searched, type_set, since, until, k, candidates
         )
+        for key, c in list(found.items()):
+            if c.kind != SUMMARY_DOC_KIND:
+                continue
+            is_summary = parse_summary_doc_id(c.doc_id) is not None
+            if (is_summary and not with_summaries) or (
+                not is_summary and SUMMARY_DOC_KIND not in kinds
+            ):
+                del found[key]
         stale = await self._fetch(user_id, found, turns_read)
         kept = [
             c
@@ -689,8 +751,10 @@ class Recaller:
                 except NotFoundError:
                     c.turn = None
 
-        async def resolve(kind: DocKind, group: list[_Candidate]) -> None:
-            found = await self._resolvers[kind](user_id, [c.doc_id for c in group])
+        async def resolve(kind: DocKind | None, group: list[_Candidate]) -> None:
+            resolver = self._summaries if kind is None else self._resolvers[kind]
+            assert resolver is not None
+            found = await resolver(user_id, [c.doc_id for c in group])
             for c in group:
                 value = found.get(c.doc_id)
                 if value is not None:
@@ -699,9 +763,12 @@ class Recaller:
         jobs: list[Awaitable[None]] = []
         unfetched: list[_Candidate] = []
         others: dict[DocKind, list[_Candidate]] = {}
+        summary_docs: list[_Candidate] = []
         by_session: dict[str, list[tuple[int, _Candidate]]] = {}
         for c in candidates.values():
-            if c.kind == "memory" and c.memory is None:
+            if c.kind == SUMMARY_DOC_KIND and parse_summary_doc_id(c.doc_id) is not None:
+                summary_docs.append(c)
+            elif c.kind == "memory" and c.memory is None:
                 unfetched.append(c)
             elif c.kind == "turn" and turns_read is not None:
                 try:
@@ -720,12 +787,16 @@ class Recaller:
             for start in range(0, len(unfetched), MAX_MEMORY_IDS_PER_GET)
         )
         jobs.extend(resolve(kind, group) for kind, group in others.items())
+        if summary_docs:
+            jobs.append(resolve(None, summary_docs))
         await asyncio.gather(*jobs)
 
         for key, c in list(candidates.items()):
             if c.memory is None and c.turn is None and c.resolved is None:
                 del candidates[key]
-                if c.kind != "chunk":  # a resolver's unknown ids are its own business
+                # A resolver's unknown ids are its own business, except summary lines: one
+                # its session's records no longer hold was superseded, reset or expired.
+                if c.kind != "chunk" or parse_summary_doc_id(c.doc_id) is not None:
                     stale.append((c.kind, c.doc_id))
         return stale
 
@@ -904,4 +975,5 @@ def _hit(c: _Candidate, score: float, components: dict[str, float]) -> RecallHit
         components=components,
         session_id=resolved.provenance.session_id,
         provenance=resolved.provenance,
+        created_at=resolved.created_at,
     )

@@ -14,7 +14,9 @@ embeddings when configured), for a query asked now in a session:
    Kenji …" → "Kenji") are searched again with the query, and both rankings are fused by
    reciprocal rank (:func:`rrf_fuse`).
 4. **De-duplication**: a memory and the turn it was extracted from (its provenance) are one
-   fact: the better-ranked one stays.
+   fact: the better-ranked one stays. A summary line (or structured item) and its source
+   turn are one too: the turn stays, with the better of the two scores (it brings its
+   neighbour and its exact date); two summary-derived hits of one turn are one.
 5. **Diversity** (:func:`diversify`): at most ``per_session`` hits of one session while
    others wait, and no near-duplicate text.
 6. **Neighbours**: each turn hit brings the turn that completes its exchange (a user turn
@@ -22,6 +24,12 @@ embeddings when configured), for a query asked now in a session:
    ``neighbour_of``: the context places them only when every hit fits. They were read with
    the candidates (one ``get_turns`` per run of nearby candidate turns of a session), so
    this step reads nothing.
+
+**Earlier sessions' summaries** (``policy.summaries``, on when the recaller has a summary
+resolver, :mod:`tiermem.summaries.recall_docs`): their lines and structured items are
+searched with the turns, so a session whose raw turns have expired (24 h) is still found
+through its summary (30 days). The asking session's own summary lines are left out: its
+summaries are in the context already.
 
 Reads only; nothing is written to the history or the store.
 """
@@ -36,13 +44,19 @@ from datetime import datetime
 from tiermem.errors import ValidationError
 from tiermem.longterm.hits import RecallHit
 from tiermem.longterm.index import DocKind
-from tiermem.longterm.recall import Recaller, turn_doc_id
+from tiermem.longterm.recall import SUMMARY_SOURCES, Recaller, turn_doc_id
 from tiermem.longterm.recall_dates import query_date_terms
 from tiermem.longterm.text import STOPWORDS, query_terms, tokenize
 from tiermem.models import Turn
 from tiermem.policies.recall import diversify, rrf_fuse
 
-__all__ = ["ContextRecallPolicy", "expand_query", "hop_names", "recall_for_context"]
+__all__ = [
+    "ContextRecallPolicy",
+    "expand_query",
+    "hop_names",
+    "is_summary_hit",
+    "recall_for_context",
+]
 
 _NAME = re.compile(r"(?<![\w])([A-Z][a-z]{2,})\b")
 
@@ -67,6 +81,9 @@ class ContextRecallPolicy:
     """Resolve the query's dates into the index's date terms."""
     aliases: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Casefolded query word or phrase → what to add to the query when it appears."""
+    summaries: bool = True
+    """Search earlier sessions' summary lines and structured items too (when the recaller
+    can resolve them)."""
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.candidates < self.k or self.per_session < 1 or self.hop_names < 0:
@@ -111,11 +128,71 @@ def hop_names(query: str, hits: Sequence[RecallHit], limit: int) -> list[str]:
     return list(names)
 
 
+def is_summary_hit(hit: RecallHit) -> bool:
+    """A line of a session summary or an item of structured memory."""
+    return hit.kind == "chunk" and hit.provenance.source in SUMMARY_SOURCES
+
+
 def _source_turns(hit: RecallHit) -> set[str]:
     provenance = hit.provenance
-    if hit.kind != "memory" or provenance.session_id is None:
+    if (hit.kind != "memory" and not is_summary_hit(hit)) or provenance.session_id is None:
         return set()
     return {turn_doc_id(provenance.session_id, i) for i in provenance.turn_indexes}
+
+
+def _dedupe(ordered: Sequence[RecallHit]) -> list[RecallHit]:
+    """One hit per fact (step 4 of the module docstring), best first. Of the hits that
+    come from one turn, the raw turn is kept over a summary line, a summary line (the
+    sentence as said) over a structured item (a slot's value), at the best rank among
+    them; a memory and its turn keep the better-ranked."""
+    fuller: dict[str, str] = {}
+    """Turn doc id → the hit standing for it that a summary-derived hit defers to."""
+    for hit in ordered:
+        if hit.kind == "turn":
+            fuller[hit.doc_id] = hit.doc_id
+    for hit in ordered:
+        if is_summary_hit(hit) and hit.provenance.source == "summary":
+            for doc_id in _source_turns(hit):
+                fuller.setdefault(doc_id, hit.doc_id)
+    kept: list[tuple[int, RecallHit]] = []
+    seen_turns: set[str] = set()
+    covered: set[str] = set()
+    """Turns a kept memory came from: the memory stands for them."""
+    lines: set[str] = set()
+    """Turns a kept summary line came from."""
+    promoted: dict[str, tuple[int, float]] = {}
+    """Hit → (rank, score) of a better-ranked summary hit that deferred to it."""
+    for rank, hit in enumerate(ordered):
+        if hit.kind == "turn" and hit.doc_id in covered:
+            continue
+        sources = _source_turns(hit)
+        if is_summary_hit(hit):
+            targets = {fuller[s] for s in sources if s in fuller} - {hit.doc_id}
+            if targets:  # a fuller hit of its turn is there: it stays, at the better rank
+                for doc_id in targets:
+                    best = promoted.get(doc_id)
+                    if best is None or rank < best[0]:
+                        promoted[doc_id] = (rank, hit.score)
+                continue
+            if sources & (lines | covered):
+                continue
+            lines |= sources
+        elif sources & (seen_turns | lines):
+            continue
+        if hit.kind == "memory":
+            covered |= sources
+        if hit.kind == "turn":
+            seen_turns.add(hit.doc_id)
+        kept.append((rank, hit))
+    out: list[tuple[int, RecallHit]] = []
+    for rank, hit in kept:
+        better = promoted.get(hit.doc_id)
+        if better is not None and better[0] < rank:
+            hit = hit.model_copy(update={"score": max(hit.score, better[1])})
+            rank = better[0]
+        out.append((rank, hit))
+    out.sort(key=lambda pair: pair[0])
+    return [hit for _, hit in out]
 
 
 async def recall_for_context(
@@ -140,7 +217,13 @@ async def recall_for_context(
     hot = {turn_doc_id(session_id, i) for i in hot_indexes} if session_id is not None else set()
 
     def fresh(hits: Sequence[RecallHit]) -> list[RecallHit]:
-        return [h for h in hits if not (h.kind == "turn" and h.doc_id in hot)]
+        # The asking session's summary is in the context already, as its own sections.
+        return [
+            h
+            for h in hits
+            if not (h.kind == "turn" and h.doc_id in hot)
+            and not (is_summary_hit(h) and session_id is not None and h.session_id == session_id)
+        ]
 
     expanded = expand_query(query, now, policy.aliases, dates=policy.dates)
     limit = min(100, policy.candidates + min(len(hot), policy.candidates))
@@ -148,7 +231,13 @@ async def recall_for_context(
     read: dict[str, Turn | None] = {}
     first = fresh(
         await recaller.recall(
-            user_id, expanded, k=limit, scope=scope, candidates=limit, turns_read=read
+            user_id,
+            expanded,
+            k=limit,
+            scope=scope,
+            candidates=limit,
+            turns_read=read,
+            summaries=policy.summaries,
         )
     )
     by_id = {h.doc_id: h for h in first}
@@ -164,6 +253,7 @@ async def recall_for_context(
                     scope=scope,
                     candidates=limit,
                     turns_read=read,
+                    summaries=policy.summaries,
                 )
             )
             for h in second:
@@ -171,20 +261,8 @@ async def recall_for_context(
             rankings.append([h.doc_id for h in second])
     ordered = [by_id[doc_id] for doc_id, _ in rrf_fuse(rankings)]
 
-    # A memory and its source turn are one fact: keep the better-ranked.
-    kept: list[RecallHit] = []
-    seen_turns: set[str] = set()
-    covered: set[str] = set()
-    for hit in ordered:
-        if hit.kind == "turn" and hit.doc_id in covered:
-            continue
-        sources = _source_turns(hit)
-        if sources & seen_turns:
-            continue
-        covered |= sources
-        if hit.kind == "turn":
-            seen_turns.add(hit.doc_id)
-        kept.append(hit)
+    kept = _dedupe(ordered)
+    by_id.update((h.doc_id, h) for h in kept)
 
     picked_ids = diversify(
         ((h.doc_id, h.session_id or h.kind, frozenset(tokenize(h.text))) for h in kept),

@@ -29,6 +29,13 @@ hot window (no I/O) and, when a pass is due, queues one job per session on the s
 bounded background queue (:mod:`tiermem.background`). Callers that need their writes
 summarized await :meth:`SummaryJobs.wait_through` (``await session.summaries(wait_through=N)``),
 which runs the job inline if it has not run yet.
+
+**Recall** (:mod:`tiermem.summaries.recall_docs`, when :meth:`SummaryJobs.index_for_recall`
+attached a long-term memory): a committed pass indexes the session's summary lines and
+structured items, and removes the previous version's other lines, in the job (so off the
+response path, except for a caller that waits for the pass); a redaction that resets the
+summaries removes them all. An index failure is logged and counted, never fails the pass:
+recall checks every line against the records anyway.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from tiermem.background import BackgroundWork
 from tiermem.clock import Clock
@@ -69,6 +77,10 @@ from tiermem.summaries.structured import ENTITY_SLOTS, same_value
 from tiermem.summaries.structured import render_structured as structured_text
 from tiermem.summaries.validate import PassQuality, drop_stale, validated_pass
 from tiermem.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from tiermem.longterm.memory import LongTermMemory
+    from tiermem.summaries.recall_docs import CurrentSummary, SummaryLine, SummaryRecall
 
 __all__ = [
     "STRUCTURED_RECORD",
@@ -229,6 +241,8 @@ class SummaryJobStats:
     drift_passes: int = 0
     queued: int = 0
     """Sessions with a pass queued and not started."""
+    recall_index_failures: int = 0
+    """Commits and resets whose summary lines could not be (un)indexed for recall (logged)."""
 
     def snapshot(self) -> dict[str, object]:
         """The counters and averages as plain values (for stats endpoints)."""
@@ -253,6 +267,7 @@ class SummaryJobStats:
                 None if self.last_compression is None else self.last_compression.model_dump()
             ),
             "queued": self.queued,
+            "recall_index_failures": self.recall_index_failures,
         }
 
 
@@ -280,6 +295,56 @@ class SummaryJobs:
         self.stats = SummaryJobStats()
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._queued: set[str] = set()
+        self.recall: SummaryRecall | None = None
+        """Indexes committed summary lines for recall (:meth:`index_for_recall`)."""
+
+    def index_for_recall(self, longterm: LongTermMemory, *, structured: bool = True) -> None:
+        """Make every session's summary lines (and structured items, with ``structured``)
+        recall sources of ``longterm``: indexed in its index when a pass commits, resolved
+        by its recaller (``Recaller.recall(summaries=True)``), and loaded by a warming
+        index with the user's newest sessions (``WARM_SESSIONS``)."""
+        from tiermem.longterm.index_memory import WarmingIndex
+        from tiermem.longterm.recall import WARM_SESSIONS, Recaller
+        from tiermem.summaries.recall_docs import SummaryRecall
+
+        self.recall = SummaryRecall(
+            longterm.index,
+            self.current_for_recall,
+            write=longterm.index_docs,
+            structured=structured,
+        )
+        if isinstance(longterm.recaller, Recaller):
+            longterm.recaller.register_summary_resolver(self.recall.resolve)
+        if isinstance(longterm.index, WarmingIndex):
+            durable = self.durable
+
+            async def sessions(user_id: str) -> list[str]:
+                refs = await durable.list_sessions(user_id, limit=WARM_SESSIONS)
+                return [ref.session_id for ref in refs]
+
+            longterm.index.add_loader(self.recall.loader(sessions))
+
+    async def current_for_recall(self, session_id: str, with_structured: bool) -> CurrentSummary:
+        """The session's stored tiers (and structured memory, when asked), as recall checks
+        its summary lines against them."""
+        from tiermem.summaries.recall_docs import CurrentSummary
+
+        structured_rec = None
+        if with_structured:
+            summary_rec, structured_rec = await asyncio.gather(
+                self.durable.get_record(session_id, SUMMARY_RECORD),
+                self.durable.get_record(session_id, STRUCTURED_RECORD),
+            )
+        else:
+            summary_rec = await self.durable.get_record(session_id, SUMMARY_RECORD)
+        return CurrentSummary(
+            tiers=_tiers(summary_rec),
+            structured=_structured(structured_rec) if with_structured else None,
+            summary_version=summary_rec.version if summary_rec else 0,
+            structured_version=structured_rec.version if structured_rec else 0,
+            structured_at=structured_rec.updated_at if structured_rec else None,
+            expires_at=summary_rec.expires_at if summary_rec else None,
+        )
 
     # -- reading ----------------------------------------------------------------------
 
@@ -531,6 +596,14 @@ class SummaryJobs:
             return None
         adjusted = adjust_compression(compression, self.policy, quality.fact_preservation_first)
         await self._advance(session_id, target, effective.through_index, adjusted)
+        if self.recall is not None:
+            await self._index_lines(
+                session_id,
+                before=self.recall.lines(current, structured),
+                after=self.recall.lines(tiers, effective),
+                turns=by_index,
+                expires_at=expires_at,
+            )
         self._count(quality, compression, adjusted)
         left = sum(t.token_count or self.tokens.count(t.text) for t in turns if t.index > target)
         self._remember(session_id, _Known(target, adjusted, left, last))
@@ -564,6 +637,59 @@ class SummaryJobs:
         raise ConflictError(f"the watermarks of session {session_id!r} kept changing; try again")
 
     # -- bookkeeping --------------------------------------------------------------------
+
+    async def _index_lines(
+        self,
+        session_id: str,
+        *,
+        before: list[SummaryLine],
+        after: list[SummaryLine] | None,
+        turns: Mapping[int, Turn] | None = None,
+        expires_at: UtcDatetime | None = None,
+    ) -> None:
+        """Index a commit's summary lines for recall (``after`` None: a reset, remove
+        ``before``); failures are logged and counted (module docstring)."""
+        recall = self.recall
+        if recall is None or (not before and not after):
+            return
+        try:
+            ref = await self.durable.get_session(session_id)
+            if ref is None:
+                return
+            if after is None:
+                await recall.reset(ref.user_id, session_id, before)
+            else:
+                await recall.committed(
+                    ref.user_id,
+                    session_id,
+                    before=before,
+                    after=after,
+                    turns=turns or {},
+                    at=self.clock.now(),
+                    expires_at=expires_at,
+                )
+        except TierMemError as exc:
+            self.stats.recall_index_failures += 1
+            logger.warning(
+                "indexing the summary lines of session %s for recall failed; recall checks "
+                "them against the records, and the next pass indexes them again: %s",
+                session_id,
+                exc,
+            )
+
+    async def unindex(self, user_id: str, session_id: str) -> None:
+        """Remove the session's summary lines from the recall index (a session being
+        cleared: call it before its records are deleted, which name the lines). Recall
+        would drop them anyway once the records are gone; this removes their text now.
+
+        Raises:
+            BackendError: the durable tier or the index failed.
+        """
+        recall = self.recall
+        if recall is None:
+            return
+        current = await self.current_for_recall(session_id, True)
+        await recall.reset(user_id, session_id, recall.lines(current.tiers, current.structured))
 
     def record_expiry(self) -> UtcDatetime | None:
         """When records written now expire (``record_retention`` from now; None: never)."""
@@ -647,6 +773,12 @@ class SummaryJobs:
                 await pause(attempt)
                 continue
             self.forget(session_id)
+            if reset and self.recall is not None:
+                await self._index_lines(
+                    session_id,
+                    before=self.recall.lines(_tiers(summary_rec), _structured(structured_rec)),
+                    after=None,
+                )
             return reset
         raise ConflictError(
             f"the summaries of session {session_id!r} kept changing while a redaction reset "

@@ -14,13 +14,26 @@ Three methods, one harness, the same budgets and the same :func:`assemble_contex
 Everything runs in memory (``MemoryDurableStore``, ``InProcessIndex``) with a fake clock
 at the fixture's question time. Used by ``bench/recall_quality.py`` (the full fixture) and
 ``tests/recall/test_multisession_quality.py`` (a slice).
+
+**Summaries** (``summaries=True``, the default, as the service runs): while each session's
+turns are loaded (an exchange at a time, the clock at the turn's time), the summary jobs run
+their passes as the service's trigger would (offline engines: extractive summaries,
+rule-based structured memory) and index the lines for recall; the ``engine`` searches them
+(:mod:`tiermem.summaries.recall_docs`). No final pass runs when a session ends (the service
+runs none at close either), so a session's last turns since its last pass have no summary.
+
+**Expired variant** (``expired=True``): turns are kept ``turn_retention`` (24 h) after they
+were said, and the summary records 30 days, as the service keeps them; at question time
+every earlier session's raw turns are gone, for all three methods (the last-N window and
+BM25 see only live turns). The engine can still answer from the summaries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from datetime import timedelta
+from typing import TYPE_CHECKING, Literal
 
 from tiermem.clock import FakeClock
 from tiermem.context import Allocation, assemble_context
@@ -38,6 +51,12 @@ from tiermem.store.contract import MAX_TURNS_PER_APPEND
 from tiermem.testing.recall_fixture import RecallConversation, RecallQuestion
 from tiermem.tokens import TiktokenCounter, TokenCounter
 
+if TYPE_CHECKING:
+    from tiermem.summaries.jobs import SummaryJobs
+
+TURN_RETENTION = timedelta(hours=24)
+"""How long turns live in the expired variant (the session tier's default ``durable_ttl``)."""
+
 __all__ = ["METHODS", "QualityReport", "evaluate_recall_quality"]
 
 METHODS = ("last_n", "bm25", "engine")
@@ -54,6 +73,10 @@ class QualityReport:
     found: dict[str, dict[int, int]] = field(default_factory=dict)
     by_kind: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
     kinds: dict[str, int] = field(default_factory=dict)
+    available: int = 0
+    """Questions whose evidence turns are all still there at question time: live turns, or
+    named by a line or structured item of the stored summaries (with ``summaries`` on).
+    What any method could put in the context at best (all of them within retention)."""
 
     def add(self, method: str, budget: int, kind: str, ok: bool) -> None:
         if ok:
@@ -73,6 +96,7 @@ class QualityReport:
         return {
             "questions": self.questions,
             "questions_by_kind": dict(self.kinds),
+            "evidence_available": round(self.available / max(1, self.questions), 4),
             "share": {
                 m: {str(b): round(self.share(m, b), 4) for b in self.budgets} for m in METHODS
             },
@@ -93,6 +117,43 @@ class _Loaded:
     turns: dict[str, Turn]
     history: list[tuple[str, Turn]]
     hot: list[Turn]
+    summarized: set[tuple[str, int]] = field(default_factory=set)
+    """(session, turn) named by a line or item of the stored summaries."""
+    live: set[tuple[str, int]] = field(default_factory=set)
+    """(session, turn) of the turns still stored at question time."""
+
+
+def _summary_jobs(
+    store: MemoryDurableStore,
+    index: InProcessIndex,
+    recaller: Recaller,
+    clock: FakeClock,
+    *,
+    structured: bool,
+) -> SummaryJobs:
+    """The service's summary jobs (offline engines), indexing their lines into ``index``."""
+    from tiermem.background import BackgroundWork
+    from tiermem.summaries.jobs import SummaryJobs
+    from tiermem.summaries.offline import ExtractiveSummarizer
+    from tiermem.summaries.recall_docs import SummaryRecall
+    from tiermem.summaries.structured import RuleStructuredExtractor
+
+    tokens = TiktokenCounter()
+    jobs = SummaryJobs(
+        store,
+        summarizer=ExtractiveSummarizer(tokens),
+        extractor=RuleStructuredExtractor(),
+        background=BackgroundWork(),  # unused: the harness runs each pass itself
+        clock=clock,
+        tokens=tokens,
+    )
+
+    async def write(docs: list[IndexedDoc]) -> None:
+        await index.upsert(await recaller.embed_documents(docs))
+
+    jobs.recall = SummaryRecall(index, jobs.current_for_recall, write=write, structured=structured)
+    recaller.register_summary_resolver(jobs.recall.resolve)
+    return jobs
 
 
 async def _load(
@@ -102,11 +163,20 @@ async def _load(
     *,
     dated: bool = True,
     fusion: Literal["convex", "rrf"] = "convex",
+    summaries: bool = False,
+    expired: bool = False,
+    structured: bool = True,
 ) -> _Loaded:
-    clock = FakeClock(conv.asked_at)
+    clock = FakeClock(conv.sessions[0].started_at)
     store = MemoryDurableStore(clock=clock)
     index = InProcessIndex(clock=clock)
     raw = InProcessIndex(clock=clock)
+    recaller = Recaller(
+        store, index, clock=clock, embedder=embedder, policy=RecallPolicy(fusion=fusion)
+    )
+    jobs = (
+        _summary_jobs(store, index, recaller, clock, structured=structured) if summaries else None
+    )
     turns: dict[str, Turn] = {}
     history: list[tuple[str, Turn]] = []
     for session in conv.sessions:
@@ -115,13 +185,27 @@ async def _load(
         )
         await store.register_session(ref)
         stored: list[Turn] = []
-        for start in range(0, len(session.turns), MAX_TURNS_PER_APPEND):
-            chunk = session.turns[start : start + MAX_TURNS_PER_APPEND]
-            stored.extend(await store.append_turns(session.session_id, chunk))
+        # An exchange at a time when summarizing (a pass may fall due after any), else in
+        # the largest appends the store takes.
+        step = 2 if jobs is not None else MAX_TURNS_PER_APPEND
+        for start in range(0, len(session.turns), step):
+            chunk = session.turns[start : start + step]
+            said = chunk[-1].timestamp
+            if said is not None:
+                clock.set(max(clock.now(), said))
+            expires_at = clock.now() + TURN_RETENTION if expired else None
+            batch = await store.append_turns(session.session_id, chunk, expires_at=expires_at)
+            stored.extend(batch)
+            if jobs is not None:
+                await jobs.run(session.session_id)
         vectors = None
         if embedder is not None:  # at index time, batched: a query embeds only itself
             vectors = await embedder.embed([t.text or " " for t in stored])
         docs = turn_docs(conv.user_id, session.session_id, stored, embeddings=vectors)
+        if expired:  # each turn's document expires with the turn
+            docs = [
+                d.model_copy(update={"expires_at": d.created_at + TURN_RETENTION}) for d in docs
+            ]
         await index.upsert(docs)
         await raw.upsert(
             [
@@ -131,6 +215,7 @@ async def _load(
                     kind=d.kind,
                     text=d.text,
                     created_at=d.created_at,
+                    expires_at=d.expires_at,
                 )
                 for d in docs
             ]
@@ -138,11 +223,19 @@ async def _load(
         for turn in stored:
             turns[turn_doc_id(session.session_id, turn.index)] = turn
             history.append((session.session_id, turn))
+    clock.set(max(clock.now(), conv.asked_at))
+    if expired:  # what is left at question time
+        history = [(s, t) for s, t in history if t.timestamp + TURN_RETENTION > conv.asked_at]
     hot = [t for s, t in history[-hot_turns:] if s == conv.current.session_id]
-    recaller = Recaller(
-        store, index, clock=clock, embedder=embedder, policy=RecallPolicy(fusion=fusion)
-    )
-    return _Loaded(recaller, raw, turns, history, hot)
+    summarized: set[tuple[str, int]] = set()
+    if jobs is not None and jobs.recall is not None:
+        for session in conv.sessions:
+            held = await jobs.current_for_recall(session.session_id, structured)
+            for line in jobs.recall.lines(held.tiers, held.structured):
+                if line.turn_index is not None:
+                    summarized.add((session.session_id, line.turn_index))
+    live = {(s, t.index) for s, t in history}
+    return _Loaded(recaller, raw, turns, history, hot, summarized, live)
 
 
 def _turn_hit(doc_id: str, turn: Turn, score: float) -> RecallHit:
@@ -198,6 +291,7 @@ async def _question(
         policy=policy,
     )
     evidence = set(q.evidence)
+    report.available += all(e in loaded.summarized or e in loaded.live for e in evidence)
     for budget in budgets:
         report.add("last_n", budget, q.kind, evidence <= _last_n(loaded, q.text, budget, counter))
         for method, hits in (("bm25", bm25_hits), ("engine", engine_hits)):
@@ -227,13 +321,36 @@ async def evaluate_recall_quality(
     policy: ContextRecallPolicy | None = None,
     counter: TokenCounter | None = None,
     fusion: Literal["convex", "rrf"] = "convex",
+    summaries: bool = True,
+    expired: bool = False,
+    structured: bool = True,
+    cache: dict[object, object] | None = None,
 ) -> QualityReport:
-    """Run every question of ``conversations`` through the three methods (module docstring)."""
+    """Run every question of ``conversations`` through the three methods (module
+    docstring). ``summaries``: summarize the sessions as they load and let the engine
+    search the lines (``policy.summaries`` off searches none); ``expired``: the expired
+    variant; ``structured``: index structured memory's items too. ``cache``: loaded
+    conversations kept between calls with the same options (a bench running several
+    policies over one fixture loads and summarizes it once)."""
     counter = counter or TiktokenCounter()
     policy = policy or ContextRecallPolicy(k=RECALL_K)  # dates off: undated index too
     report = QualityReport(budgets=tuple(budgets))
     for conv in conversations:
-        loaded = await _load(conv, hot_turns, embedder, dated=policy.dates, fusion=fusion)
+        key = (conv.user_id, hot_turns, id(embedder), fusion, summaries, expired, structured)
+        loaded = cache.get(key) if cache is not None else None
+        if not isinstance(loaded, _Loaded):
+            loaded = await _load(
+                conv,
+                hot_turns,
+                embedder,
+                dated=policy.dates,
+                fusion=fusion,
+                summaries=summaries,
+                expired=expired,
+                structured=structured,
+            )
+            if cache is not None:
+                cache[key] = loaded
         for q in conv.questions:
             report.questions += 1
             report.kinds[q.kind] = report.kinds.get(q.kind, 0) + 1
