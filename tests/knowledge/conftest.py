@@ -1,4 +1,5 @@
-"""The durable stores the knowledge tests run on: the in-memory reference and SQLite."""
+"""The durable stores the knowledge tests run on: the in-memory reference, SQLite, Redis,
+Redis Cluster (3 masters) and DynamoDB Local."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis", "dynamodb"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "redis-cluster", "dynamodb"])
 async def durable(
     request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock
 ) -> AsyncIterator[DurableStore]:

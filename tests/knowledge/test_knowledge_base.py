@@ -1,7 +1,7 @@
 """KnowledgeBase end to end: upload real files, list, read chunks, recall-resolve, delete.
 
-Durable backends: the in-memory reference and SQLite (the embedded default). The index is
-the recall module's :class:`InProcessIndex`, the reference index.
+Durable backends: every one (see ``conftest.py``: memory, SQLite, Redis, Redis Cluster,
+DynamoDB). The index is the recall module's :class:`InProcessIndex`, the reference index.
 """
 
 from __future__ import annotations
