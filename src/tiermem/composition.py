@@ -77,12 +77,20 @@ def _open(
         except ImportError as exc:
             raise _missing_extra("redis", exc) from exc
         cls = redis_backend.RedisHotStore if role == "hot" else redis_backend.RedisDurableStore
+        options: dict[str, Any] = {}
+        if role == "durable" and settings.redis_wait_replicas:
+            # WAIT on the writes that make a turn durable (the combined hot + durable
+            # append reads it from the durable store).
+            options["replica_wait"] = redis_backend.ReplicaWait(
+                settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+            )
         return cls.from_url(
             settings.redis_url,
             clock=clock,
             prefix=settings.redis_prefix,
             gc_grace=grace,
             cluster=settings.redis_cluster,
+            **options,
         )
     try:
         from tiermem.store.backends import dynamodb
@@ -278,6 +286,7 @@ def build_summaries(
         tokens=tokens,
         policy=policy,
     )
+    jobs.index_for_recall(longterm)  # earlier sessions' summaries are recall sources
     rollup = ProgressiveRollup(longterm, clock=clock, tokens=tokens, policy=rollup_policy)
     handoff = SessionHandoff(
         durable, longterm, jobs, clock=clock, tokens=tokens, after=rollup.roll_up

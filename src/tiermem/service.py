@@ -53,6 +53,7 @@ from tiermem.models.turns import TURN_SCHEMA_VERSION
 from tiermem.policies.importance import ImportanceScorer, RuleImportanceScorer
 from tiermem.policies.ttl import HybridTtl, TtlPolicy
 from tiermem.session import Session, SessionStats, TurnInput, content_blocks, invalid_turn
+from tiermem.session_context import ContextCache
 from tiermem.settings import TierMemSettings
 from tiermem.store.contract import DurableStore, HotStore
 from tiermem.store.keys import validate_id
@@ -105,6 +106,9 @@ class MemoryService:
         self.clock = clock or SystemClock()
         self.ids = ids or UlidFactory()
         self.tokens = tokens or TiktokenCounter()
+        self.context_cache = ContextCache(self.tokens)
+        """What ``Session.context`` keeps between calls (summary sections, token counts);
+        bounded, ``context_cache.shrink()`` empties it."""
         self.importance = importance or RuleImportanceScorer()
         self.entities = entities or RuleEntityExtractor()
         self.tiers = TieredSessionStore(

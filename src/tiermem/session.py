@@ -40,12 +40,13 @@ from tiermem.models import (
 )
 from tiermem.models.base import FrozenModel
 from tiermem.policies.turn_text import TurnText
+from tiermem.session_context import RECORD_KINDS
 from tiermem.store.codec import check_idempotency_key
 from tiermem.store.contract import MAX_TURNS_PER_APPEND, EntityChange
 from tiermem.tiers.tiered import SessionView, derive_metadata, rebase_entity_change
 
 if TYPE_CHECKING:
-    from tiermem.context import Allocation, ContextSection, ContextWindow
+    from tiermem.context import Allocation, ContextWindow
     from tiermem.longterm.context import UserContext
     from tiermem.longterm.hits import RecallHit
     from tiermem.longterm.index import IndexedDoc
@@ -215,10 +216,8 @@ class Session:
                     if batch[0].index != first:  # another writer got there first
                         change = rebase_entity_change(change, first, batch[0].index, len(batch))
                     entities = {**entities, **change.upsert}
-                self._view = replace(
-                    self._view,
-                    next_index=max(self._view.next_index, batch[-1].index + 1),
-                    entities=entities,
+                self._view = self._view.after_append(
+                    max(self._view.next_index, batch[-1].index + 1), entities
                 )
             stored.extend(batch)
             # A retry may return fewer turns (some expired): then analyse them again later.
@@ -356,6 +355,8 @@ class Session:
         await self._service.longterm.unindex_turns(self.user_id, self.id, [index])
         # Summaries derived from the turn are reset; the next pass rebuilds them without it.
         await self._service.summaries.redacted(self.id, index)
+        # ...and so is what the handoff derived from it (long-term memory, roll-ups).
+        await self._service.handoff.redacted(self.user_id, self.id, index, self._tiers.durable_view)
         return redacted
 
     # -- metadata, entities, state ----------------------------------------------------
@@ -442,8 +443,10 @@ class Session:
     async def clear(self) -> None:
         """Delete the session from every tier, and its turns from the search index."""
         await self._service.background.wait_for(session_id=self.id)
+        await self._service.summaries.unindex(self.user_id, self.id)  # before the records go
         count = await self._tiers.clear(self.id)
         self._service.summaries.forget(self.id)
+        self._service.context_cache.drop(self.id)
         await self._service.longterm.unindex_turns(self.user_id, self.id, range(count))
 
     async def context(
@@ -460,7 +463,11 @@ class Session:
     ) -> ContextWindow:
         """What to send the model now, assembled by :func:`tiermem.context.assemble_context`.
 
-        One hot read (reloaded from the durable tier on a miss). With a ``query``, the
+        One read of the hot window and the session's summary records (one round trip on
+        Redis hot + Redis durable: ``TieredSessionStore.view_with_records``; the hot window
+        is reloaded from the durable tier on a miss); what it builds from unchanged records
+        and the token counts of unchanged texts are kept between calls in the service's
+        :class:`~tiermem.session_context.ContextCache`. With a ``query``, the
         user's long-term context (:meth:`LongTermMemory.build_user_context`, within half of
         the memory share) and per-turn recall over memories, archived turns and knowledge
         chunks (``recall_k`` hits; hits of turns already in the hot window are skipped) are
@@ -468,8 +475,8 @@ class Session:
         history. ``current`` is a message not yet added as a turn; usually the caller has
         added it and it is the latest hot turn. With neither ``budget`` nor ``model`` the
         budget is :data:`DEFAULT_CONTEXT_BUDGET`. The session's rolling summaries and
-        structured memory (one read of its durable records) go in as sections, and hot
-        turns they cover are left out (see ``docs/summaries.md``).
+        structured memory go in as sections, and hot turns they cover are left out (see
+        ``docs/summaries.md``).
 
         Raises:
             ValidationError: a bad budget, system block or current message.
@@ -486,7 +493,14 @@ class Session:
         if budget is None and spec is None:
             budget = DEFAULT_CONTEXT_BUDGET
         total = resolve_budget(budget, spec)
-        view = await self.view()
+        cache = self._service.context_cache
+        jobs = self._service.summaries
+        # The hot window and the summary records: one round trip on Redis, else concurrent.
+        found, records = await self._tiers.view_with_records(self.id, RECORD_KINDS)
+        if found is None:
+            raise_gone(self.id)
+        view = self._remember(found)
+        built = await cache.sections(jobs, self.id, records)
         user_context: UserContext | None = None
         hits: Sequence[RecallHit] = ()
         if query is not None and query.strip():
@@ -496,22 +510,21 @@ class Session:
                 longterm.build_user_context(self.user_id, query, budget_tokens=profile_tokens),
                 self._recall_for_context(query, recall_k, {t.index for t in view.turns}),
             )
-        sections, turns, entities = await self._summary_context(view)
         return assemble_context(
             system=system,
             tools=tools or (),
             user_context=user_context,
-            entities=entities,
+            entities=cache.entities(view, built, jobs),
             recall=hits,
-            sections=sections,
-            turns=turns,
+            sections=built.sections,
+            turns=built.hot_turns(view.turns),
             current=current,
             budget=budget,
             model=spec,
             allocation=allocation,
             session_id=self.id,
             total_turns=view.next_index,
-            counter=self._service.tokens,
+            counter=cache.tokens,
         )
 
     async def _recall_for_context(
@@ -607,62 +620,6 @@ class Session:
                 self.id,
                 exc,
             )
-
-    async def _summary_context(
-        self, view: SessionView
-    ) -> tuple[list[ContextSection], Sequence[Turn], dict[str, ActiveEntity]]:
-        """Summary tiers and structured memory as context sections, the hot turns the
-        summaries do not cover (pinned ones and the newest ``keep_hot`` always stay), and
-        the active entities agreeing with structured memory's corrections."""
-        from tiermem.context import ContextSection, ItemProvenance
-        from tiermem.summaries.jobs import current_entities, render_structured
-
-        if not view.next_index:
-            return [], view.turns, view.entities
-        found = await self._service.summaries.read(self.id)
-        sections: list[ContextSection] = []
-        for tier in found.tiers:
-            if not tier.text:
-                continue
-            sections.append(
-                ContextSection(
-                    kind="summary",
-                    name=tier.tier.value,
-                    text=f"Summary of turns {tier.first_index}-{tier.through_index} "
-                    f"({tier.tier.value}):\n{tier.text}",
-                    provenance=ItemProvenance(
-                        tier="session",
-                        session_id=self.id,
-                        turn_indexes=(tier.first_index, tier.through_index),
-                        summary_id=f"{self.id}:summary:v{found.summary_version}:{tier.tier}",
-                    ),
-                )
-            )
-        structured_text = render_structured(found.structured)
-        if structured_text:
-            memory = found.structured
-            sections.append(
-                ContextSection(
-                    kind="structured_memory",
-                    text=structured_text,
-                    provenance=ItemProvenance(tier="session", session_id=self.id),
-                    counts={
-                        "entities": len(memory.entities),
-                        "facts": len(memory.facts),
-                        "decisions": len(memory.decisions),
-                        "goals": len(memory.goals),
-                        "unresolved": len(memory.unresolved),
-                    },
-                )
-            )
-        done = found.watermarks.summarized_through
-        keep = found.compression.keep_hot
-        newest = {t.index for t in view.turns[len(view.turns) - keep :]} if keep else set()
-        turns = [t for t in view.turns if t.index > done or t.pinned or t.index in newest]
-        entities = current_entities(
-            view.entities, found.structured, self._service.summaries.entity_reader()
-        )
-        return sections, turns, entities
 
 
 @dataclass(slots=True)

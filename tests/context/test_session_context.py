@@ -6,11 +6,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tiermem.context import render_converse
+from tiermem.context import ContextItem, ContextWindow, message_tokens, render_converse
 from tiermem.models import TextBlock, ToolResultBlock, ToolUseBlock
 from tiermem.service import MemoryService
-from tiermem.session import DEFAULT_CONTEXT_BUDGET, Session
+from tiermem.session import DEFAULT_CONTEXT_BUDGET, Session, TurnInput
 from tiermem.settings import TierMemSettings
+from tiermem.store.backends.memory import MemoryDurableStore, MemoryHotStore
+from tiermem.summaries import SummaryPolicy
 
 
 @pytest.fixture
@@ -78,3 +80,106 @@ async def test_context_budget_evicts_but_keeps_pairs_first_and_latest(
     assert (1 in kept) == (2 in kept)
     assert window.total_tokens <= 70
     assert window.stats.evicted_count == 5 - len(kept)
+
+
+def _summary_service() -> MemoryService:
+    # A pass every 20 turns (the newest 6 stay raw), offline engines, in-memory backends.
+    return MemoryService(
+        MemoryHotStore(),
+        MemoryDurableStore(),
+        auto_detect=False,
+        index_turns=False,
+        summary_policy=SummaryPolicy(min_preservation=0.0, recover_preservation=0.0),
+    )
+
+
+async def _talk(session: Session, start: int, count: int, budget: str = "120 EUR") -> None:
+    await session.add_turns(
+        [
+            TurnInput(
+                role="user" if i % 2 == 0 else "assistant",
+                content=f"Turn {i}: my budget for the Vagabond box set is {budget}."
+                if i % 2 == 0
+                else f"Noted ({i}).",
+            )
+            for i in range(start, start + count)
+        ]
+    )
+
+
+def _summaries(window: ContextWindow) -> list[ContextItem]:
+    return [i for i in window.items if i.kind in ("summary", "structured_memory")]
+
+
+async def test_context_follows_each_summary_pass_and_reuses_sections_between() -> None:
+    async with _summary_service() as memory:
+        session = await memory.session("s-pass", user_id="u-1")
+        await _talk(session, 0, 20)
+        await memory.drain()
+        await session.summaries(wait_through=19)
+        first = await session.context()
+        again = await session.context()
+        assert _summaries(first)
+        assert _summaries(first) == _summaries(again)
+        assert again == first
+        ids = {i.provenance.summary_id for i in _summaries(first) if i.kind == "summary"}
+        # A new pass (another budget said since): the next window shows it, never the old.
+        await _talk(session, 20, 20, budget="300 EUR")
+        await memory.drain()
+        await session.summaries(wait_through=39)
+        later = await session.context()
+        later_ids = {i.provenance.summary_id for i in _summaries(later) if i.kind == "summary"}
+        assert later_ids
+        assert later_ids.isdisjoint(ids)
+        structured = [i for i in _summaries(later) if i.kind == "structured_memory"]
+        assert "300 EUR" in structured[0].text
+        assert "120 EUR" not in structured[0].text
+        for item in later.items:  # counts are of the text sent, memo or not
+            assert item.tokens == message_tokens(item.content, memory.tokens)
+        assert later.total_tokens == sum(i.tokens for i in later.items)
+
+
+async def test_a_cleared_and_reopened_session_gets_no_summary_of_the_old_one() -> None:
+    async with _summary_service() as memory:
+        session = await memory.session("s-reused", user_id="u-1")
+        await _talk(session, 0, 20)
+        await memory.drain()
+        await session.summaries(wait_through=19)
+        assert _summaries(await session.context())
+        await session.clear()
+        reopened = await memory.session("s-reused", user_id="u-1")
+        await reopened.add_turn("user", "Hello again.")
+        window = await reopened.context()
+        assert not _summaries(window)
+        assert [i.text for i in window.items if i.kind == "turn"] == ["Hello again."]
+
+
+async def test_context_cache_shrinks_to_nothing_and_refills() -> None:
+    async with _summary_service() as memory:
+        session = await memory.session("s-shrink", user_id="u-1")
+        await _talk(session, 0, 20)
+        await memory.drain()
+        await session.summaries(wait_through=19)
+        before = await session.context()
+        cache = memory.context_cache
+        assert len(cache) == 1
+        assert cache.tokens.size > 0
+        assert cache.shrink() > 0
+        assert len(cache) == 0
+        assert cache.tokens.size == 0
+        assert await session.context() == before
+
+
+async def test_active_entities_changed_after_a_pass_show_in_the_next_window() -> None:
+    async with _summary_service() as memory:
+        session = await memory.session("s-entities", user_id="u-1")
+        await _talk(session, 0, 20)
+        await memory.drain()
+        await session.summaries(wait_through=19)
+        await session.set_entities({"series": "Berserk"})
+        first = [i.text for i in (await session.context()).items if i.kind == "entities"]
+        assert "series: Berserk" in first[0]
+        await session.set_entities({"series": "Vagabond"})
+        later = [i.text for i in (await session.context()).items if i.kind == "entities"]
+        assert "series: Vagabond" in later[0]
+        assert "Berserk" not in later[0]

@@ -255,7 +255,7 @@ def assemble_context(
         BudgetExceededError: the system prompt and tool manifest, or the required
             messages even truncated, do not fit the budget.
     """
-    counter = counter or TiktokenCounter()
+    counter = counter if counter is not None else TiktokenCounter()
     allocation = allocation or Allocation()
     spec = (models or default_registry()).get(model) if isinstance(model, str) else model
     total_budget = resolve_budget(budget, spec)

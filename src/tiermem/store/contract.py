@@ -75,6 +75,7 @@ __all__ = [
     "MAX_TURN_BYTES",
     "Capability",
     "CombinedAppend",
+    "CombinedRead",
     "DurableStore",
     "EntityChange",
     "HotAppendResult",
@@ -629,4 +630,19 @@ class CombinedAppend(Protocol):
         ``next_index`` differs from the archive's (the hot tier lost turns or the session).
         An absent hot session is created (result ``version == 1``). In every one of those
         cases the caller rebuilds the hot session from the durable tier (a rare path)."""
+        ...
+
+
+@runtime_checkable
+class CombinedRead(Protocol):
+    """A hot store that can read a session and durable records of it in one round trip,
+    when both live on the same server (Redis hot + Redis durable): the read path of
+    ``Session.context``, which needs the hot window and the summary records on every call.
+    Offered where :meth:`CombinedAppend.can_append_through` accepts the durable store."""
+
+    async def load_with_records(
+        self, durable: DurableStore, session_id: str, kinds: Sequence[str]
+    ) -> tuple[SessionSnapshot | None, list[SessionRecord | None]]:
+        """:meth:`HotStore.load` and :meth:`DurableStore.get_record` of each of ``kinds``,
+        answered together."""
         ...

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
+from operator import attrgetter
 from typing import Any, Literal, TypeVar
 
 from tiermem.clock import Clock
@@ -50,6 +51,7 @@ from tiermem.models import (
     JsonValue,
     NewTurn,
     SessionMetadata,
+    SessionRecord,
     SessionRef,
     SessionSnapshot,
     StateBlob,
@@ -62,8 +64,10 @@ from tiermem.store.contract import (
     MAX_TURNS_PER_APPEND,
     Capability,
     CombinedAppend,
+    CombinedRead,
     DurableStore,
     EntityChange,
+    HotAppendResult,
     HotStore,
 )
 from tiermem.tiers.config import HotFailurePolicy, SessionTierConfig, WritePolicy
@@ -125,13 +129,31 @@ class SessionView:
     source: Source
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def after_append(self, next_index: int, entities: dict[str, ActiveEntity]) -> SessionView:
+        """This view with a new ``next_index`` and ``entities``: what
+        ``dataclasses.replace`` gives, without its field-by-field introspection (about 8x
+        slower, and a session handle does this on every turn)."""
+        return SessionView(
+            self.metadata,
+            self.turns,
+            entities,
+            self.state,
+            next_index,
+            self.expires_at,
+            self.source,
+            self.extra,
+        )
+
+
+_TIMESTAMP = attrgetter("timestamp")
+
 
 def derive_metadata(
     metadata: SessionMetadata, turns: Sequence[Turn], next_index: int
 ) -> SessionMetadata:
     """Metadata with turn_count and last_activity derived from the log, never stored per turn
     (a per-turn metadata write would race with callers' metadata updates)."""
-    last = max((t.timestamp for t in turns), default=metadata.last_activity)
+    last = max(map(_TIMESTAMP, turns), default=metadata.last_activity)
     last = max(last, metadata.last_activity)
     if metadata.turn_count == next_index and metadata.last_activity == last:
         return metadata
@@ -165,6 +187,14 @@ class TieredSessionStore:
         self._combined: CombinedAppend | None = None
         if isinstance(hot, CombinedAppend) and hot.can_append_through(durable):
             self._combined = hot
+        # Capabilities are declared (class constants): looked up once, not on every append.
+        self._durable_takes_entities = _takes_entities(durable)
+        self._hot_takes_entities = _takes_entities(hot)
+        self._optimistic = Capability.OPTIMISTIC_APPEND in durable.capabilities
+        # Session.context's read (hot window + summary records) in one round trip.
+        self._combined_read: CombinedRead | None = None
+        if self._combined is not None and isinstance(hot, CombinedRead):
+            self._combined_read = hot
 
     # -- expiry -------------------------------------------------------------------------
 
@@ -208,11 +238,17 @@ class TieredSessionStore:
         try:
             return await op()
         except (BackendUnavailableError, BackendTimeoutError) as exc:
-            if self.config.on_hot_failure is HotFailurePolicy.RAISE:
-                raise
-            self.metrics.bypasses += 1
-            logger.warning("hot tier unreachable during %s, serving from durable: %s", what, exc)
-            return BYPASSED
+            return self._bypass(exc, what)
+
+    def _bypass(self, exc: BackendUnavailableError | BackendTimeoutError, what: str) -> _Bypassed:
+        """The failure policy for a hot-tier operation that failed: raise, or skip it. (The
+        busiest calls catch the errors themselves and come here, without :meth:`_hot`'s
+        closure and extra coroutine.)"""
+        if self.config.on_hot_failure is HotFailurePolicy.RAISE:
+            raise exc
+        self.metrics.bypasses += 1
+        logger.warning("hot tier unreachable during %s, serving from durable: %s", what, exc)
+        return BYPASSED
 
     # -- open / read ------------------------------------------------------------------------
 
@@ -262,7 +298,11 @@ class TieredSessionStore:
         Returns None when neither tier knows the session. A read refreshes the hot expiry
         when the TTL policy says reads do.
         """
-        snap = await self._hot(lambda: self.hot.load(session_id), "load")
+        snap: SessionSnapshot | _Bypassed | None
+        try:  # what _hot does, inline: this read is on every history() and view()
+            snap = await self.hot.load(session_id)
+        except (BackendUnavailableError, BackendTimeoutError) as exc:
+            snap = self._bypass(exc, "load")
         if isinstance(snap, SessionSnapshot) and snap.metadata is not None:
             self.metrics.hot_hits += 1
             view = self._from_snapshot(snap, "hot")
@@ -287,6 +327,31 @@ class TieredSessionStore:
             if isinstance(fresher, SessionSnapshot) and fresher.metadata is not None:
                 return self._from_snapshot(fresher, "reload")
         return replace(rebuilt, source="reload")
+
+    async def view_with_records(
+        self, session_id: str, kinds: Sequence[str]
+    ) -> tuple[SessionView | None, list[SessionRecord | None]]:
+        """:meth:`view` and the session's durable records ``kinds``: one round trip when the
+        hot store reads both (:class:`~tiermem.store.contract.CombinedRead`), else the
+        reads go out concurrently. A hot miss takes :meth:`view`'s path; a bypassed hot
+        tier, :meth:`durable_view`'s."""
+        combined = self._combined_read
+        if combined is not None:
+            got = await self._hot(
+                lambda: combined.load_with_records(self.durable, session_id, kinds), "load"
+            )
+            if not isinstance(got, _Bypassed):
+                snap, records = got
+                if snap is None or snap.metadata is None:
+                    return await self.view(session_id), records
+                self.metrics.hot_hits += 1
+                hot = self._from_snapshot(snap, "hot")
+                await self._refresh_on_read(hot)
+                return hot, records
+        view = self.view(session_id) if combined is None else self.durable_view(session_id)
+        reads = asyncio.gather(*(self.durable.get_record(session_id, k) for k in kinds))
+        found, records = await asyncio.gather(view, reads)
+        return found, records
 
     async def _refresh_on_read(self, view: SessionView) -> None:
         new = self.hot_expiry(view.metadata, view.next_index, "read", view.expires_at)
@@ -324,6 +389,10 @@ class TieredSessionStore:
         )
         if meta_rec is None:
             return None
+        if turns:
+            # Two reads, not one snapshot: a turn appended between them is in ``turns`` but
+            # not in the counter read before it (the counter is never below a stored turn).
+            next_index = max(next_index, turns[-1].index + 1)
         metadata = SessionMetadata.model_validate(meta_rec.data)
         entities = _entities(ent_rec.data) if ent_rec else {}
         state = _state(state_rec.data) if state_rec else {}
@@ -419,10 +488,10 @@ class TieredSessionStore:
         turn_count_hint: int = 0,
     ) -> list[Turn]:
         sid = metadata.session_id
-        in_append = entities is not None and _takes_entities(self.durable)
+        in_append = entities is not None and self._durable_takes_entities
         # Pin the first index when the change names turn indexes (they must be the ones
         # allocated), or when the store saves a read by being told it.
-        pin = in_append or Capability.OPTIMISTIC_APPEND in self.durable.capabilities
+        pin = in_append or self._optimistic
         first = turn_count_hint if pin else None
         base = turn_count_hint  # the index the change's turn indexes count from
         combined = self._combined
@@ -519,30 +588,29 @@ class TieredSessionStore:
         sid = metadata.session_id
         turn_count = stored[-1].index + 1
         expires_at = self._write_expiry(metadata, turn_count)
-        with_change = change is not None and _takes_entities(self.hot)
+        with_change = change is not None and self._hot_takes_entities
         for attempt in range(self.config.hot_conflict_retries + 1):
-            try:
-                result = await self._hot(
-                    lambda: (
-                        self.hot.append_turns(
-                            sid,
-                            stored,
-                            window=self.config.window,
-                            expires_at=expires_at,
-                            first_index=stored[0].index,
-                            entities=change,
-                        )
-                        if with_change
-                        else self.hot.append_turns(
-                            sid,
-                            stored,
-                            window=self.config.window,
-                            expires_at=expires_at,
-                            first_index=stored[0].index,
-                        )
-                    ),
-                    "append",
-                )
+            result: HotAppendResult | _Bypassed
+            try:  # what _hot does, inline: this write is on every turn
+                if with_change:
+                    result = await self.hot.append_turns(
+                        sid,
+                        stored,
+                        window=self.config.window,
+                        expires_at=expires_at,
+                        first_index=stored[0].index,
+                        entities=change,
+                    )
+                else:
+                    result = await self.hot.append_turns(
+                        sid,
+                        stored,
+                        window=self.config.window,
+                        expires_at=expires_at,
+                        first_index=stored[0].index,
+                    )
+            except (BackendUnavailableError, BackendTimeoutError) as exc:
+                result = self._bypass(exc, "append")
             except ConflictError as exc:
                 if isinstance(exc.actual, int) and exc.actual > stored[-1].index:
                     return  # a retried append whose turns the hot tier already has

@@ -45,6 +45,7 @@ from tiermem.store.backends.redis_scripts import (
     RedisClient,
     RedisKeys,
     RedisStoreBase,
+    ReplicaWait,
     client_from_url,
     entity_args,
     from_us,
@@ -76,7 +77,7 @@ from tiermem.store.codec import (
 from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, EntityChange
 from tiermem.store.keys import escape_segment, unescape_segment, validate_id
 
-__all__ = ["RedisDurableStore"]
+__all__ = ["RedisDurableStore", "decode_record"]
 
 _ATTEMPTS = 5
 """How often an optimistic multi-step operation (redaction, retyping, purge) is retried."""
@@ -329,6 +330,21 @@ return {'ok', memories}
 )
 
 
+def decode_record(kind: str, raw: bytes | None) -> SessionRecord | None:
+    """A record as the record read script answered it (None: absent or expired)."""
+    if raw is None:
+        return None
+    # The frame's expiry is the session's lifetime when the record was written.
+    version, expires_us, updated_us, data = split_frame(raw, 3)
+    return SessionRecord(
+        kind=kind,
+        data=json.loads(data),
+        version=int(version),
+        updated_at=from_us(updated_us),
+        expires_at=from_us(expires_us) if expires_us else None,
+    )
+
+
 class RedisDurableStore(RedisStoreBase):
     """Durable tier in Redis or Redis Cluster. See :class:`tiermem.store.contract.DurableStore`.
 
@@ -342,6 +358,12 @@ class RedisDurableStore(RedisStoreBase):
     over; retryable), :class:`~tiermem.errors.BackendTimeoutError` (retryable; a write may
     have been applied) or :class:`~tiermem.errors.BackendError` (rejected command or
     credentials; not retryable) for failures of Redis itself, chained to redis-py's error.
+
+    ``replica_wait`` (``TIERMEM_REDIS_WAIT_REPLICAS``): turn appends and record writes
+    return only once that many replicas acknowledged them (Redis ``WAIT``, in the same
+    round trip), else raise :class:`~tiermem.errors.NotReplicatedError` -- the write is
+    stored on the master all the same. See "Replication and WAIT" in
+    :mod:`tiermem.store.backends.redis` for what that does and does not guarantee.
     """
 
     name = BACKEND_NAME
@@ -361,8 +383,10 @@ class RedisDurableStore(RedisStoreBase):
         clock: Clock | None = None,
         prefix: str = "tm",
         gc_grace: timedelta = DEFAULT_GC_GRACE,
+        replica_wait: ReplicaWait | None = None,
     ) -> None:
         super().__init__(client, clock=clock, keys=RedisKeys(prefix), gc_grace=gc_grace)
+        self._wait = replica_wait
 
     @classmethod
     def from_url(
@@ -372,13 +396,40 @@ class RedisDurableStore(RedisStoreBase):
         clock: Clock | None = None,
         prefix: str = "tm",
         gc_grace: timedelta = DEFAULT_GC_GRACE,
+        replica_wait: ReplicaWait | None = None,
         **client_options: Any,
     ) -> Self:
         """A store on a new client for ``url`` (see :func:`client_from_url`); it owns it."""
         store = cls(
-            client_from_url(url, **client_options), clock=clock, prefix=prefix, gc_grace=gc_grace
+            client_from_url(url, **client_options),
+            clock=clock,
+            prefix=prefix,
+            gc_grace=gc_grace,
+            replica_wait=replica_wait,
         )
         return store._own_client()
+
+    @property
+    def replica_wait(self) -> ReplicaWait | None:
+        """How many replicas must confirm a turn append or a record write before it
+        returns (Redis ``WAIT``), or None: the writes return once the master applied them.
+        :meth:`RedisHotStore.append_through
+        <tiermem.store.backends.redis_hot.RedisHotStore.append_through>` honours it too."""
+        return self._wait
+
+    def append_wait(self, session_id: str, count: int, key: str | None) -> ReplicaWait | None:
+        """:attr:`replica_wait` for one append of ``count`` turns (``key``: its idempotency
+        key): only a keyed append can be repeated harmlessly by its caller."""
+        if self._wait is None:
+            return None
+        return self._wait.of(
+            f"the append of {count} turn(s) to session {session_id!r}",
+            unsafe_retry=""
+            if key
+            else "it carried no idempotency key, so a retry would store the turn(s) a second "
+            "time; read the session's last turns to see them (pass an idempotency key to "
+            "make such a retry safe)",
+        )
 
     # -- turn archive ---------------------------------------------------------------------
 
@@ -396,25 +447,34 @@ class RedisDurableStore(RedisStoreBase):
         """One EVALSHA: index allocation, the idempotency key, the entity change, the
         session's lifetime and the native TTLs in one script; a repeated key (or a blind
         resend of this very call, recognised by its write id) is answered by the same
-        script and writes nothing."""
+        script and writes nothing. With :attr:`replica_wait`, WAIT follows the script in
+        the same round trip (a pipeline on its connection).
+
+        Raises:
+            NotReplicatedError: (with :attr:`replica_wait`) the turns are stored on the
+                master but too few replicas confirmed them; ``retryable`` when the call
+                carried an idempotency key (a retry writes nothing and waits again).
+        """
         check_append(session_id, turns, first_index=first_index)
         key = check_idempotency_key(idempotency_key)
         templates = [turn_template(turn) for turn in turns]
         now_us = self._now_us()
-        reply = await self._io.call(
-            ARCHIVE_APPEND,
-            self._keys.durable_session(session_id),
-            [
-                now_us,
-                self._grace_ms,
-                optional_us(expires_at),
-                optional_int(first_index),
-                key or "",
-                new_write_id(),
-                *entity_args(entities),
-                *templates,
-            ],
-        )
+        keys = self._keys.durable_session(session_id)
+        args = [
+            now_us,
+            self._grace_ms,
+            optional_us(expires_at),
+            optional_int(first_index),
+            key or "",
+            new_write_id(),
+            *entity_args(entities),
+            *templates,
+        ]
+        wait = self.append_wait(session_id, len(turns), key)
+        if wait is None:
+            reply = await self._io.call(ARCHIVE_APPEND, keys, args)
+        else:
+            reply = await self._io.call_waited(ARCHIVE_APPEND, keys, args, wait)
         if reply[0] == b"repeat":
             return live_turns(reply[1:], now_us, session_id)
         if reply[0] == b"index":
@@ -551,22 +611,16 @@ class RedisDurableStore(RedisStoreBase):
     async def get_record(self, session_id: str, kind: str) -> SessionRecord | None:
         validate_id(session_id, what="session_id")
         check_kind(kind)
-        raw = await self._io.call(
-            RECORD_GET,
-            [self._keys.records(session_id), self._keys.durable_meta(session_id)],
-            [self._now_us(), kind],
-        )
-        if raw is None:
-            return None
-        # The frame's expiry is the session's lifetime when the record was written.
-        version, expires_us, updated_us, data = split_frame(raw, 3)
-        return SessionRecord(
-            kind=kind,
-            data=json.loads(data),
-            version=int(version),
-            updated_at=from_us(updated_us),
-            expires_at=from_us(expires_us) if expires_us else None,
-        )
+        keys = [self._keys.records(session_id), self._keys.durable_meta(session_id)]
+        return decode_record(kind, await self._io.call(RECORD_GET, keys, [self._now_us(), kind]))
+
+    def record_command(self, session_id: str, kind: str) -> Command:
+        """:meth:`get_record`'s read as a command (answer: :func:`decode_record`), for a
+        pipeline of reads on this server (``RedisHotStore.load_with_records``)."""
+        validate_id(session_id, what="session_id")
+        check_kind(kind)
+        keys = [self._keys.records(session_id), self._keys.durable_meta(session_id)]
+        return RECORD_GET.command(keys, [self._now_us(), kind])
 
     @redis_boundary
     async def put_record(
@@ -583,19 +637,29 @@ class RedisDurableStore(RedisStoreBase):
         check_aware(expires_at, what="expires_at")
         payload = encode_data(data, what=f"record {kind!r}")
         now = self._clock.now()
-        reply = await self._io.call(
-            RECORD_PUT,
-            self._keys.durable_session(session_id),
-            [
-                to_us(now),
-                self._grace_ms,
-                kind,
-                optional_int(expected_version),
-                optional_us(expires_at),
-                to_us(now),
-                payload,
-            ],
-        )
+        wait = None
+        if self._wait is not None:
+            wait = self._wait.of(
+                f"record {kind!r} of session {session_id!r}",
+                unsafe_retry=""
+                if expected_version is None
+                else "it was a compare-and-set, so a retry answers ConflictError; re-read "
+                "the record, which holds this write's value",
+            )
+        keys = self._keys.durable_session(session_id)
+        args: list[Arg] = [
+            to_us(now),
+            self._grace_ms,
+            kind,
+            optional_int(expected_version),
+            optional_us(expires_at),
+            to_us(now),
+            payload,
+        ]
+        if wait is None:
+            reply = await self._io.call(RECORD_PUT, keys, args)
+        else:
+            reply = await self._io.call_waited(RECORD_PUT, keys, args, wait)
         if reply[0] == b"conflict":
             actual = int(reply[1])
             raise ConflictError(

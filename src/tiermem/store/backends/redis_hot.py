@@ -41,12 +41,13 @@ from tiermem.models import (
     JsonValue,
     NewTurn,
     SessionMetadata,
+    SessionRecord,
     SessionSnapshot,
     StateBlob,
     Turn,
 )
 from tiermem.store.backends.redis_append import APPEND_THROUGH, HOT_APPEND, HOT_PRELUDE, bind_hot
-from tiermem.store.backends.redis_durable import RedisDurableStore, live_turns
+from tiermem.store.backends.redis_durable import RedisDurableStore, decode_record, live_turns
 from tiermem.store.backends.redis_scripts import (
     BACKEND_NAME,
     Arg,
@@ -55,6 +56,7 @@ from tiermem.store.backends.redis_scripts import (
     RedisClient,
     RedisKeys,
     RedisStoreBase,
+    ReplicaWait,
     client_from_url,
     entity_args,
     from_us,
@@ -500,6 +502,7 @@ class RedisHotStore(RedisStoreBase):
         fresh_at: int | None,
         always_mark: bool = False,
         wrote_at: int = 0,
+        wait: ReplicaWait | None = None,
     ) -> list[Any]:
         """Run a session write script, marking the session active when it is due.
 
@@ -512,9 +515,12 @@ class RedisHotStore(RedisStoreBase):
         When the session refuses the write (conflict, touch of an absent session, a skipped
         hot half of ``append_through``), the mark is undone with a second round trip; a lost
         mark (the shard failed) is logged and repaired by a later write or by
-        :meth:`claim_expired`'s re-check.
+        :meth:`claim_expired`'s re-check. ``wait``: WAIT follows the session script on its
+        connection in the same round trip (:meth:`RedisIO.send_waited
+        <tiermem.store.backends.redis_scripts.RedisIO.send_waited>`), and the mark always rides
+        along, so that a write that raises NotReplicatedError has been marked all the same.
         """
-        if not always_mark and not self._mark_due(session_id, now_us, expires_us):
+        if wait is None and not always_mark and not self._mark_due(session_id, now_us, expires_us):
             answer = list(await self._io.call(script, keys, args))
             wrote = len(answer) > wrote_at and answer[wrote_at] == b"ok"
             if wrote and fresh_at is not None and answer[fresh_at] == 1:
@@ -530,7 +536,10 @@ class RedisHotStore(RedisStoreBase):
         for _ in range(3):
             token = new_write_id()
             mark = ACTIVITY_MARK.command(shard, [session_id, expires_us, token])
-            reply, marked = await self._io.send([session, mark])
+            if wait is None:
+                reply, marked = await self._io.send([session, mark])
+            else:
+                reply, marked = await self._io.send_waited([session, mark], wait)
             wrote = isinstance(reply, list) and len(reply) > wrote_at and reply[wrote_at] == b"ok"
             if not wrote and not isinstance(marked, Exception):
                 await self._io.call(
@@ -665,6 +674,9 @@ class RedisHotStore(RedisStoreBase):
                 :meth:`can_append_through` accepts.
             ConflictError: ``first_index`` is not the archive's next index; nothing was
                 written.
+            NotReplicatedError: the durable store has a ``replica_wait`` and too few
+                replicas confirmed the turns; they are stored on the master (WAIT rides in
+                the same round trip).
         """
         if not self.can_append_through(durable):
             raise ValidationError(
@@ -699,6 +711,7 @@ class RedisHotStore(RedisStoreBase):
             now_us=now_us,
             fresh_at=5,
             wrote_at=3,
+            wait=durable.append_wait(session_id, len(turns), key),
         )
         if reply[0] == b"index":
             actual = int(reply[1])
@@ -749,6 +762,33 @@ class RedisHotStore(RedisStoreBase):
             ],
         )
         return self._snapshots.loaded(session_id, cached, reply)
+
+    @redis_boundary
+    async def load_with_records(
+        self, durable: DurableStore, session_id: str, kinds: Sequence[str]
+    ) -> tuple[SessionSnapshot | None, list[SessionRecord | None]]:
+        """:meth:`load` and ``durable``'s records ``kinds`` of the session, in one pipeline
+        (one round trip): the read path of ``Session.context``. ``durable`` must be one
+        :meth:`can_append_through` accepts (same server and key prefix).
+
+        Raises:
+            ValidationError: ``durable`` is not such a store, or a bad id or kind.
+        """
+        if not isinstance(durable, RedisDurableStore) or not self.can_append_through(durable):
+            raise ValidationError(
+                "load_with_records needs a RedisDurableStore on the same Redis server and "
+                "key prefix as the hot store; check can_append_through first"
+            )
+        validate_id(session_id, what="session_id")
+        cached = self._snapshots.get(session_id)
+        load = HOT_LOAD.command(
+            self._keys.hot_session(session_id),
+            [self._now_us(), "", *self._snapshots.load_args(cached)],
+        )
+        reads = [durable.record_command(session_id, kind) for kind in kinds]
+        replies = await self._io.batch([load, *reads])
+        snapshot = self._snapshots.loaded(session_id, cached, replies[0])
+        return snapshot, [decode_record(k, r) for k, r in zip(kinds, replies[1:], strict=True)]
 
     @redis_boundary
     async def put_metadata(

@@ -1,0 +1,219 @@
+"""What :meth:`Session.context <tiermem.session.Session.context>` keeps between calls, so
+that a call costs the same at turn 10 and at turn 10,000 (:class:`ContextCache`).
+
+A window is mostly what the previous call sent: the rolling summary and structured memory
+change once per summarization pass, the hot turns once per turn. Two things were redone on
+every call and grew with the session: turning the session's summary records into context
+sections (validating them, dropping superseded sentences, rendering structured memory)
+and counting the summary's tokens. The cache keeps
+
+* the sections built from the records, per session, keyed by the records as read (kind,
+  version, write time and data): the records are still read on every call (a pass of
+  another process is seen at once), but an unchanged read reuses the sections whole;
+* token counts per text (:class:`~tiermem.context.count_memo.MemoTokenCounter`), so the
+  summary, structured memory and hot turns already counted are looked up, not counted.
+
+Both are bounded (least recently used dropped first) and :meth:`ContextCache.shrink` empties
+them. One cache per :class:`~tiermem.service.MemoryService`, shared by its handles.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tiermem.context.count_memo import MemoTokenCounter
+from tiermem.context.models import ContextSection, ItemProvenance
+from tiermem.models import ActiveEntity, SessionRecord, Turn
+from tiermem.summaries.jobs import (
+    STRUCTURED_RECORD,
+    SUMMARY_RECORD,
+    WATERMARKS_RECORD,
+    SessionSummaries,
+    current_entities,
+    render_structured,
+)
+from tiermem.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from tiermem.summaries.jobs import SummaryJobs
+    from tiermem.tiers.tiered import SessionView
+
+__all__ = [
+    "CONTEXT_SESSIONS",
+    "RECORD_KINDS",
+    "ContextCache",
+    "SummarySections",
+    "summary_sections",
+]
+
+CONTEXT_SESSIONS = 1_024
+"""Sessions whose summary sections are kept (a few KB each)."""
+RECORD_KINDS = (SUMMARY_RECORD, STRUCTURED_RECORD, WATERMARKS_RECORD)
+"""The session records a window is built from, read on every call."""
+
+_Stamp = tuple[tuple[int, Any, Any] | None, ...]
+_HeldEntities = tuple[
+    "SummarySections", tuple[tuple[str, ActiveEntity], ...], Mapping[str, ActiveEntity]
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SummarySections:
+    """A session's summary records as context: the sections (summary tiers, then
+    structured memory), the last turn the summaries cover, how many newest hot turns stay
+    beside them, and the summaries as read (for the entities' corrections)."""
+
+    sections: tuple[ContextSection, ...]
+    summarized_through: int
+    keep_hot: int
+    summaries: SessionSummaries
+
+    def hot_turns(self, turns: Sequence[Turn]) -> list[Turn]:
+        """The hot turns the summaries do not cover (pinned ones and the newest
+        ``keep_hot`` always stay)."""
+        done, keep = self.summarized_through, self.keep_hot
+        newest = {t.index for t in turns[len(turns) - keep :]} if keep else set()
+        return [t for t in turns if t.index > done or t.pinned or t.index in newest]
+
+
+def summary_sections(session_id: str, found: SessionSummaries) -> SummarySections:
+    """The context sections of a session's summaries and structured memory."""
+    sections: list[ContextSection] = []
+    for tier in found.tiers:
+        if not tier.text:
+            continue
+        sections.append(
+            ContextSection(
+                kind="summary",
+                name=tier.tier.value,
+                text=f"Summary of turns {tier.first_index}-{tier.through_index} "
+                f"({tier.tier.value}):\n{tier.text}",
+                provenance=ItemProvenance(
+                    tier="session",
+                    session_id=session_id,
+                    turn_indexes=(tier.first_index, tier.through_index),
+                    summary_id=f"{session_id}:summary:v{found.summary_version}:{tier.tier}",
+                ),
+            )
+        )
+    structured_text = render_structured(found.structured)
+    if structured_text:
+        memory = found.structured
+        sections.append(
+            ContextSection(
+                kind="structured_memory",
+                text=structured_text,
+                provenance=ItemProvenance(tier="session", session_id=session_id),
+                counts={
+                    "entities": len(memory.entities),
+                    "facts": len(memory.facts),
+                    "decisions": len(memory.decisions),
+                    "goals": len(memory.goals),
+                    "unresolved": len(memory.unresolved),
+                },
+            )
+        )
+    return SummarySections(
+        sections=tuple(sections),
+        summarized_through=found.watermarks.summarized_through,
+        keep_hot=found.compression.keep_hot,
+        summaries=found,
+    )
+
+
+def _stamp(records: Sequence[SessionRecord | None]) -> _Stamp:
+    # The data is compared too: a session cleared and summarized again under a fake clock
+    # can repeat a version and a write time, never the content as well.
+    return tuple(None if r is None else (r.version, r.updated_at, r.data) for r in records)
+
+
+class ContextCache:
+    """Summary sections per session and token counts per text, for context assembly."""
+
+    def __init__(
+        self,
+        tokens: TokenCounter,
+        *,
+        sessions: int = CONTEXT_SESSIONS,
+        counts: MemoTokenCounter | None = None,
+    ) -> None:
+        self.tokens = counts if counts is not None else MemoTokenCounter(tokens)
+        """The service's counter with a memo of counts."""
+        self.max_sessions = sessions
+        self._sections: OrderedDict[str, tuple[_Stamp, SummarySections]] = OrderedDict()
+        self._entities: OrderedDict[str, _HeldEntities] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._sections)
+
+    async def sections(
+        self, jobs: SummaryJobs, session_id: str, records: Sequence[SessionRecord | None]
+    ) -> SummarySections:
+        """The session's summary sections, given its records as just read (one per
+        :data:`RECORD_KINDS`): when they are what the cache last saw, its sections are
+        reused; otherwise the summaries are read through ``jobs`` and built again.
+
+        Raises:
+            BackendError: the durable tier failed.
+        """
+        stamp = _stamp(records)
+        with self._lock:
+            held = self._sections.get(session_id)
+            if held is not None and held[0] == stamp:
+                self._sections.move_to_end(session_id)
+                self.hits += 1
+                return held[1]
+            self.misses += 1
+        # A pass committed since (or first sight): read and build once. A pass landing
+        # between the two reads only makes the next call miss again.
+        built = summary_sections(session_id, await jobs.read(session_id))
+        with self._lock:
+            self._sections[session_id] = (stamp, built)
+            self._sections.move_to_end(session_id)
+            while len(self._sections) > self.max_sessions:
+                self._sections.popitem(last=False)
+        return built
+
+    def entities(
+        self, view: SessionView, built: SummarySections, jobs: SummaryJobs
+    ) -> Mapping[str, ActiveEntity]:
+        """The view's active entities agreeing with structured memory's corrections
+        (:func:`~tiermem.summaries.jobs.current_entities`), kept per session while neither
+        the entities nor the summaries change."""
+        structured = built.summaries.structured
+        if not (structured.entities or structured.facts):
+            return view.entities
+        active = tuple(view.entities.items())
+        session_id = view.metadata.session_id
+        with self._lock:
+            held = self._entities.get(session_id)
+            if held is not None and held[0] is built and held[1] == active:
+                return held[2]
+        found = current_entities(view.entities, structured, jobs.entity_reader())
+        with self._lock:
+            self._entities[session_id] = (built, active, found)
+            self._entities.move_to_end(session_id)
+            while len(self._entities) > self.max_sessions:
+                self._entities.popitem(last=False)
+        return found
+
+    def drop(self, session_id: str) -> None:
+        """Forget a session's sections (it was cleared)."""
+        with self._lock:
+            self._sections.pop(session_id, None)
+            self._entities.pop(session_id, None)
+
+    def shrink(self) -> int:
+        """Empty the cache (sections and counts); returns how many entries were dropped."""
+        with self._lock:
+            dropped = len(self._sections) + len(self._entities)
+            self._sections.clear()
+            self._entities.clear()
+        return dropped + self.tokens.shrink()

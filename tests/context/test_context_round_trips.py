@@ -1,0 +1,118 @@
+"""Round trips of ``Session.context()`` without a query, per pairing (issue #10).
+
+Not timed: each client's door is wrapped (:class:`tiermem.testing.round_trips.RoundTrips`)
+and one warm ``context()`` of a summarized session is counted (the hot window plus the
+summary, structured-memory and watermark records). A change that adds a round trip to the
+read path fails here. Each expectation is an upper bound; where a pairing is not at one
+round trip, the reason is written beside it. Pairings are built as the composition root
+builds them (one server, one key prefix when both roles use the same backend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import open_backend
+from tests.integration.conftest import Pairing, open_pairing
+from tiermem.service import MemoryService
+from tiermem.session import Session, TurnInput
+from tiermem.summaries import SummaryPolicy
+from tiermem.testing import FakeClock
+from tiermem.testing.round_trips import RoundTrips
+
+EXPECTED: dict[str, int] = {
+    # The hot tier in process; one SQLite read per record (three hand-offs to the store's
+    # thread). Target: one read for the three.
+    "memory+sqlite": 3,
+    # At target: one pipeline holds the hot load script and the three record reads
+    # (RedisHotStore.load_with_records).
+    "redis+redis": 1,
+    # One EVALSHA, and per record a GetItem and a Query from the DynamoDB store, all
+    # concurrent (two deep). Target: the three records in one Query of the session.
+    "redis+dynamodb": 7,
+    # Two stores on one file (not a deployment the issue targets): the hot read + 3.
+    "sqlite+sqlite": 4,
+}
+
+
+@asynccontextmanager
+async def _deployment(name: str, tmp_path: Path) -> AsyncIterator[Pairing]:
+    hot_name, durable_name = name.split("+")
+    if hot_name != durable_name:
+        async with open_pairing(name, tmp_path) as pairing:
+            yield pairing
+        return
+    clock = FakeClock()
+    pair = await open_backend(hot_name, clock, tmp_path)
+    try:
+        yield Pairing(name, pair.hot, pair.durable, clock)
+    finally:
+        await pair.hot.aclose()
+        await pair.durable.aclose()
+
+
+async def _summarized(memory: MemoryService) -> Session:
+    session = await memory.session(user_id="u-context-trips")
+    await session.add_turns(
+        [
+            TurnInput(
+                role="user" if i % 2 == 0 else "assistant",
+                content=f"Turn {i}: my budget for the Vagabond box set is 120 EUR.",
+            )
+            for i in range(24)
+        ]
+    )
+    await memory.drain()
+    await session.summaries(wait_through=23)
+    return session
+
+
+def _service(pairing: Pairing) -> MemoryService:
+    return pairing.service(
+        summary_policy=SummaryPolicy(min_preservation=0.0, recover_preservation=0.0),
+        auto_detect=False,
+    )
+
+
+@pytest.mark.parametrize("pairing_name", list(EXPECTED))
+async def test_context_without_a_query_round_trips(pairing_name: str, tmp_path: Path) -> None:
+    async with _deployment(pairing_name, tmp_path) as pairing:
+        memory = _service(pairing)
+        session = await _summarized(memory)
+        await session.context()  # warm: scripts loaded, snapshot and sections cached
+        trips = RoundTrips()
+        with trips.counting():
+            window = await session.context()
+        await memory.aclose()
+    assert any(i.kind == "summary" for i in window.items), "the records were not read"
+    assert any(i.kind == "turn" for i in window.items)
+    assert trips.total >= 1, "a pairing with a server or a file is never free"
+    assert trips.total <= EXPECTED[pairing_name], dict(trips.counts)
+
+
+# Redis Cluster: the same combined pipeline (the session's hot and durable keys share a
+# hash tag, hence a slot); the counter cannot see a cluster pipeline, so it is checked for
+# what it returns only.
+@pytest.mark.parametrize(
+    "pairing_name", ["redis+redis", "redis-cluster+redis-cluster", "memory+sqlite"]
+)
+async def test_context_after_a_hot_miss_is_the_same_window(
+    pairing_name: str, tmp_path: Path
+) -> None:
+    # The combined read answers a lost hot session with the records alone: the window is
+    # rebuilt from the durable tier, summaries included, exactly as before the loss.
+    async with _deployment(pairing_name, tmp_path) as pairing:
+        memory = _service(pairing)
+        session = await _summarized(memory)
+        before = await session.context()
+        await pairing.hot.delete(session.id)
+        after = await session.context()
+        stats = await session.stats()
+        await memory.aclose()
+    assert memory.tiers.metrics.reloads >= 1
+    assert stats.served_from == "hot"  # restored by the reload
+    assert after.items == before.items
