@@ -8,6 +8,9 @@ e.g. through ``scripts/test.sh``).
 2. ``Session.context()`` without a query, hot tier warm, at 10, 1,000 and 10,000 turns in
    the session (``--context-sizes``): the whole call, and ``assemble_context`` alone.
 
+3. The index's writes while filling (per document: wall, client CPU, and on Redis server
+   CPU), and removing 100 archived turns one call each (the worst case of expiry).
+
 Each timing: p50/p99 wall time, mean process CPU time per call (steadier than wall time on
 the shared 2-core machine), and on Redis the server's CPU time per call (``INFO cpu``).
 Writes ``bench/results/recall_latency.json``::
@@ -56,15 +59,50 @@ def make_turn_texts(count: int, rng: random.Random) -> list[str]:
     return texts
 
 
+class WriteMeter:
+    """Wall, client CPU and (on Redis) server CPU of the index's writes during the fill."""
+
+    def __init__(self, redis_url: str | None) -> None:
+        self.redis_url = redis_url
+        self.docs = 0
+        self.wall = self.cpu = self.server = 0.0
+
+    async def upsert(self, index: SearchIndex, docs: list[Any]) -> None:
+        server0 = await redis_cpu_s(self.redis_url) if self.redis_url else 0.0
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        await index.upsert(docs)
+        self.wall += time.perf_counter() - wall0
+        self.cpu += time.process_time() - cpu0
+        if self.redis_url:
+            self.server += await redis_cpu_s(self.redis_url) - server0
+        self.docs += len(docs)
+
+    def per_doc(self) -> dict[str, float]:
+        out = {
+            "docs": self.docs,
+            "wall_us_per_doc": round(self.wall / self.docs * 1e6, 1),
+            "cpu_us_per_doc": round(self.cpu / self.docs * 1e6, 1),
+        }
+        if self.redis_url:
+            out["redis_server_cpu_us_per_doc"] = round(self.server / self.docs * 1e6, 1)
+        return out
+
+
 async def fill(
-    durable: DurableStore, index: SearchIndex, memories: int, turns: int, rng: random.Random
+    durable: DurableStore,
+    index: SearchIndex,
+    memories: int,
+    turns: int,
+    rng: random.Random,
+    meter: WriteMeter | None = None,
 ) -> float:
+    meter = meter or WriteMeter(None)
     start = time.perf_counter()
     records = make_memories(memories, rng)
     for record in records:
         await durable.put_memory(record)
     for i in range(0, len(records), 1000):
-        await index.upsert([memory_doc(r) for r in records[i : i + 1000]])
+        await meter.upsert(index, [memory_doc(r) for r in records[i : i + 1000]])
     texts = make_turn_texts(turns, rng)
     per = max(1, turns // SESSIONS)
     for s in range(SESSIONS):
@@ -85,8 +123,33 @@ async def fill(
         stored = []
         for j in range(0, len(new), MAX_TURNS_PER_APPEND):
             stored.extend(await durable.append_turns(session_id, new[j : j + MAX_TURNS_PER_APPEND]))
-        await index.upsert(turn_docs(USER, session_id, stored))
+        await meter.upsert(index, turn_docs(USER, session_id, stored))
     return time.perf_counter() - start
+
+
+async def removal_cost(
+    index: SearchIndex, durable: DurableStore, redis_url: str | None, count: int = 100
+) -> dict[str, float]:
+    """Removing archived turns one call each (the worst case: expiry collects what is due,
+    often one turn per write), then writing them back: per call, wall, client and server
+    CPU. Each removal rewrites the packed lists of the turn's terms on Redis."""
+    session_id = "bench-s0"
+    turns = (await durable.get_turns(session_id, 0, count))[:count]
+    docs = turn_docs(USER, session_id, turns)
+    server0 = await redis_cpu_s(redis_url) if redis_url else 0.0
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    for d in docs:
+        await index.remove(USER, [d.doc_id])
+    out = {
+        "removed": len(docs),
+        "wall_us_per_removal": round((time.perf_counter() - wall0) / len(docs) * 1e6, 1),
+        "cpu_us_per_removal": round((time.process_time() - cpu0) / len(docs) * 1e6, 1),
+    }
+    if redis_url:
+        server = await redis_cpu_s(redis_url) - server0
+        out["redis_server_cpu_us_per_removal"] = round(server / len(docs) * 1e6, 1)
+    await index.upsert(docs)
+    return out
 
 
 async def redis_cpu_s(url: str) -> float:
@@ -221,7 +284,9 @@ async def run(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     closers += [index.aclose, durable.aclose]
     try:
         rng = random.Random(7)
-        load_s = await fill(durable, index, args.memories, args.turns, rng)
+        redis_url = os.environ["TIERMEM_TEST_REDIS_URL"] if name == "redis" else None
+        meter = WriteMeter(redis_url)
+        load_s = await fill(durable, index, args.memories, args.turns, rng, meter)
         recaller = Recaller(durable, index, clock=clock)
         queries = make_queries(50, rng)
         policy = ContextRecallPolicy(k=8)
@@ -236,12 +301,13 @@ async def run(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         async def search(i: int) -> None:
             await index.search(USER, queries[i % len(queries)], kinds=("memory", "turn"), limit=30)
 
-        redis_url = os.environ["TIERMEM_TEST_REDIS_URL"] if name == "redis" else None
         result: dict[str, Any] = {
             "deployment": name,
             "memories": args.memories,
             "archived_turns": args.turns,
             "load_s": round(load_s, 1),
+            "index_upsert": meter.per_doc(),
+            "index_remove_one": await removal_cost(index, durable, redis_url),
             "recall_for_context": await timed(args.runs, recall, redis_url),
             "index_search": await timed(args.runs, search, redis_url),
         }
@@ -282,6 +348,11 @@ async def main() -> None:
     path = RESULTS / "recall_latency.json"
     if path.exists():  # keep the other deployments' last results (--only runs some)
         earlier = json.loads(path.read_text()).get("results", [])
+        if not args.context_sizes:  # and, with --context-sizes alone, their context parts
+            before = {r["deployment"]: r for r in earlier}
+            for result in results:
+                old = before.get(result["deployment"], {})
+                result.update({k: v for k, v in old.items() if k.startswith("context")})
         results = [r for r in earlier if r["deployment"] not in names] + results
     write_results(
         RESULTS / "recall_latency.json",

@@ -1,4 +1,4 @@
-"""What only one index does: SQLite migrations, Redis key layout, the warming wrapper."""
+"""What only one index does: SQLite migrations, the warming wrapper (Redis: test_index_redis)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import server_url
-from tests.recall.conftest import T0, days, doc, held_doc_ids, memory
+from tests.recall.conftest import T0, days, doc, memory
 from tiermem.errors import BackendError, ValidationError
 from tiermem.longterm.index import IndexedDoc
 from tiermem.longterm.index_memory import (
@@ -171,122 +170,6 @@ async def test_sqlite_large_upserts_are_split_into_transactions(tmp_path: Path) 
         assert len(hits) == len([i for i in range(1203) if i % 7 == 3])
         await index.purge_user("u1")
         assert await index.search("u1", "common", kinds=ALL, limit=5) == []
-    finally:
-        await index.aclose()
-
-
-# -- Redis ----------------------------------------------------------------------------------
-
-
-@pytest.mark.redis
-async def test_redis_index_keys_live_under_the_users_hash_tag() -> None:
-    from tests.backends.redis import fresh_prefix
-    from tiermem.longterm.index_redis import RedisIndex
-
-    prefix = fresh_prefix()
-    index = RedisIndex.from_url(server_url("redis"), prefix=prefix)
-    try:
-        await index.upsert([doc("a", "berserk 漫画", user_id="we{ir}d:id")])
-        client = index._io.client
-        keys = sorted(k.decode() for k in await client.keys(f"{prefix}:*"))
-        tag = "{u=we%7Bir%7Dd%3Aid}"
-        assert keys
-        assert all(k.startswith(f"{prefix}:{tag}:ix:") for k in keys)
-        assert f"{prefix}:{tag}:ix:m:t=漫画" in keys
-        assert index.keys.posting("we{ir}d:id", "memory", "漫画") in keys
-        await index.purge_user("we{ir}d:id")
-        assert await client.keys(f"{prefix}:*") == []
-    finally:
-        await index.aclose()
-
-
-@pytest.mark.redis
-async def test_redis_index_scripts_reload_after_a_script_flush() -> None:
-    from tests.backends.redis import fresh_prefix
-    from tiermem.longterm.index_redis import RedisIndex
-
-    index = RedisIndex.from_url(server_url("redis"), prefix=fresh_prefix())
-    try:
-        await index.upsert([doc("a", "berserk")])
-        await index._io.client.script_flush()
-        assert [h.doc_id for h in await index.search("u1", "berserk", kinds=ALL, limit=5)] == ["a"]
-        await index.upsert([doc("b", "berserk")])
-    finally:
-        await index.aclose()
-
-
-@pytest.mark.redis
-async def test_redis_index_leaves_no_key_once_everything_expired_is_collected() -> None:
-    from tests.backends.redis import fresh_prefix
-    from tiermem.longterm.index_redis import RedisIndex
-
-    prefix = fresh_prefix()
-    clock = FakeClock(T0)
-    index = RedisIndex.from_url(server_url("redis"), prefix=prefix, clock=clock)
-    try:
-        turns = [text_turn(f"berserk {i}").with_index(i) for i in range(10)]
-        for user in ("u1", "we{ir}d:id"):
-            await index.upsert(turn_docs(user, "s1", turns, expires_at=T0 + days(1)))
-        client = index._io.client
-        keys = {k.decode() for k in await client.keys(f"{prefix}:*")}
-        assert any(k.startswith(f"{prefix}:ixdue:") for k in keys)  # users marked due
-        clock.advance(days(1))
-        assert await index.collect_expired() == 20
-        assert await client.keys(f"{prefix}:*") == []
-        # A purge takes the user's mark with it.
-        await index.upsert(turn_docs("u1", "s2", turns, expires_at=T0 + days(5)))
-        await index.purge_user("u1")
-        assert await client.keys(f"{prefix}:*") == []
-    finally:
-        await index.aclose()
-
-
-@pytest.mark.redis
-async def test_redis_concurrent_collectors_remove_each_document_once() -> None:
-    from tests.backends.redis import fresh_prefix
-    from tiermem.longterm.index_redis import RedisIndex
-
-    prefix = fresh_prefix()
-    clock = FakeClock(T0)
-    first = RedisIndex.from_url(server_url("redis"), prefix=prefix, clock=clock)
-    second = RedisIndex.from_url(server_url("redis"), prefix=prefix, clock=clock)
-    try:
-        turns = [text_turn(f"berserk {i}").with_index(i) for i in range(7)]
-        users = [f"u{i}" for i in range(40)]
-        for user in users:
-            await first.upsert(turn_docs(user, "s1", turns, expires_at=T0 + days(1)))
-        clock.advance(days(1))
-        counts = await asyncio.gather(*(c.collect_expired(50) for c in (first, second) * 4))
-        # A collector that finds the due users taken by another stops early: sweep the rest.
-        while removed := await second.collect_expired(50):
-            counts.append(removed)
-        assert sum(counts) == 40 * 7  # each document counted by exactly one collector
-        for user in users:
-            assert await held_doc_ids(first, user) == set()
-    finally:
-        await first.aclose()
-        await second.aclose()
-
-
-@pytest.mark.redis
-async def test_redis_search_hides_expired_documents_beyond_its_first_read() -> None:
-    """More expired, uncollected documents than a search reads in its round trip: it reads
-    the rest, and answers none of them (they outscore the live one)."""
-    from tests.backends.redis import fresh_prefix
-    from tiermem.longterm import index_redis
-
-    clock = FakeClock(T0)
-    index = index_redis.RedisIndex.from_url(server_url("redis"), prefix=fresh_prefix(), clock=clock)
-    try:
-        count = index_redis._EXPIRED_READ + 5
-        await index.upsert(
-            [doc(f"e{i}", "berserk", kind="turn", expires_at=T0 + days(1)) for i in range(count)]
-        )
-        await index.upsert([doc("live", "berserk volume deluxe")])
-        clock.advance(days(2))
-        for limit in (3, count + 10):
-            hits = await index.search("u1", "berserk", kinds=ALL, limit=limit)
-            assert [h.doc_id for h in hits] == ["live"]
     finally:
         await index.aclose()
 

@@ -1,10 +1,11 @@
 """The reference search index, in process: :class:`InProcessIndex` (and its warm-up wrapper
 :class:`WarmingIndex` for deployments whose durable store has no search of its own).
 
-Per user it keeps postings (term → doc → ``length · 2^20 + tf``, the Redis index's
-encoding), document lengths and kinds, and the user's embedding vectors. BM25 reads only the
-posting lists of the query's terms (:func:`bm25_top`, shared with the Redis index's
-client-side scoring); vector search is brute-force cosine over the user's vectors (one matrix
+Per user it keeps postings (term → doc → ``length · 2^20 + tf``, the encoding of
+:mod:`tiermem.longterm.postings`), document lengths and kinds, and the user's embedding
+vectors. BM25 reads only the posting lists of the query's terms
+(:func:`~tiermem.longterm.postings.bm25_top`, shared with the Redis index's client-side
+scoring); vector search is brute-force cosine over the user's vectors (one matrix
 product with numpy, pure Python without). Everything is in memory: nothing survives the
 process.
 
@@ -22,10 +23,10 @@ import asyncio
 import heapq
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from tiermem.clock import Clock, SystemClock
 from tiermem.errors import ValidationError
@@ -37,7 +38,13 @@ from tiermem.longterm.index import (
     SearchIndex,
     terms_of,
 )
-from tiermem.longterm.text import bm25_idf, bm25_term, query_terms
+from tiermem.longterm.postings import (
+    POSTING_SHIFT,
+    bm25_scores,
+    bm25_top,
+    top_scores,
+)
+from tiermem.longterm.text import query_terms
 from tiermem.longterm.vectors import cosine_top, matrix_of, unit_vector
 from tiermem.store.keys import validate_id
 
@@ -64,10 +71,6 @@ COLLECT_PER_WRITE = 2
 :data:`MIN_COLLECT_PER_WRITE`): more than one, so writes outpace expiry and expired
 documents never pile up while anyone writes."""
 MIN_COLLECT_PER_WRITE = 32
-
-POSTING_SHIFT = 1 << 20
-"""A posting's value is ``length * POSTING_SHIFT + tf``: the document's length travels with
-the term frequency, so scoring reads nothing but the posting lists."""
 
 
 def collect_budget(written: int) -> int:
@@ -168,177 +171,38 @@ class _UserIndex:
         self.remove(doc.doc_id)
         counts = terms_of(doc)
         vector = unit_vector(doc.embedding) if doc.embedding else None
-        self.docs[doc.doc_id] = _Doc(
+        length = sum(counts.values())
+        doc_id = doc.doc_id
+        self.docs[doc_id] = _Doc(
             kind=doc.kind,
-            length=sum(counts.values()),
+            length=length,
             terms=tuple(counts),
             vector=vector,
             expires_at=doc.expires_at,
         )
         if doc.expires_at is not None:
             self.expiring += 1
-        length = sum(counts.values())
         self.total_length += length
         packed = length * POSTING_SHIFT
+        postings, groups = self.postings, self.groups
+        # get-then-create: ``setdefault(term, {})`` would build a dict and a set per term
+        # even when they exist, and this runs for every term of every indexed turn.
         for term, tf in counts.items():
-            self.postings.setdefault(term, {})[doc.doc_id] = packed + tf
-            self.groups.setdefault(term, {}).setdefault(packed + tf, set()).add(doc.doc_id)
+            posting = postings.get(term)
+            if posting is None:
+                posting = postings[term] = {}
+                by_value: dict[int, set[str]] = {}
+                groups[term] = by_value
+            else:
+                by_value = groups[term]
+            posting[doc_id] = packed + tf
+            holders = by_value.get(packed + tf)
+            if holders is None:
+                by_value[packed + tf] = {doc_id}
+            else:
+                holders.add(doc_id)
         if vector is not None:
             self.matrix_cache.clear()
-
-
-_K = TypeVar("_K", str, bytes)
-_V = TypeVar("_V", int, bytes)
-
-
-def bm25_scores(
-    postings: Iterable[tuple[int, Mapping[_K, _V]]],
-    docs: int,
-    average: float,
-) -> dict[_K, float]:
-    """BM25 of every document in ``postings``: (df, doc → packed ``length * POSTING_SHIFT
-    + tf``) per query term, in query order, over a user's ``docs`` documents of
-    ``average`` length. Packed values may be ints or their decimal bytes (a Redis reply).
-
-    Why this shape: a term's contribution depends only on (tf, length), and a posting list
-    of thousands has a few dozen distinct pairs, so :func:`bm25_term` runs once per pair
-    and each posting costs one dict lookup and one addition (~0.2 µs; a broad query over
-    5,000 postings scores in about 1 ms in pure Python). Sums run in query order, so the
-    floats equal every other index's.
-    """
-    scores: dict[_K, float] = {}
-    for df, posting in postings:
-        if not posting:
-            continue
-        idf = bm25_idf(docs, df)
-        parts: dict[_V, float] = {}
-        for value in set(posting.values()):
-            tf, length = int(value) % POSTING_SHIFT, int(value) // POSTING_SHIFT
-            parts[value] = bm25_term(idf, tf, length, average)
-        if not scores:
-            scores = {doc: parts[value] for doc, value in posting.items()}
-            continue
-        get = scores.get
-        for doc, value in posting.items():
-            scores[doc] = get(doc, 0.0) + parts[value]
-    return scores
-
-
-def top_scores(
-    scores: Mapping[_K, float], count: int, keep: Callable[[_K], bool]
-) -> list[tuple[_K, float]]:
-    """The ``count`` best of ``scores`` that ``keep`` accepts, best first, ties by key.
-
-    ``keep`` (kind and expiry filters) runs on the best ``2 * count`` (and every score
-    tied with the last of them) first, and on everything only when that left too few:
-    O(n log count), never a sort of every matched document.
-    """
-    wanted = 2 * count
-    if len(scores) > wanted:
-        floor = heapq.nlargest(wanted, scores.values())[-1]
-        ranked = [(key, s) for key, s in scores.items() if s >= floor and keep(key)]
-        if len(ranked) < count:
-            ranked = [(key, s) for key, s in scores.items() if keep(key)]
-    else:
-        ranked = [(key, s) for key, s in scores.items() if keep(key)]
-    ranked.sort(key=lambda pair: (-pair[1], pair[0]))
-    return ranked[:count]
-
-
-_MARGIN = 1e-9
-"""Relative slack of the pruning decisions in :func:`bm25_top`: its partial sums run in
-another order than the final ones, so they may differ in the last bits."""
-
-
-def bm25_top(
-    postings: Sequence[tuple[int, Mapping[_K, _V]]],
-    docs: int,
-    average: float,
-    count: int,
-    keep: Callable[[_K], bool],
-    groups: Sequence[Mapping[_V, Collection[_K]]] | None = None,
-) -> list[tuple[_K, float]]:
-    """``top_scores(bm25_scores(postings, docs, average), count, keep)``, reading less.
-
-    Why: a broad query's common terms have posting lists of thousands but weigh little.
-    Terms are taken best bound first (a term's bound: its largest contribution to any
-    document). Once ``count`` documents are kept, the ``count``-th best partial score is a
-    floor the top must reach, so (MaxScore-style, exact):
-
-    * a document first met in a term whose contribution plus the bounds of the terms left
-      cannot reach the floor is not taken in;
-    * a held document whose partial score plus those bounds cannot reach it is dropped;
-    * then the held documents are updated by lookup, and with ``groups`` (per posting,
-      packed value → documents: the in-process index keeps them) only the values that can
-      reach the floor are read: a common term's list is not walked at all.
-
-    A document left out can never reach the top, so the top is the plain one; its scores
-    are summed again in query order, so they equal :func:`bm25_scores`' to the bit.
-    """
-    terms: list[tuple[float, dict[_V, float], Mapping[_K, _V], Mapping[_V, Collection[_K]]]] = []
-    for n, (df, posting) in enumerate(postings):
-        if not posting:
-            continue
-        idf = bm25_idf(docs, df)
-        parts: dict[_V, float] = {}
-        for value in set(posting.values()) if groups is None else groups[n]:
-            tf, length = int(value) % POSTING_SHIFT, int(value) // POSTING_SHIFT
-            parts[value] = bm25_term(idf, tf, length, average)
-        terms.append((max(parts.values()), parts, posting, {} if groups is None else groups[n]))
-    left = sum(term[0] for term in terms)
-    scores: dict[_K, float] = {}
-    floor = 0.0
-    done = 0.0
-    for bound, parts, posting, by_value in sorted(terms, key=lambda term: -term[0]):
-        left -= bound
-        cutoff = floor - left  # what a document first met here must add to reach the floor
-        if not scores:
-            scores = {doc: parts[value] for doc, value in posting.items() if parts[value] >= cutoff}
-        elif cutoff > 0 and len(scores) < len(posting):
-            for doc, score in scores.items():
-                held = posting.get(doc)
-                if held is not None:
-                    scores[doc] = score + parts[held]
-            admit = {value: part for value, part in parts.items() if part >= cutoff}
-            if by_value:
-                for value, part in admit.items():
-                    for doc in by_value[value]:
-                        if doc not in scores:
-                            scores[doc] = part
-            elif admit:  # no groups (a Redis reply): one walk, most values rejected
-                for doc, value in posting.items():
-                    if value in admit and doc not in scores:
-                        scores[doc] = admit[value]
-        else:
-            get = scores.get
-            for doc, value in posting.items():
-                part = parts[value]
-                sofar = get(doc)
-                if sofar is not None:
-                    scores[doc] = sofar + part
-                elif part >= cutoff:
-                    scores[doc] = part
-        done += bound
-        # The floor is at most the best partial score, at most ``done``: while that is no
-        # more than ``left``, a floor could neither keep a document out nor drop one.
-        if len(scores) >= count and done > left:
-            best = top_scores(scores, count, keep)
-            if len(best) == count and best[-1][1] * (1.0 - _MARGIN) > floor:
-                floor = best[-1][1] * (1.0 - _MARGIN)
-                scores = {doc: s for doc, s in scores.items() if s + left >= floor}
-    # Partial sums ran best bound first (and a document taken in late lacks the terms it
-    # was left out of, which kept it below the floor): sum the candidates in query order.
-    exact: dict[_K, float] = {}
-    for doc, score in scores.items():
-        if score < floor or not keep(doc):
-            continue
-        total = 0.0
-        for _, parts, posting, _ in terms:
-            found = posting.get(doc)
-            if found is not None:
-                total += parts[found]
-        exact[doc] = total
-    return top_scores(exact, count, lambda doc: True)
 
 
 class InProcessIndex:

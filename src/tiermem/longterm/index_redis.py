@@ -7,54 +7,87 @@ write in one round trip; no extra service. Vectors are not searched here (see
 embeddings stored on the memory records; full semantic search at scale belongs in a vector
 engine plugged in through :class:`~tiermem.longterm.index.SearchIndex`.
 
-Key layout (``tm`` is the ``prefix``, normally the Redis store's, so a user's index keys sit
-in the same slot as the user's memories; ``<uid>`` is escaped by
+Key layout, version 2 (``tm`` is the ``prefix``, normally the Redis store's, so a user's
+index keys sit in the same slot as the user's memories; ``<uid>`` is escaped by
 :func:`~tiermem.store.keys.escape_segment`; ``<term>`` is a token of
 :func:`~tiermem.longterm.text.tokenize`, letters, digits and CJK only, so it needs no
 escaping and cannot leave the hash tag)::
 
     tm:{u=<uid>}:
-    ├── ix:docs         hash  doc_id → "<kind>|<length>"
-    ├── ix:terms        hash  doc_id → the doc's distinct terms, space-separated (to unindex)
-    ├── ix:stats        hash  n → documents · len → total length       (BM25 statistics)
-    ├── ix:exp          zset  doc_id → expires_at µs      (only documents that expire)
-    └── ix:<k>:t=<term> hash  doc_id → length · 2^20 + tf             (one posting list per
-                              term and kind; <k> = m(emory), t(urn), c(hunk))
+    ├── ix2:docs          hash   doc_id → "<kind>|<length>|<number>"
+    ├── ix2:terms         hash   doc_id → the doc's distinct terms, space-separated
+    ├── ix2:ids           hash   number → <k><doc_id>     (the doc-number table, <k>: kind)
+    ├── ix2:stats         hash   n → documents · len → total length (BM25 statistics)
+    │                            · next → the last number given · epoch → a token
+    ├── ix2:exp           zset   doc_id → expires_at µs     (only documents that expire)
+    ├── ix2:<k>:n=<term>  string the numbers of the documents holding the term, u32
+    │                            little-endian, ascending        (<k> = m(emory),
+    ├── ix2:<k>:v=<term>  string their ``length · 2^20 + tf``, u64     t(urn), c(hunk))
+    │                            (0: the tombstone of a removed document)
+    ├── ix2:dead          hash   "<k>:<term>" → tombstones in that list
     tm:ixdue:{ixdue=<n>} zset  user_id → a time at or before the user's earliest document
                               expiry (n = crc32(user_id) mod the activity shard count)
 
-A posting carries its document's length, so scoring reads nothing but the posting lists
-(a replaced document rewrites all its postings anyway), and kinds have separate lists, so
-a memory-only search never reads the turns' postings; ``df`` is the sum of the lists'
-``HLEN``. The scripts declare ``ix:docs``, ``ix:terms`` and ``ix:stats``; they address
-posting lists by appending ``<k>:t=<term>`` to the name of ``ix:docs`` minus its last
-segment, so every key a script touches carries the same hash tag and lives in the declared
-keys' slot, which is what Redis Cluster requires. (Declaring the posting keys instead would
-cost a read before every replacing write: only the server knows a replaced document's old
-terms.)
+Why packed strings: a search reads each query term's posting list whole. As a hash of
+decimal values (layout 1, below) a broad query's ~5,000 postings came back as ~10,000
+reply elements, and parsing them cost the client ~5 ms; as two strings per list they are
+two bulk replies, decoded by :func:`~tiermem.longterm.postings.unpack_postings` in C
+(``array`` + ``zip``, ~0.1 µs a posting). A posting still carries its document's length,
+so scoring reads nothing but the lists; kinds have separate lists, so a memory-only search
+never reads the turns'; ``df`` is the lists' total ``STRLEN`` / 4 minus their tombstones.
+
+Numbers. Each indexed document gets the next number of its user (``next``); a replaced
+document gets a new one, so numbers only grow, appending keeps every list sorted, and a
+number never names two documents while the user's statistics live. When the user's last
+document goes, the statistics go too and numbering starts again under a new ``epoch``
+token: the client's cache of number → doc_id is keyed by the epoch, and a search checks
+the epoch when it reads the ids, so a stale mapping is never used.
+
+Concurrency. Every write is one Lua script (atomic on the server): an upsert first removes
+the named documents' former versions, then APPENDs each new posting to its two strings
+(O(1) per posting); several processes indexing the same user interleave whole scripts, so
+the lists stay parallel and sorted. Removal (delete, replace, expiry, purge) finds each
+number by binary search and overwrites its value with zeros in place (``SETRANGE``, a
+tombstone, counted in ``ix2:dead``); a list is rewritten without its tombstones once a
+quarter of it is dead, and deleted once all of it is. Why not rewrite at once: a list of a
+common term holds thousands of postings, and rewriting a turn's ~12 lists on every removal
+cost Redis ~1.5 ms per removed turn (measured), against ~0.1 ms this way; amortised, a
+removal copies a few postings. A tombstone keeps only a number no id names any more (the
+``ids`` entry goes with the document), never returns from a search, and does not count in
+df, so scores equal an index that never saw the document. Scripts address the ``ids`` and
+``dead`` hashes and the posting strings by name under the declared keys' hash tag, so
+every key a script touches lives in the declared keys' slot, as Redis Cluster requires.
 
 Round trips: ``upsert`` 1 (one script per user and per 200 documents, and, pipelined, the
 due mark of a user this process has not marked in the last 5 minutes at or before the new
-documents' earliest expiry -- so a user writing turns costs one command per upsert; one
-upsert in :data:`COLLECT_EVERY_WRITES` adds a ``collect_expired``),
-``remove`` 1, ``search`` 1 (2 when more than 1,024 expired documents await collection),
-``purge_user`` 2 (+1 per 500 documents beyond the first 500), ``collect_expired`` 1 when
-nothing is due, else 4 per round.
-``search`` is one pipeline of plain reads -- the statistics, the user's expired documents,
-``HLEN`` of each query term's lists (df) and ``HGETALL`` of its lists in the asked kinds
-(at most :data:`~tiermem.longterm.text.MAX_QUERY_TERMS` terms) -- and the client scores them
-with :func:`~tiermem.longterm.index_memory.bm25_top`, the in-process index's code, so
-scores are equal by construction. Why not a Lua script: scoring a broad query's ~5,000
-postings in Lua held Redis's one thread for ~9 ms (measured, ``docs/recall.md``);
-serializing the lists costs it ~1.6 ms, and the scoring (which prunes, see
-:func:`~tiermem.longterm.index_memory.bm25_top`) runs in the application processes.
-Its work grows with the user's postings of the query's terms, never with the keyspace.
+documents' earliest expiry; one upsert in :data:`COLLECT_EVERY_WRITES` adds a
+``collect_expired``), ``remove`` 1, ``search`` 1 when the ids of the hits are in the
+process's cache, else 2 (an ``HMGET`` of the missing ones), ``purge_user`` 2 (+1 per 500
+documents beyond the first 500), ``collect_expired`` 1 when nothing is due, else 4 per
+round. ``search`` is one read-only script returning the statistics, the numbers of the
+user's expired, uncollected documents, each term's df and the asked kinds' packed lists
+(at most :data:`~tiermem.longterm.text.MAX_QUERY_TERMS` terms); the client scores them
+with :func:`~tiermem.longterm.postings.bm25_top`, the in-process index's code, so scores
+are equal by construction (ties, whose order the numbers would decide, are ordered by
+doc_id as everywhere). Why not score in Lua: a broad query's ~5,000 postings held
+Redis's one thread for ~9 ms (measured, ``docs/recall.md``).
+
+Migration from layout 1. Layout 1 kept ``ix:docs`` (doc_id → "<kind>|<length>"),
+``ix:terms``, ``ix:stats``, ``ix:exp`` and one hash per list, ``ix:<k>:t=<term>``
+(doc_id → length · 2^20 + tf, decimal). Layout 2's keys have a new prefix (``ix2:``), so
+the two never collide, and the user is rebuilt on first search: when the read script sees
+``ix:docs``, :meth:`RedisIndex.search` runs :data:`INDEX_MIGRATE` pages (200 documents a
+script, no text needed: terms and tfs are in layout 1) until layout 1 is empty, then
+searches. Meanwhile every write drops the documents it names from layout 1 too, so a
+removed or replaced document cannot come back from there. A rolling upgrade that keeps
+processes of the former version writing must finish before relying on removals: a
+removal made by an old process reaches layout 1 only; :meth:`RedisIndex.migrate_user`
+moves a user eagerly (for a scripted reindex of known users).
 
 Expiry. Index keys carry no native TTL (a posting list holds documents with different
-expiries). A document's expiry is in ``ix:exp``; ``search`` leaves out documents whose
-expiry has passed (it reads the user's expired, uncollected ids from ``ix:exp`` in its
-pipeline). Collection, bounded, earliest
-expiry first:
+expiries). A document's expiry is in ``ix2:exp``; ``search`` leaves out documents whose
+expiry has passed (its script reads the user's expired, uncollected numbers). Collection,
+bounded, earliest expiry first:
 
 * each ``upsert`` script also drops up to
   :func:`~tiermem.longterm.index_memory.collect_budget` of the user's own expired
@@ -93,7 +126,6 @@ from tiermem.longterm.index import (
     terms_of,
 )
 from tiermem.longterm.index_memory import (
-    bm25_top,
     check_collect_limit,
     check_docs,
     check_search_args,
@@ -104,9 +136,12 @@ from tiermem.longterm.index_redis_scripts import (
     INDEX_DUE_MARK,
     INDEX_DUE_POP,
     INDEX_DUE_READ,
+    INDEX_MIGRATE,
+    INDEX_READ,
     INDEX_REMOVE,
     INDEX_UPSERT,
 )
+from tiermem.longterm.postings import PackedList, bm25_top_packed, unpack_numbers
 from tiermem.longterm.text import query_terms
 from tiermem.store.backends.redis_scripts import (
     Arg,
@@ -115,13 +150,21 @@ from tiermem.store.backends.redis_scripts import (
     RedisIO,
     RedisKeys,
     client_from_url,
+    new_write_id,
     optional_us,
     redis_boundary,
     to_us,
 )
 from tiermem.store.keys import validate_id
 
-__all__ = ["COLLECT_EVERY_WRITES", "DUE_MARK_MEMORY_US", "RedisIndex", "RedisIndexKeys"]
+__all__ = [
+    "COLLECT_EVERY_WRITES",
+    "DUE_MARK_MEMORY_US",
+    "LAYOUT",
+    "LEGACY_LAYOUT",
+    "RedisIndex",
+    "RedisIndexKeys",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -133,14 +176,39 @@ COLLECT_EVERY_WRITES = 32
 DUE_MARK_MEMORY_US = 300_000_000
 """How long (µs) an index remembers the due mark it sent for a user (``upsert``)."""
 _DUE_MARKS_KEPT = 65_536
+_MIGRATE_PAGE = 200
+"""Layout-1 documents one migration script moves."""
+_MIGRATE_PASSES = 5
+"""Full scans of a user's layout-1 documents before a migration gives up (ConflictError):
+more are needed only while processes of the former version keep writing there."""
+_SEARCH_ATTEMPTS = 3
+"""Reads a search makes when the user's numbering restarts between its two round trips."""
+_ID_CACHE_USERS = 256
+_ID_CACHE_IDS = 65_536
+"""Bounds of the number → doc_id cache: users, and ids per user."""
+LAYOUT = "ix2"
+"""The key segment of the current layout (see the module docstring)."""
+LEGACY_LAYOUT = "ix"
+"""The key segment of layout 1, migrated on first search."""
 
 
 class RedisIndexKeys(RedisKeys):
     """The index's keys, beside the store's under the same prefix and user hash tag."""
 
-    def index(self, user_id: str) -> list[str]:
-        """docs, terms, stats, exp: the keys every index script declares, in order."""
-        return [self._user(user_id, f"ix:{part}") for part in ("docs", "terms", "stats", "exp")]
+    def index(self, user_id: str, *, layout: str = LAYOUT) -> list[str]:
+        """docs, terms, stats, exp: the keys every index script declares, in order (of
+        layout 1 with ``layout=LEGACY_LAYOUT``)."""
+        return [
+            self._user(user_id, f"{layout}:{part}") for part in ("docs", "terms", "stats", "exp")
+        ]
+
+    def ids(self, user_id: str) -> str:
+        """The user's doc-number table: number → kind letter + doc_id."""
+        return self._user(user_id, f"{LAYOUT}:ids")
+
+    def dead(self, user_id: str) -> str:
+        """The user's tombstone counts: "<k>:<term>" → tombstones in that list."""
+        return self._user(user_id, f"{LAYOUT}:dead")
 
     def due_shard(self, user_id: str) -> int:
         """Which ``ixdue`` shard marks the user (stable across processes)."""
@@ -150,14 +218,18 @@ class RedisIndexKeys(RedisKeys):
         """One shard of the users with expiring documents (score: when to look again)."""
         return f"{self.prefix}:ixdue:{{ixdue={shard}}}"
 
-    def posting(self, user_id: str, kind: DocKind, term: str) -> str:
-        """One term's posting list of one kind (the scripts build the same name)."""
-        return self._user(user_id, f"ix:{kind[0]}:t={term}")
+    def posting(self, user_id: str, kind: DocKind, term: str) -> tuple[str, str]:
+        """One term's packed posting list of one kind: its numbers and values strings (the
+        scripts build the same names)."""
+        part = f"{LAYOUT}:{kind[0]}"
+        return self._user(user_id, f"{part}:n={term}"), self._user(user_id, f"{part}:v={term}")
+
+    def legacy_posting(self, user_id: str, kind: DocKind, term: str) -> str:
+        """One term's posting hash of one kind in layout 1 (doc_id → decimal value)."""
+        return self._user(user_id, f"{LEGACY_LAYOUT}:{kind[0]}:t={term}")
 
 
 _KIND_OF_LETTER: dict[str, DocKind] = {"m": "memory", "t": "turn", "c": "chunk"}
-_EXPIRED_READ = 1024
-"""Expired, uncollected documents a search reads in its round trip (more: a second read)."""
 
 
 class RedisIndex:
@@ -170,7 +242,10 @@ class RedisIndex:
     Raises (every method): :class:`~tiermem.errors.ValidationError` for bad ids, kinds or
     limits; :class:`~tiermem.errors.BackendUnavailableError`,
     :class:`~tiermem.errors.BackendTimeoutError` (both retryable) or
-    :class:`~tiermem.errors.BackendError` for failures of Redis, chained to redis-py's error.
+    :class:`~tiermem.errors.BackendError` for failures of Redis, chained to redis-py's error;
+    :class:`~tiermem.errors.ConflictError` from ``purge_user``, ``migrate_user`` (and a
+    ``search`` that migrates) when other writers keep adding documents meanwhile, and from
+    ``search`` when the user's index is emptied and refilled under each of its attempts.
     """
 
     name = "redis"
@@ -186,8 +261,12 @@ class RedisIndex:
         self._writes = 0
         self._due_marks: dict[str, tuple[int, int]] = {}
         """User → (the due time this process last marked, when): see _due_mark_needed."""
+        self._id_cache: dict[str, tuple[bytes, dict[int, tuple[DocKind, str]]]] = {}
+        """User → (epoch, number → (kind, doc_id)): see the module docstring's Numbers."""
         self.collect_failures = 0
         """Amortised collections (in ``upsert``) that failed; logged, and retried later."""
+        self.migrations = 0
+        """Users this index moved from layout 1, for tests and metrics."""
 
     @classmethod
     def from_url(
@@ -205,18 +284,25 @@ class RedisIndex:
     @redis_boundary
     async def upsert(self, docs: Sequence[IndexedDoc]) -> None:
         check_docs(docs)
-        by_user: dict[str, list[IndexedDoc]] = {}
+        # The last version of a document wins, as in a sequence of upserts; a script names
+        # each document once.
+        latest: dict[tuple[str, str], IndexedDoc] = {}
         for doc in docs:
+            latest.pop((doc.user_id, doc.doc_id), None)
+            latest[(doc.user_id, doc.doc_id)] = doc
+        by_user: dict[str, list[IndexedDoc]] = {}
+        for doc in latest.values():
             by_user.setdefault(doc.user_id, []).append(doc)
         now = self._clock.now()
         now_us = to_us(now)
+        epoch = new_write_id()
         commands: list[Command] = []
         marked: list[tuple[str, int]] = []
         for user_id, user_docs in by_user.items():
             keys = self._keys.index(user_id)
             for start in range(0, len(user_docs), _DOCS_PER_SCRIPT):
                 chunk = user_docs[start : start + _DOCS_PER_SCRIPT]
-                args: list[Arg] = [now_us, collect_budget(len(chunk))]
+                args: list[Arg] = [now_us, collect_budget(len(chunk)), epoch]
                 for doc in chunk:
                     live = doc.expires_at is None or doc.expires_at > now
                     counts = terms_of(doc) if live else {}
@@ -366,53 +452,75 @@ class RedisIndex:
         terms = query_terms(query)
         if not terms or not kinds:
             return []
-        _, _, stats_key, exp_key = self._keys.index(user_id)
+        keys = self._keys.index(user_id)
         now_us = to_us(self._clock.now())
-        asked = sorted({kind[0] for kind in kinds})
-        # One round trip of plain reads: statistics, the expired documents not yet
-        # collected, each term's df (HLEN of its three kinds' lists) and the asked kinds'
-        # posting lists. Scoring runs here, not in a Lua script: Redis's one thread only
-        # serializes the lists (see the module docstring).
-        commands = [
-            Command(("HMGET", stats_key, "n", "len")),
-            Command(("ZRANGEBYSCORE", exp_key, "-inf", now_us, "LIMIT", 0, _EXPIRED_READ)),
-        ]
-        for term in terms:
-            commands += [
-                Command(("HLEN", self._keys.posting(user_id, _KIND_OF_LETTER[k], term)))
-                for k in "mtc"
+        asked = "".join(sorted({kind[0] for kind in kinds}))
+        read = INDEX_READ.command(keys, [now_us, asked, *terms])
+        for _ in range(_SEARCH_ATTEMPTS):
+            replies = (await self._io.batch([read]))[0]
+            if int(replies[3]):  # layout 1 still holds documents of the user: move them
+                await self._migrate(user_id)
+                replies = (await self._io.batch([read]))[0]
+            count = int(replies[0])
+            if count <= 0:
+                return []
+            lists: list[PackedList] = []
+            at = 5
+            for _ in terms:
+                df = int(replies[at])
+                lists += [
+                    (df, replies[at + 1 + 2 * j], replies[at + 2 + 2 * j])
+                    for j in range(len(asked))
+                ]
+                at += 1 + 2 * len(asked)
+            expired = set(unpack_numbers(replies[4]))
+            top = bm25_top_packed(lists, count, int(replies[1]) / count, limit, expired)
+            ids = await self._doc_ids(user_id, replies[2], [number for number, _ in top])
+            if ids is None:  # the user's numbering started again meanwhile: read again
+                continue
+            hits = [
+                SearchHit(doc_id=ids[number][1], kind=ids[number][0], score=score)
+                for number, score in top
+                if number in ids  # removed since the read: gone
             ]
-            commands += [
-                Command(("HGETALL", self._keys.posting(user_id, _KIND_OF_LETTER[k], term)))
-                for k in asked
-            ]
-        replies = await self._io.batch(commands)
-        n_raw, len_raw = replies[0]
-        count = int(n_raw or 0)
-        if count <= 0:
-            return []
-        expired: set[bytes] = set(replies[1])
-        if len(expired) >= _EXPIRED_READ:  # rare: many await collection; read them all
-            expired = set(await self._io.execute("ZRANGEBYSCORE", exp_key, "-inf", now_us))
-        lists: list[tuple[int, dict[bytes, bytes]]] = []
-        kind_lists: list[tuple[str, dict[bytes, bytes]]] = []
-        step = 3 + len(asked)
-        for t in range(len(terms)):
-            at = 2 + t * step
-            df = sum(int(replies[at + j]) for j in range(3))
-            for j, k in enumerate(asked):
-                posting: dict[bytes, bytes] = replies[at + 3 + j]
-                if posting:
-                    lists.append((df, posting))
-                    kind_lists.append((k, posting))
-        top = bm25_top(
-            lists, count, int(len_raw) / count, limit, lambda doc_id: doc_id not in expired
+            hits.sort(key=lambda hit: (-hit.score, hit.doc_id))
+            return hits[:limit]
+        raise ConflictError(
+            f"the search index of user {user_id!r} was emptied and refilled during each of "
+            f"{_SEARCH_ATTEMPTS} searches; retry"
         )
 
-        def kind(doc_id: bytes) -> DocKind:
-            return next(_KIND_OF_LETTER[k] for k, posting in kind_lists if doc_id in posting)
-
-        return [SearchHit(doc_id=doc_id.decode(), kind=kind(doc_id), score=s) for doc_id, s in top]
+    async def _doc_ids(
+        self, user_id: str, epoch: bytes, numbers: Sequence[int]
+    ) -> dict[int, tuple[DocKind, str]] | None:
+        """The kinds and doc ids of ``numbers`` under ``epoch``, from the cache or one
+        ``HMGET``; a number whose document is gone has none. None: the user's epoch is not
+        ``epoch`` any more (numbers may name other documents now)."""
+        cached = self._id_cache.get(user_id)
+        if cached is None or cached[0] != epoch:
+            if len(self._id_cache) >= _ID_CACHE_USERS:
+                self._id_cache.clear()
+            cached = self._id_cache[user_id] = (epoch, {})
+        known = cached[1]
+        missing = [number for number in numbers if number not in known]
+        if missing:
+            stats_key = self._keys.index(user_id)[2]
+            found, now_epoch = await self._io.batch(
+                [
+                    Command(("HMGET", self._keys.ids(user_id), *missing)),
+                    Command(("HGET", stats_key, "epoch")),
+                ]
+            )
+            if now_epoch != epoch:
+                self._id_cache.pop(user_id, None)
+                return None
+            if len(known) + len(missing) > _ID_CACHE_IDS:
+                known.clear()
+            for number, raw in zip(missing, found, strict=True):
+                if raw is not None:
+                    text = raw.decode()
+                    known[number] = (_KIND_OF_LETTER[text[0]], text[1:])
+        return {number: known[number] for number in numbers if number in known}
 
     async def vector_search(
         self, user_id: str, vector: Sequence[float], *, kinds: Collection[DocKind], limit: int
@@ -424,15 +532,73 @@ class RedisIndex:
         )
 
     @redis_boundary
+    async def migrate_user(self, user_id: str) -> bool:
+        """Move the user's documents from layout 1 to the current layout now (a search does
+        it on its own when it meets them); True if there were any."""
+        validate_id(user_id, what="user_id")
+        if not await self._io.execute("EXISTS", self._keys.index(user_id, layout=LEGACY_LAYOUT)[0]):
+            return False
+        await self._migrate(user_id)
+        return True
+
+    async def _migrate(self, user_id: str) -> None:
+        """Run migration pages until layout 1 holds nothing of the user, then mark the
+        user due at its earliest expiry (layout 1's marks may have been spent)."""
+        keys = self._keys.index(user_id)
+        now_us = to_us(self._clock.now())
+        epoch = new_write_id()
+        cursor: Arg = 0
+        passes = 0
+        while True:
+            cursor, remaining = await self._io.call(
+                INDEX_MIGRATE, keys, [now_us, cursor, _MIGRATE_PAGE, epoch]
+            )
+            if not int(remaining):
+                break
+            if int(cursor) == 0:  # a whole scan, and still some: written meanwhile
+                passes += 1
+                if passes >= _MIGRATE_PASSES:
+                    raise ConflictError(
+                        f"user {user_id!r} kept getting index documents in the former "
+                        "layout while being migrated; upgrade every process, then retry"
+                    )
+        self._id_cache.pop(user_id, None)
+        self.migrations += 1
+        first = await self._io.execute("ZRANGE", keys[3], 0, 0)
+        if first:
+            when = await self._io.execute("ZSCORE", keys[3], first[0])
+            if when is not None:
+                await self._io.batch([self._mark_due(user_id, int(float(when)))])
+        logger.info("moved a user's search index to layout %s", LAYOUT)
+
+    @redis_boundary
     async def purge_user(self, user_id: str) -> None:
         validate_id(user_id, what="user_id")
         keys = self._keys.index(user_id)
+        legacy = self._keys.index(user_id, layout=LEGACY_LAYOUT)
         self._due_marks.pop(user_id, None)
+        self._id_cache.pop(user_id, None)
         for _ in range(_PURGE_ATTEMPTS):
-            ids = [raw.decode() for raw in await self._io.execute("HKEYS", keys[0])]
+            current, former = await self._io.batch(
+                [Command(("HKEYS", keys[0])), Command(("HKEYS", legacy[0]))]
+            )
+            ids = sorted({raw.decode() for raw in (*current, *former)})
             if not ids:
                 shard = self._keys.due(self._keys.due_shard(user_id))
-                await self._io.batch([Command(("DEL", *keys)), Command(("ZREM", shard, user_id))])
+                await self._io.batch(
+                    [
+                        Command(
+                            (
+                                "DEL",
+                                *keys,
+                                self._keys.ids(user_id),
+                                self._keys.dead(user_id),
+                                *legacy,
+                            )
+                        ),
+                        Command(("ZREM", shard, user_id)),
+                    ]
+                )
                 return
             await self.remove(user_id, ids)
         raise ConflictError(
@@ -441,6 +607,7 @@ class RedisIndex:
         )
 
     async def aclose(self) -> None:
+        self._id_cache.clear()
         if self._owns_client:
             self._owns_client = False
             await self._io.client.aclose()
