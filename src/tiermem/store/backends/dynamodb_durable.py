@@ -60,10 +60,14 @@ and the cancellation did not return it); a horizon raise in a session with keys 
 ``register_session`` 1 TransactWriteItems for a free id or one another user holds (the
 cancellation returns META), 2 when the owner extends or a dead id is taken over.
 ``next_index``, ``get_session``, ``get_memory``, ``delete_memory``, ``put_memory`` 1;
-``get_record`` 1 (GetItem META and a Query, in parallel); ``put_record`` 2 (GetItem META
-and GetItem record in parallel, then TransactWriteItems); ``get_memories`` 1 BatchGetItem
-per 100 ids, in parallel (more if keys come back unprocessed); ``get_turn``,
-``get_turns``, ``tail_turns``, ``list_sessions`` 1 Query (more pages past 1 MB);
+``get_record`` 1 BatchGetItem (META and the record; +1 Query for a record split into
+parts), shared by the record reads of the session asked for at the same moment;
+``put_record`` 1 TransactWriteItems when the store remembers META and the record's stamp
+(it wrote or read that record before, :class:`~.dynamodb_header.RecordStamp`), else 2
+(GetItem META and GetItem record in parallel, then TransactWriteItems; a stale memory adds
+its failed transaction first); ``get_memories`` 1 BatchGetItem per 100 ids, in parallel
+(more if keys come back unprocessed); ``get_turn``, ``get_turns``, ``tail_turns``,
+``list_sessions`` 1 Query (more pages past 1 MB);
 ``redact_turn`` 2; ``query_memories`` 1 Query per memory type, in parallel;
 ``delete_session`` 1 Query + BatchWriteItem per 25 items; ``purge_user`` 1 Query + 1 Query
 per session (parallel) + BatchWriteItem per 25 items.
@@ -103,6 +107,7 @@ from tiermem.store.backends.dynamodb_header import (
     HeaderCache,
     KnownRecord,
     KnownSession,
+    RecordStamp,
     SessionHeader,
 )
 from tiermem.store.backends.dynamodb_table import (
@@ -211,6 +216,11 @@ def _same_life(a: SessionHeader | None, b: SessionHeader | None) -> bool:
     return a is not None and b is not None and a.gen == b.gen
 
 
+def _same_head(a: SessionHeader | None, b: SessionHeader | None) -> bool:
+    """Whether two headers are the same META write (same life, same write counter)."""
+    return a is not None and b is not None and (a.gen, a.mv) == (b.gen, b.mv)
+
+
 def _mv(head: SessionHeader | None) -> int:
     return head.mv if head is not None else 0
 
@@ -234,6 +244,12 @@ def _stored_record(
     if chunks is None:
         return False, None
     return True, KnownRecord(SessionRecord.model_validate_json(unpack(chunks)), tag, count)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a shared read's failure as seen: its callers may all have been cancelled."""
+    if not task.cancelled():
+        task.exception()
 
 
 @dataclass(frozen=True)
@@ -290,6 +306,10 @@ class DynamoDBDurableStore:
         self._wall_clock = wall_clock or SystemClock()
         self._gc_grace = gc_grace
         self._known = HeaderCache(header_cache_size)
+        # Per partition, the keys of the BatchGetItem about to be sent and its task.
+        self._record_reads: dict[
+            str, tuple[set[tuple[str, str]], asyncio.Task[dict[str, Item]]]
+        ] = {}
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -324,10 +344,14 @@ class DynamoDBDurableStore:
     async def _read_header(self, pk: str) -> SessionHeader | None:
         """META as it is now, remembered for the next append (:class:`HeaderCache`)."""
         item = await self._table.get(pk, META)
-        head = SessionHeader.parse(item) if item is not None else None
+        return self._remember_header(pk, SessionHeader.parse(item) if item is not None else None)
+
+    def _remember_header(self, pk: str, head: SessionHeader | None) -> SessionHeader | None:
+        """Remember META ``head``, just read, unless this store knows a later one."""
         prior = self._known.get(pk)
         if prior is None or not _same_life(prior.head, head) or _mv(prior.head) < _mv(head):
-            self._known.put(pk, KnownSession(head))
+            stamps = prior.stamps_in(head.gen) if prior is not None and head is not None else {}
+            self._known.put(pk, KnownSession(head, stamps=stamps))
         # Else the store knows this META already (with the entities record it may know
         # too), or a later one it wrote itself while the read was on its way.
         return head
@@ -542,7 +566,10 @@ class DynamoDBDurableStore:
                 known, fresh = None, False
                 await asyncio.sleep(backoff_delay(attempt))
                 continue
-            self._known.put(pk, KnownSession(new, merged))
+            # A merged entities record is ``merged``; its stamp is out of date.
+            without = ENTITIES_RECORD if change is not None else None
+            stamps = known.stamps_in(new.gen, without=without)
+            self._known.put(pk, KnownSession(new, merged, stamps))
             return indexed
         raise contention_error(f"append_turns on session {session_id!r}")
 
@@ -897,18 +924,53 @@ class DynamoDBDurableStore:
         check_kind(kind)
         pk, sk = session_pk(session_id), _record_sk(kind)
         for attempt in range(_READ_ATTEMPTS):
-            head, items = await asyncio.gather(
-                self._read_header(pk),
-                self._table.query_partition(pk, lower=sk, upper=parts_upper(sk)),
+            # META and the record's main item in one request (shared with the other record
+            # reads of the session asked for at the same moment); the parts of a split
+            # record (over 350 KB compressed) with one Query more.
+            by_sk = await self._read_with_meta(pk, sk)
+            meta = by_sk.get(META)
+            head = self._remember_header(
+                pk, SessionHeader.parse(meta) if meta is not None else None
             )
             live = self._live(head)
             if live is None:
                 return None
+            main = by_sk.get(sk)
+            items = [main] if main is not None else []
+            if main is not None and _in_life(main, live) and get_int(main, "np", 1) > 1:
+                items = await self._table.query_partition(pk, lower=sk, upper=parts_upper(sk))
             settled, stored = _stored_record(items, sk, live)
             if settled:
-                return stored.record if stored is not None else None
+                if stored is None:
+                    return None
+                self._remember_stamp(pk, kind, stored, live)
+                return stored.record
             await asyncio.sleep(backoff_delay(attempt))
         raise self._unsettled(session_id)
+
+    async def _read_with_meta(self, pk: str, sk: str) -> dict[str, Item]:
+        """META and item ``sk`` of partition ``pk`` (strongly consistent), by sort key.
+
+        Reads of one partition asked for in the same turn of the event loop (say three
+        ``get_record`` in an ``asyncio.gather``) share one BatchGetItem. It is sent after
+        every one of them was asked for, so each still sees every write that had finished
+        before it was called.
+        """
+        pending = self._record_reads.get(pk)
+        if pending is None:
+            keys = {(pk, META)}
+            task = asyncio.ensure_future(self._send_reads(pk, keys))
+            task.add_done_callback(_retrieve)
+            pending = self._record_reads[pk] = (keys, task)
+        keys, task = pending
+        keys.add((pk, sk))
+        return await asyncio.shield(task)
+
+    async def _send_reads(self, pk: str, keys: set[tuple[str, str]]) -> dict[str, Item]:
+        # This first runs after the callers already scheduled have joined: close the batch.
+        if self._record_reads.get(pk, (None,))[0] is keys:
+            del self._record_reads[pk]
+        return {get_str(i, "sk"): i for i in await self._table.get_keys(sorted(keys))}
 
     async def put_record(
         self,
@@ -924,16 +986,28 @@ class DynamoDBDurableStore:
         check_aware(expires_at, what="expires_at")
         copy = json.loads(encode_data(data, what=f"record {kind!r}"))
         pk, sk = session_pk(session_id), _record_sk(kind)
+        # The header and the record's stamp this process last saw, when it has both: the
+        # write goes out conditioned on them, no read first; anything that does not hold
+        # (a stale memory, an expected_version it disagrees with) falls back to reading.
+        known = self._known.get(pk)
+        trusted = known if known is not None and known.stamp(kind) is not None else None
         for attempt in range(MAX_ATTEMPTS):
-            old, main = await asyncio.gather(
-                self._read_header(pk),
-                self._table.get(pk, sk, projection="#version, #np, #gen, #tag"),
-            )
+            main: Item | None
+            if trusted is not None:
+                old, main = trusted.head, self._stamp_item(trusted, kind)
+            else:
+                old, main = await asyncio.gather(
+                    self._read_header(pk),
+                    self._table.get(pk, sk, projection="#version, #np, #gen, #tag"),
+                )
             now_us = self._now_us()
             live = self._live(old)
             actual = 0
             if live is not None and main is not None and _in_life(main, live):
                 actual = get_int(main, "version")
+            if trusted is not None and (live is None or expected_version not in (None, actual)):
+                trusted = None
+                continue
             if expected_version is not None and expected_version != actual:
                 raise ConflictError(
                     f"record {kind!r} of session {session_id!r} is at version {actual}, "
@@ -979,12 +1053,35 @@ class DynamoDBDurableStore:
                     what=f"record {kind!r}",
                 )
             except ConditionFailed:
+                if trusted is not None:
+                    trusted = None  # another process wrote: read what it wrote
+                    continue
                 await asyncio.sleep(backoff_delay(attempt))
                 continue
-            entities = KnownRecord(record, tag, packed.count) if kind == ENTITIES_RECORD else None
-            self._known.put(pk, KnownSession(new, entities))
+            # What the store knew with META ``old`` (the write was conditioned on it, so
+            # nothing else changed since) still holds, but for this record.
+            base = self._known.get(pk) or KnownSession(None)
+            entities = base.entities if _same_head(base.head, old) else None
+            if kind == ENTITIES_RECORD:
+                entities = KnownRecord(record, tag, packed.count)
+            stamps = base.stamps_in(new.gen)
+            stamps[kind] = RecordStamp(record.version, tag, packed.count, new.gen)
+            self._known.put(pk, KnownSession(new, entities, stamps))
             return record
         raise contention_error(f"put_record {kind!r} on session {session_id!r}")
+
+    @staticmethod
+    def _stamp_item(known: KnownSession, kind: str) -> Item | None:
+        stamp = known.stamp(kind)
+        return stamp.item() if stamp is not None else None
+
+    def _remember_stamp(self, pk: str, kind: str, stored: KnownRecord, live: SessionHeader) -> None:
+        """Remember the stamp of a record just read, for the next :meth:`put_record`."""
+        known = self._known.get(pk)
+        if known is None or known.head is None or known.head.gen != live.gen:
+            return
+        stamp = RecordStamp(stored.record.version, stored.tag, stored.count, live.gen)
+        self._known.put(pk, replace(known, stamps={**known.stamps, kind: stamp}))
 
     async def _session_keys(
         self, session_id: str, *, purging: str | None = None

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import secrets
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -55,6 +55,7 @@ __all__ = [
     "HeaderCache",
     "KnownRecord",
     "KnownSession",
+    "RecordStamp",
     "SessionHeader",
     "covers",
 ]
@@ -220,13 +221,44 @@ class KnownRecord:
 
 
 @dataclass(frozen=True)
+class RecordStamp:
+    """What rewriting a stored record needs to know of it, without the record: its
+    ``version``, the ``tag`` and item ``count`` of its write, and the life ``gen`` it was
+    written in. A write that trusts a stamp is conditioned on the tag, so a stale stamp
+    costs one failed write, never a lost update."""
+
+    version: int
+    tag: str
+    count: int
+    gen: str
+
+    def item(self) -> Item:
+        """The stamp as the attributes a read of the record's main item would return."""
+        out: Item = {"version": n(self.version), "tag": s(self.tag), "np": n(self.count)}
+        return out | ({"gen": s(self.gen)} if self.gen else {})
+
+
+@dataclass(frozen=True)
 class KnownSession:
-    """What a store last knew of a durable session: its META (None: absent) and, when
-    known, its ``entities`` record of that life (None: not known, or absent when the
-    header lists no such kind)."""
+    """What a store last knew of a durable session: its META (None: absent), when known
+    its ``entities`` record of that life (None: not known, or absent when the header lists
+    no such kind), and a :class:`RecordStamp` per record kind it wrote or read (any life:
+    a stamp is used only in its own). Never changed once built."""
 
     head: SessionHeader | None
     entities: KnownRecord | None = None
+    stamps: Mapping[str, RecordStamp] = field(default_factory=dict)
+
+    def stamp(self, kind: str) -> RecordStamp | None:
+        """The stamp of record ``kind`` if it was taken in this header's life."""
+        stamp = self.stamps.get(kind)
+        if stamp is None or self.head is None or stamp.gen != self.head.gen:
+            return None
+        return stamp
+
+    def stamps_in(self, gen: str, *, without: str | None = None) -> dict[str, RecordStamp]:
+        """The stamps taken in life ``gen`` (but ``without``'s), to carry to a successor."""
+        return {k: v for k, v in self.stamps.items() if v.gen == gen and k != without}
 
 
 class HeaderCache:

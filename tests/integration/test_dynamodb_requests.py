@@ -1,0 +1,233 @@
+"""What a DynamoDB request costs the client: how many a record write takes, and the header
+every request carries (issue #8). Runs against DynamoDB Local (``TIERMEM_TEST_DYNAMODB_URL``).
+
+A record rewrite goes straight to its transaction when the store remembers the session's
+META and the record's stamp (version, tag, item count); these tests check that it does, and
+that a stale memory (another store wrote) never loses a write or a version check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import botocore
+import pytest
+
+from tests.backends.dynamodb import dynamodb_session, shared_table
+from tests.conftest import server_url
+from tiermem.clock import FakeClock
+from tiermem.errors import ConflictError
+from tiermem.models import ActiveEntity
+from tiermem.store.backends.dynamodb import DynamoDBDurableStore
+from tiermem.store.contract import ENTITIES_RECORD, EntityChange
+from tiermem.testing.backend import fresh_id, text_turn
+
+pytestmark = pytest.mark.dynamodb
+
+DAY = timedelta(days=1)
+
+
+class _Requests:
+    """DynamoDB requests by operation, counted at aiobotocore's one door
+    (``AioBaseClient._make_api_call``), whichever client a store uses."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def take(self) -> list[str]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+@pytest.fixture
+def requests(monkeypatch: pytest.MonkeyPatch) -> _Requests:
+    from aiobotocore.client import AioBaseClient
+
+    counter = _Requests()
+    original = AioBaseClient._make_api_call
+
+    async def counted(self: Any, operation: str, params: Any) -> Any:
+        counter.calls.append(operation)
+        return await original(self, operation, params)
+
+    monkeypatch.setattr(AioBaseClient, "_make_api_call", counted)
+    return counter
+
+
+@pytest.fixture
+async def table() -> str:
+    return await shared_table(server_url("dynamodb"))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Any]:
+    async with dynamodb_session().client("dynamodb", endpoint_url=server_url("dynamodb")) as c:
+        yield c
+
+
+def _store(table: str, clock: FakeClock, client: Any) -> DynamoDBDurableStore:
+    """A store of its own: another process, with its own memory of the sessions."""
+    return DynamoDBDurableStore(table, clock=clock, wall_clock=clock, client=client)
+
+
+async def test_a_record_rewrite_is_one_request_once_the_store_knows_it(
+    table: str, clock: FakeClock, client: Any, requests: _Requests
+) -> None:
+    store, sid = _store(table, clock, client), fresh_id("s")
+    later = clock.now() + DAY
+    await store.put_record(sid, "summary", {"n": 1}, expires_at=later)
+    assert sorted(requests.take()) == ["GetItem", "GetItem", "TransactWriteItems"]
+    for n in (2, 3):
+        record = await store.put_record(sid, "summary", {"n": n}, expires_at=later)
+        assert record.version == n
+        assert requests.take() == ["TransactWriteItems"]
+    # A record this store only read is as good as one it wrote.
+    other = _store(table, clock, client)
+    got = await other.get_record(sid, "summary")
+    assert got is not None
+    assert (got.version, got.data) == (3, {"n": 3})
+    requests.take()
+    written = await other.put_record(sid, "summary", {"n": 4}, expected_version=3)
+    assert written.version == 4
+    assert requests.take() == ["TransactWriteItems"]
+    final = await store.get_record(sid, "summary")
+    assert final is not None
+    assert (final.version, final.data) == (4, {"n": 4})
+
+
+async def test_a_stale_memory_of_a_record_never_loses_the_other_write(
+    table: str, clock: FakeClock, client: Any, requests: _Requests
+) -> None:
+    mine, theirs = _store(table, clock, client), _store(table, clock, client)
+    sid, later = fresh_id("s"), clock.now() + DAY
+    await mine.put_record(sid, "summary", {"by": "mine"}, expires_at=later)
+    await theirs.put_record(sid, "summary", {"by": "theirs"}, expires_at=later)
+    requests.take()
+    # Mine remembers version 1: its transaction fails on META, then it reads and writes 3.
+    record = await mine.put_record(sid, "summary", {"by": "mine again"})
+    assert record.version == 3
+    assert requests.take() == ["TransactWriteItems", "GetItem", "GetItem", "TransactWriteItems"]
+    got = await theirs.get_record(sid, "summary")
+    assert got is not None
+    assert (got.version, got.data) == (3, {"by": "mine again"})
+
+
+async def test_expected_version_is_checked_against_the_table_not_a_stale_memory(
+    table: str, clock: FakeClock, client: Any
+) -> None:
+    mine, theirs = _store(table, clock, client), _store(table, clock, client)
+    sid, later = fresh_id("s"), clock.now() + DAY
+    await mine.put_record(sid, "state", {"v": 1}, expires_at=later)
+    await theirs.put_record(sid, "state", {"v": 2}, expected_version=1)
+    # Mine remembers version 1, the table has 2: the caller who says 2 is right.
+    assert (await mine.put_record(sid, "state", {"v": 3}, expected_version=2)).version == 3
+    await theirs.put_record(sid, "state", {"v": 4}, expected_version=3)
+    with pytest.raises(ConflictError) as conflict:
+        await mine.put_record(sid, "state", {"v": 5}, expected_version=3)
+    assert conflict.value.actual == 4
+
+
+async def test_a_remembered_record_of_a_dead_session_does_not_carry_into_its_next_life(
+    table: str, clock: FakeClock, client: Any
+) -> None:
+    store, sid = _store(table, clock, client), fresh_id("s")
+    lifetime = clock.now() + DAY
+    await store.put_record(sid, "summary", {"life": 1}, expires_at=lifetime)
+    await store.put_record(sid, "summary", {"life": 1, "again": True}, expires_at=lifetime)
+    clock.advance(2 * DAY)
+    record = await store.put_record(sid, "summary", {"life": 2}, expires_at=clock.now() + DAY)
+    assert (record.version, record.data) == (1, {"life": 2})
+    got = await _store(table, clock, client).get_record(sid, "summary")
+    assert got is not None
+    assert (got.version, got.data) == (1, {"life": 2})
+
+
+async def test_record_reads_of_a_session_asked_for_together_share_one_request(
+    table: str, clock: FakeClock, client: Any, requests: _Requests
+) -> None:
+    writer, sid = _store(table, clock, client), fresh_id("s")
+    later = clock.now() + DAY
+    await writer.put_record(sid, "summary", {"k": "summary"}, expires_at=later)
+    await writer.put_record(sid, "structured", {"k": "structured"}, expires_at=later)
+    reader, elsewhere = _store(table, clock, client), fresh_id("s")
+    await writer.put_record(elsewhere, "summary", {"k": "elsewhere"}, expires_at=later)
+    requests.take()
+    summary, structured, missing, other = await asyncio.gather(
+        reader.get_record(sid, "summary"),
+        reader.get_record(sid, "structured"),
+        reader.get_record(sid, "watermarks"),
+        reader.get_record(elsewhere, "summary"),
+    )
+    assert summary is not None
+    assert summary.data == {"k": "summary"}
+    assert structured is not None
+    assert structured.data == {"k": "structured"}
+    assert missing is None
+    assert other is not None
+    assert other.data == {"k": "elsewhere"}
+    # One request per session, not one per record.
+    assert requests.take() == ["BatchGetItem", "BatchGetItem"]
+    # Asked for one after the other, each read is its own request and sees the last write.
+    await writer.put_record(sid, "summary", {"k": "summary 2"})
+    again = await reader.get_record(sid, "summary")
+    assert again is not None
+    assert (again.version, again.data) == (2, {"k": "summary 2"})
+
+
+async def test_a_record_write_keeps_what_the_store_knows_of_the_entities(
+    table: str, clock: FakeClock, client: Any, requests: _Requests
+) -> None:
+    store, sid = _store(table, clock, client), fresh_id("s")
+    later = clock.now() + DAY
+
+    def change(kind: str, value: str, index: int) -> EntityChange:
+        entity = ActiveEntity(kind=kind, value=value, turn_index=index, updated_at=clock.now())
+        return EntityChange(upsert={kind: entity})
+
+    await store.append_turns(
+        sid, [text_turn("Berserk")], expires_at=later, entities=change("series", "Berserk", 0)
+    )
+    await store.put_record(sid, "summary", {"n": 1}, expires_at=later)
+    requests.take()
+    # The summary write did not touch the entities record: the merge needs no Query.
+    await store.append_turns(
+        sid, [text_turn("vol 42")], expires_at=later, entities=change("volume", "42", 1)
+    )
+    assert requests.take() == ["TransactWriteItems"]
+    record = await _store(table, clock, client).get_record(sid, ENTITIES_RECORD)
+    assert record is not None
+    assert (record.version, sorted(record.data)) == (2, ["series", "volume"])
+
+
+async def test_every_request_carries_the_fixed_user_agent(table: str) -> None:
+    """The header is built once (botocore would rebuild it twice per request) and still
+    names botocore, aiobotocore and tiermem."""
+    session = dynamodb_session()
+    seen: list[str] = []
+
+    def capture(request: Any, **_: Any) -> None:
+        value = request.headers["User-Agent"]  # bytes once the request is prepared
+        seen.append(value.decode() if isinstance(value, bytes) else value)
+
+    session.events.register("before-send.dynamodb", capture)
+    store = DynamoDBDurableStore(table, endpoint_url=server_url("dynamodb"), session=session)
+    try:
+        sid = fresh_id("s")
+        await store.put_record(sid, "summary", {"n": 1})
+        await store.get_record(sid, "summary")
+    finally:
+        await store.aclose()
+    assert len(seen) >= 3
+    agent = seen[0]
+    assert set(seen) == {agent}
+    assert agent.startswith(f"Botocore/{botocore.__version__} ")
+    assert "md/aiobotocore#" in agent
+    assert "lib/tiermem#" in agent
