@@ -333,6 +333,9 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "SummaryJobs.after_append": lambda w: a("u-1", "s-1", w.session.get_turns(), 2),
     "SummaryJobs.read": lambda w: a("s-1"),
     "SummaryJobs.redacted": lambda w: a("s-1", 0),
+    "SessionHandoff.redacted": lambda w: a(
+        "u-1", "s-1", 0, w.memory.__wrapped__.tiers.durable_view
+    ),
     "SummaryJobs.run": lambda w: a("s-1"),
     "SummaryJobs.wait_through": lambda w: a("s-1", 1),
     "ProgressiveRollup.history": lambda w: a("u-1"),

@@ -26,6 +26,23 @@ and what :meth:`Session.close` runs. For one session it writes (seed 000, sectio
 
 A sweeper that crashes anywhere leaves either no record (the next one prepares), a
 prepared one (the next one applies the same content) or a done one (nothing to do).
+
+**A final summary pass** runs before the prepare (:meth:`SummaryJobs.wait_through` the
+last turn; a no-op when a pass already got there): the turns after the last triggered pass
+become summary lines, so they stay recallable after the raw turns expire.
+
+**Redaction reaches the handoff** (:meth:`SessionHandoff.redacted`, run by
+:meth:`Session.redact_turn` after the summaries were reset): when the handed-off turns
+include the redacted one, the session's handoff summary (every version), the roll-up
+digests built from it (and the digests built from those), and every preference value or
+detected memory whose provenance cites the turn are deleted; then the handoff is prepared
+again from what is left (the archive holds the redacted turn, the summaries were reset)
+and applied, and the roll-up rebuilds the digests from the remaining session records.
+Preference values of the slot that did not come from the turn are written back, oldest
+first, with their own provenance (their timestamps become the rewrite's). A handoff that
+ran concurrently with the redaction (it read the turn before the redaction, the
+redaction found nothing handed off yet, or re-prepared under it) checks after applying
+whether a turn it covered was redacted since its prepare, and undoes it the same way.
 """
 
 from __future__ import annotations
@@ -40,7 +57,7 @@ from pydantic import Field
 from tiermem.clock import Clock
 from tiermem.errors import ConflictError, TierMemError, ValidationError
 from tiermem.longterm.memory import LongTermMemory
-from tiermem.models import Provenance, Turn
+from tiermem.models import MemoryRecord, Provenance, Turn
 from tiermem.models.base import FrozenModel, JsonValue, UtcDatetime
 from tiermem.store.contract import DurableStore
 from tiermem.summaries.jobs import SummaryJobs
@@ -58,6 +75,8 @@ PREFERENCE_PREFIX = "preference:"
 MAX_TOPICS = 8
 MAX_FACTS = 40
 MAX_VALUES = 10
+MAX_DERIVED = 10_000
+"""Most of a user's memories a redaction reads to find what derives from the turn."""
 MAX_HANDOFF_RAW_TOKENS = 16_000
 """Above this many tokens of raw turns, the handoff summarizes the turns after the rolling
 summaries, with the summaries as context, instead of every raw turn."""
@@ -152,6 +171,8 @@ class HandoffContent(FrozenModel):
     started_at: UtcDatetime
     ended_at: UtcDatetime
     memory_id: str | None = None
+    redacted: tuple[int, ...] = ()
+    """Turns that were already redacted when the content was prepared."""
 
 
 class SessionHandoff:
@@ -190,6 +211,7 @@ class SessionHandoff:
         if record is not None and record.data.get("status") == "done":
             return
         if record is None:
+            await self._final_pass(sid, view.next_index - 1)
             content = await self._prepare(view)
             try:
                 record = await self.durable.put_record(
@@ -217,17 +239,172 @@ class SessionHandoff:
                 expires_at=self.jobs.record_expiry(),
             )
         except ConflictError:
+            if await self._recheck(view, content):
+                return  # a redaction re-prepared it meanwhile: what we wrote is rebuilt
             latest = await self.durable.get_record(sid, HANDOFF_RECORD)
             if latest is None or latest.data.get("status") != "done":
                 raise
             return  # another sweeper finished it; the writes above were repeats
         self.handed_off += 1
+        await self._recheck(view, content)
         if self.after is not None:
             try:
                 await self.after(user)
             except TierMemError as exc:
                 self.failures += 1
                 logger.warning("roll-up after the handoff of session %s failed: %s", sid, exc)
+
+    async def _recheck(self, view: SessionView, content: HandoffContent) -> bool:
+        """After applying ``content``: if a turn it covers was redacted since it was
+        prepared (a redaction that ran while this handoff did, and found nothing to
+        undo yet), undo and rebuild now. Returns whether it did."""
+        sid = view.metadata.session_id
+        turns = await self.durable.get_turns(sid, content.first_turn, content.last_turn + 1)
+        late = [t.index for t in turns if t.redacted and t.index not in content.redacted]
+
+        async def same_view(_: str) -> SessionView:
+            return view
+
+        for index in late:
+            await self.redacted(view.metadata.user_id, sid, index, same_view)
+        return bool(late)
+
+    async def _final_pass(self, sid: str, last: int) -> None:
+        """Summarize the session through its last turn before the handoff reads the
+        records: the turns after the last triggered pass would otherwise never become
+        summary lines, and be lost to recall when the raw turns expire (24 h). A no-op when
+        the summaries already reach ``last`` (a retried handoff); a failure is logged and
+        counted, and the handoff goes on (it reads the raw turns anyway)."""
+        if last < 0:
+            return
+        try:
+            await self.jobs.wait_through(sid, last)
+        except TierMemError as exc:
+            self.failures += 1
+            logger.warning("final summary pass of session %s failed: %s", sid, exc)
+
+    async def redacted(
+        self,
+        user_id: str,
+        session_id: str,
+        index: int,
+        view: Callable[[str], Awaitable[SessionView | None]],
+    ) -> bool:
+        """Turn ``index`` of the session was redacted: delete what long-term memory derived
+        from it and hand the session off again without it (module docstring). ``view``
+        reads the session from the durable tier. Returns whether anything was rebuilt.
+        Run it after the summaries were reset, so that the new handoff cannot read the
+        turn's content from them. Idempotent: a failed call is repaired by calling again.
+
+        Raises:
+            TierMemError: a model or backend failed; redact the turn again.
+        """
+        record = await self.durable.get_record(session_id, HANDOFF_RECORD)
+        records = await self.longterm.list(user_id, include_superseded=True, limit=MAX_DERIVED)
+        cited = [r for r in records if _cites(r, session_id, index)]
+        if record is None and not cited:
+            return False
+        if record is not None:
+            old = HandoffContent.model_validate(record.data)
+            covered = old.first_turn <= index <= old.last_turn
+        else:
+            old, covered = None, False
+        if not covered and not cited:
+            return False
+        doomed = {r.memory_id for r in cited if r.memory_type != "preference"}
+        if covered:
+            doomed |= {
+                r.memory_id
+                for r in records
+                if r.memory_type == SUMMARY_TYPE
+                and r.provenance.source == "handoff"
+                and r.provenance.session_id == session_id
+            }
+            if old is not None and old.memory_id:
+                doomed.add(old.memory_id)
+        doomed |= _derived(records, doomed)
+        for memory_id in sorted(doomed):
+            await self.longterm.forget(user_id, memory_id)
+        keys = {
+            str(r.metadata["preference_key"])
+            for r in cited
+            if r.memory_type == "preference" and isinstance(r.metadata.get("preference_key"), str)
+        }
+        for key in sorted(keys):
+            await self._rewrite_preference(user_id, key, session_id, index)
+        if record is None or old is None:
+            if doomed:
+                await self._roll_up(user_id, session_id)
+            return True
+        current = await view(session_id)
+        if current is not None:
+            # Rebuild the reset summaries first (without the turn): the session's summary
+            # lines stay recallable after its raw turns expire.
+            await self._final_pass(session_id, current.next_index - 1)
+            content = await self._prepare(current)
+        else:
+            # The session is gone from the durable tier: nothing to summarize again.
+            content = old.model_copy(
+                update={
+                    "summary": "",
+                    "topics": (),
+                    "preferences": (),
+                    "facts": {},
+                    "superseded": {},
+                    "memory_id": None,
+                    "status": "prepared",
+                }
+            )
+        await self.durable.put_record(
+            session_id,
+            HANDOFF_RECORD,
+            content.model_dump(mode="json"),
+            expected_version=record.version,
+            expires_at=self.jobs.record_expiry(),
+        )
+        if current is not None:
+            await self(current)  # applies the prepared content, then the roll-up
+        else:
+            done = content.model_copy(update={"status": "done"})
+            latest = await self.durable.get_record(session_id, HANDOFF_RECORD)
+            await self.durable.put_record(
+                session_id,
+                HANDOFF_RECORD,
+                done.model_dump(mode="json"),
+                expected_version=latest.version if latest else 0,
+                expires_at=self.jobs.record_expiry(),
+            )
+            await self._roll_up(user_id, session_id)
+        return True
+
+    async def _roll_up(self, user_id: str, session_id: str) -> None:
+        if self.after is None:
+            return
+        try:
+            await self.after(user_id)
+        except TierMemError as exc:
+            self.failures += 1
+            logger.warning("roll-up after redacting in session %s failed: %s", session_id, exc)
+
+    async def _rewrite_preference(self, user_id: str, key: str, sid: str, index: int) -> None:
+        """Forget preference ``key`` (slot and history), then write back, oldest first, the
+        values that do not cite turn ``index`` of session ``sid``."""
+        slot = await self.longterm.get_preference(user_id, key)
+        if slot is None:
+            return
+        history = await self.longterm.preference_history(user_id, key, limit=MAX_VALUES * 10)
+        kept = [r for r in history if not _cites(r, sid, index)]
+        values = sorted(kept, key=lambda r: _int(r.metadata.get("slot_version")))
+        if not _cites(slot, sid, index):
+            values.append(slot)
+        await self.longterm.forget(user_id, slot.memory_id)
+        for value in values:
+            raw = value.metadata.get("preference_value")
+            if not isinstance(raw, str):
+                continue
+            await self.longterm.upsert_preference(
+                user_id, key, raw, text=value.content, provenance=value.provenance
+            )
 
     async def _prepare(self, view: SessionView) -> HandoffContent:
         meta = view.metadata
@@ -290,6 +467,7 @@ class SessionHandoff:
             last_turn=turns[-1].index if turns else view.next_index - 1,
             started_at=meta.created_at,
             ended_at=max(last_seen, meta.last_activity),
+            redacted=tuple(t.index for t in turns if t.redacted),
         )
 
     async def _apply(self, user: str, sid: str, content: HandoffContent) -> str | None:
@@ -335,6 +513,43 @@ class SessionHandoff:
                 # A key that cannot be an id, say: the rest of the handoff still counts.
                 logger.warning("preference %r of session %s not handed off: %s", key, sid, exc)
         return memory_id
+
+
+SUMMARY_TYPE = "interaction_summary"
+
+
+def _cites(record: MemoryRecord, session_id: str, index: int) -> bool:
+    """Whether ``record``'s provenance names turn ``index`` of the session (a detected
+    memory or preference; a repeat also said elsewhere is left alone)."""
+    prov = record.provenance
+    return (
+        prov.session_id == session_id
+        and index in prov.turn_indexes
+        and "also_from" not in record.metadata
+    )
+
+
+def _derived(records: Sequence[MemoryRecord], roots: set[str]) -> set[str]:
+    """The summaries built, directly or not, from the memories ``roots`` (roll-up digests
+    and their later versions: ``provenance.memory_ids``)."""
+    found: set[str] = set()
+    frontier = set(roots)
+    while frontier:
+        step = {
+            r.memory_id
+            for r in records
+            if r.memory_type == SUMMARY_TYPE
+            and r.memory_id not in roots
+            and r.memory_id not in found
+            and frontier & set(r.provenance.memory_ids)
+        }
+        found |= step
+        frontier = step
+    return found
+
+
+def _int(value: JsonValue | None) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def _iso(value: datetime) -> str:
