@@ -337,6 +337,17 @@ ARGS: dict[str, Callable[[World], Call]] = {
         "u-1", "s-1", 0, w.memory.__wrapped__.tiers.durable_view
     ),
     "SummaryJobs.run": lambda w: a("s-1"),
+    "SummaryJobs.current_for_recall": lambda w: a("s-1", True),
+    "SummaryJobs.unindex": lambda w: a("u-1", "s-1"),
+    "SummaryRecall.committed": lambda w: a(
+        "u-1", "s-1", before=[], after=[], turns={}, at=w.later, expires_at=None
+    ),
+    "SummaryRecall.reset": lambda w: a("u-1", "s-1", []),
+    "SummaryRecall.resolve": lambda w: a("u-1", ["s-1#summary-x"]),
+    "ContextCache.sections": lambda w: a(
+        w.memory.__wrapped__.summaries, "s-1", [None, None, None]
+    ),
+    "TieredSessionStore.view_with_records": lambda w: a("s-1", ["summary"]),
     "SummaryJobs.wait_through": lambda w: a("s-1", 1),
     "ProgressiveRollup.history": lambda w: a("u-1"),
     "ProgressiveRollup.roll_up": lambda w: a("u-1"),
