@@ -344,9 +344,7 @@ ARGS: dict[str, Callable[[World], Call]] = {
     ),
     "SummaryRecall.reset": lambda w: a("u-1", "s-1", []),
     "SummaryRecall.resolve": lambda w: a("u-1", ["s-1#summary-x"]),
-    "ContextCache.sections": lambda w: a(
-        w.memory.__wrapped__.summaries, "s-1", [None, None, None]
-    ),
+    "ContextCache.sections": lambda w: a(w.memory.__wrapped__.summaries, "s-1", [None, None, None]),
     "TieredSessionStore.view_with_records": lambda w: a("s-1", ["summary"]),
     "SummaryJobs.wait_through": lambda w: a("s-1", 1),
     "ProgressiveRollup.history": lambda w: a("u-1"),
