@@ -30,7 +30,7 @@ import logging
 import zlib
 from collections import deque
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -61,16 +61,26 @@ class Batch(Generic[T]):
             raise ValueError("Batch needs max_items >= 1 and linger >= 0")
 
 
-@dataclass
 class _Entry:
-    user_id: str
-    session_id: str
-    job: Job
-    batch: Batch[Any] | None = None
-    item: Any = None
-    done: asyncio.Future[None] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+    """One queued job, or one item of a batch (``job`` None: the batch runs it)."""
+
+    __slots__ = ("batch", "done", "item", "job", "session_id", "user_id")
+
+    def __init__(
+        self,
+        user_id: str,
+        session_id: str,
+        job: Job | None,
+        done: asyncio.Future[None],
+        batch: Batch[Any] | None = None,
+        item: Any = None,
+    ) -> None:
+        self.user_id = user_id
+        self.session_id = session_id
+        self.job = job
+        self.done = done
+        self.batch = batch
+        self.item = item
 
 
 class _Lane:
@@ -124,7 +134,9 @@ class BackgroundWork:
         self._per_queue = max_pending // workers
         self._lanes: list[_Lane] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self._pending: dict[str, set[asyncio.Future[None]]] = {}
+        # The unfinished jobs' futures by user and by session (for the scoped waits).
+        self._by_user: dict[str, set[asyncio.Future[None]]] = {}
+        self._by_session: dict[str, set[asyncio.Future[None]]] = {}
         self._failures = 0
         self._lingering: set[asyncio.Future[None]] = set()
         self._waiting = 0  # callers in wait_for/drain: no batch lingers meanwhile
@@ -132,7 +144,7 @@ class BackgroundWork:
     @property
     def pending(self) -> int:
         """Jobs submitted and not finished yet."""
-        return len({f for fs in self._pending.values() for f in fs})
+        return sum(len(fs) for fs in self._by_session.values())
 
     @property
     def queued(self) -> int:
@@ -154,7 +166,8 @@ class BackgroundWork:
 
     async def submit(self, user_id: str, session_id: str, job: Job) -> asyncio.Future[None]:
         """Queue ``job`` (waits while the queue is full); returns a future of its result."""
-        return await self._put(_Entry(user_id, session_id, job))
+        done = asyncio.get_running_loop().create_future()
+        return await self._put(_Entry(user_id, session_id, job, done))
 
     async def submit_batched(
         self, user_id: str, session_id: str, batch: Batch[T], item: T
@@ -162,30 +175,36 @@ class BackgroundWork:
         """Queue ``item`` for ``batch.run`` (waits while the queue is full); it runs with
         the items of the same batch queued next to it. Returns a future of its result:
         the batch's, shared by every item of the run (a failure fails them all)."""
-        job = partial(batch.run, [item])  # what runs when no neighbour joins it
-        return await self._put(_Entry(user_id, session_id, job, batch, item))
+        done = asyncio.get_running_loop().create_future()
+        return await self._put(_Entry(user_id, session_id, None, done, batch, item))
 
     async def _put(self, entry: _Entry) -> asyncio.Future[None]:
         self._start()
-        for key in (_user_key(entry.user_id), _session_key(entry.session_id)):
-            self._pending.setdefault(key, set()).add(entry.done)
-        entry.done.add_done_callback(lambda f: self._forget(entry, f))
+        done = entry.done
+        for by, key in ((self._by_user, entry.user_id), (self._by_session, entry.session_id)):
+            futures = by.get(key)
+            if futures is None:
+                by[key] = {done}
+            else:
+                futures.add(done)
         try:
             await self._lanes[zlib.crc32(entry.session_id.encode()) % self._workers].put(entry)
         except BaseException:
-            entry.done.cancel()  # never queued (the submitter was cancelled): nothing to wait for
+            done.cancel()  # never queued (the submitter was cancelled): nothing to wait for
+            self._forget(entry)
             raise
-        return entry.done
+        return done
 
-    def _forget(self, entry: _Entry, done: asyncio.Future[None]) -> None:
-        if not done.cancelled():
-            done.exception()  # logged by the worker already; waiters still get it
-        for key in (_user_key(entry.user_id), _session_key(entry.session_id)):
-            futures = self._pending.get(key)
+    def _forget(self, entry: _Entry) -> None:
+        """Drop a settled entry from the scoped waits (called where it is settled: a done
+        callback per entry would cost a loop callback on every turn)."""
+        done = entry.done
+        for by, key in ((self._by_user, entry.user_id), (self._by_session, entry.session_id)):
+            futures = by.get(key)
             if futures is not None:
                 futures.discard(done)
                 if not futures:
-                    del self._pending[key]
+                    del by[key]
 
     async def _run(self, lane: _Lane) -> None:
         queue = lane.queue
@@ -205,6 +224,7 @@ class BackgroundWork:
             if entry is None:
                 return
             if entry.batch is None:
+                assert entry.job is not None  # a plain job's entry always has one
                 await self._settle_run([entry], entry.job)
                 continue
             batch = entry.batch
@@ -262,10 +282,15 @@ class BackgroundWork:
                 exc,
             )
             for e in entries:
-                e.done.set_exception(exc)
+                if not e.done.done():  # a caller may have cancelled the future it got
+                    e.done.set_exception(exc)
+                    e.done.exception()  # logged above; waiters still get it
+                self._forget(e)
         else:
             for e in entries:
-                e.done.set_result(None)
+                if not e.done.done():
+                    e.done.set_result(None)
+                self._forget(e)
 
     async def wait_for(self, *, user_id: str | None = None, session_id: str | None = None) -> None:
         """Wait for the jobs submitted so far for a user or a session (both: either).
@@ -273,12 +298,11 @@ class BackgroundWork:
         Raises:
             ExceptionGroup: the jobs waited for that failed, all of them.
         """
-        keys = []
+        futures: set[asyncio.Future[None]] = set()
         if user_id is not None:
-            keys.append(_user_key(user_id))
+            futures.update(self._by_user.get(user_id, ()))
         if session_id is not None:
-            keys.append(_session_key(session_id))
-        futures = {f for key in keys for f in self._pending.get(key, ())}
+            futures.update(self._by_session.get(session_id, ()))
         await self._settle_hurried(futures)
 
     async def drain(self) -> None:
@@ -288,7 +312,9 @@ class BackgroundWork:
             ExceptionGroup: the jobs that failed, all of them.
         """
         while True:
-            futures = {f for fs in self._pending.values() for f in fs}
+            # A future its caller cancelled stays listed until the worker reaches its job:
+            # nothing to wait for.
+            futures = {f for fs in self._by_session.values() for f in fs if not f.done()}
             if not futures:
                 return
             await self._settle_hurried(futures)
@@ -333,11 +359,3 @@ async def _settle(futures: set[asyncio.Future[None]]) -> None:
 def _wake(woken: asyncio.Future[None]) -> None:
     if not woken.done():
         woken.set_result(None)
-
-
-def _user_key(user_id: str) -> str:
-    return f"u:{user_id}"
-
-
-def _session_key(session_id: str) -> str:
-    return f"s:{session_id}"

@@ -36,6 +36,7 @@ from tiermem.models.content import (
     DocumentBlock,
     ImageBlock,
     Message,
+    TextBlock,
     ToolResultBlock,
     UnknownBlock,
     text_of,
@@ -109,6 +110,8 @@ class BaseTokenCounter(ABC):
         An unknown block counts as its JSON. Cache points cost nothing; redacted reasoning
         is opaque and providers drop earlier turns' reasoning, so only reasoning text counts.
         """
+        if len(blocks) == 1 and type(blocks[0]) is TextBlock:
+            return self.count(blocks[0].text)  # most turns: nothing else to count
         return self.count(text_of(tuple(blocks))) + self._non_text_tokens(blocks)
 
     def _non_text_tokens(self, blocks: Sequence[Any]) -> int:

@@ -357,7 +357,11 @@ class RuleEntityExtractor:
         gated = [r for r in self._rules if isinstance(r, EntityRule) and r.requires]
         self._folded_gates = tuple({t for r in gated if r.folded for t in r.requires})
         self._normal_gates = tuple({t for r in gated if not r.folded for t in r.requires})
-        self._gates = {id(r): frozenset(r.requires) for r in gated}
+        self._plan = tuple(
+            (r, frozenset(r.requires) if isinstance(r, EntityRule) and r.requires else None)
+            for r in self._rules
+        )
+        self._ungated = tuple(r for r, gate in self._plan if gate is None)
 
     def extract(self, text: str | TurnText) -> tuple[Entity, ...]:
         """The entities in ``text``, each ``(kind, value)`` once, by first appearance.
@@ -371,7 +375,14 @@ class RuleEntityExtractor:
         for _, _, kind, value in self.find(text):
             if (kind, value) not in seen:
                 seen.add((kind, value))
-                out.append(Entity(kind=kind, value=value))
+                # Strings, from the rules: nothing left to validate on this path, which
+                # runs for every turn (a custom rule returning anything else is validated).
+                entity = (
+                    Entity.trusted({"kind": kind, "value": value})
+                    if type(kind) is str and type(value) is str
+                    else Entity(kind=kind, value=value)
+                )
+                out.append(entity)
         return tuple(out)
 
     def find(self, text: str | TurnText) -> list[tuple[int, int, str, str]]:
@@ -389,15 +400,19 @@ class RuleEntityExtractor:
         folded, normal = view.folded, view.normal
         present = {t for t in self._folded_gates if t in folded}
         present.update(t for t in self._normal_gates if t in normal)
-        gates = self._gates
-        for rule in self._rules:
-            gate = gates.get(id(rule))
-            if gate is not None and gate.isdisjoint(present):
-                continue  # none of the strings the rule needs is in the text
+        # Only the rules one of whose strings is in the text run (the others cannot match).
+        rules = (
+            [rule for rule, gate in self._plan if gate is None or not gate.isdisjoint(present)]
+            if present
+            else self._ungated
+        )
+        for rule in rules:
             for start, end, value in rule.find(view):
-                i = bisect_right(starts, start) - 1
+                i = bisect_right(starts, start) - 1 if starts else -1
                 if i < 0 or titles[i][1] < end:  # not inside a title
                     found.append((start, len(found), end, rule.kind, value))
+        if not found:
+            return []
         found.sort()
         return [(start, end, kind, value) for start, _, end, kind, value in found]
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiermem.errors import ValidationError
 from tiermem.longterm.text import doc_terms
-from tiermem.models.content import DocumentBlock, ToolResultBlock, text_of
+from tiermem.models.content import DocumentBlock, TextBlock, ToolResultBlock, text_of
 from tiermem.models.turns import Entity
 from tiermem.policies.importance import ImportanceScore, ImportanceScorer
 from tiermem.policies.turn_text import TurnText
@@ -147,6 +147,8 @@ def is_large_turn(blocks: tuple[Any, ...] | list[Any]) -> bool:
     """Whether the content holds over :data:`LARGE_TURN_CHARS` characters to read: its
     text (:func:`~tiermem.models.text_of`) plus the bytes of inline documents, whose text
     is counted too."""
+    if len(blocks) == 1 and type(blocks[0]) is TextBlock:
+        return len(blocks[0].text) > LARGE_TURN_CHARS  # most turns
     return len(text_of(blocks)) + _document_bytes(blocks) > LARGE_TURN_CHARS
 
 

@@ -29,8 +29,7 @@ injected :class:`~tiermem.clock.Clock` and follows the same rules:
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import Field
@@ -130,6 +129,7 @@ class SearchIndex(Protocol):
     async def aclose(self) -> None: ...
 
 
-def terms_of(doc: IndexedDoc) -> Counter[str]:
-    """A document's term frequencies: the precomputed ones, or computed now."""
-    return Counter(doc.terms) if doc.terms is not None else doc_terms(doc.text, doc.tags)
+def terms_of(doc: IndexedDoc) -> Mapping[str, int]:
+    """A document's term frequencies: the precomputed ones (not copied: read them only), or
+    computed now."""
+    return doc.terms if doc.terms is not None else doc_terms(doc.text, doc.tags)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from functools import lru_cache
 from typing import Literal
 
 __all__ = [
@@ -63,6 +64,33 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("month_day", re.compile(rf"\b{_MON} {_ORD}\b")),
     ("day_month", re.compile(rf"\b{_ORD} (?:of )?{_MON}\b")),
     ("in_month", re.compile(rf"\bin {_MON}\b")),
+)
+# Literal text without which a pattern cannot match (it needs one of them). Most turns
+# mention no date: a handful of substring searches rule out most of the patterns' scans of
+# every indexed turn. Every month name and abbreviation holds its first three letters.
+_MONTH_STEMS = tuple(month[:3] for month in _MONTHS)
+_GATES: dict[str, tuple[str, ...]] = {
+    "iso": ("-",),
+    "before_yesterday": ("yesterday",),
+    "yesterday": ("yesterday",),
+    "today": ("today", "tonight", "this "),
+    "tomorrow": ("tomorrow",),
+    "days_ago": (" ago",),
+    "weeks_ago": (" ago",),
+    "months_ago": (" ago",),
+    "last_weekday": ("day",),  # every weekday's name
+    "last_week": ("week",),
+    "this_week": ("week",),
+    "next_week": ("week",),
+    "last_month": ("month",),
+    "month_day": _MONTH_STEMS,
+    "day_month": _MONTH_STEMS,
+    "in_month": _MONTH_STEMS,
+}
+_GATE_LIST = list(dict.fromkeys(_GATES.values()))
+_GATE_REGEXES = tuple(re.compile("|".join(map(re.escape, gate))) for gate in _GATE_LIST)
+_GATED_PATTERNS = tuple(
+    (kind, pattern, _GATE_LIST.index(_GATES[kind])) for kind, pattern in _PATTERNS
 )
 
 
@@ -167,7 +195,10 @@ def find_date_mentions(text: str, anchor: date | datetime) -> list[DateMention]:
     lowered = text.casefold()
     taken: list[tuple[int, int]] = []
     found: list[tuple[int, DateMention]] = []
-    for kind, pattern in _PATTERNS:
+    gates = [gate.search(lowered) is not None for gate in _GATE_REGEXES]
+    for kind, pattern, gate in _GATED_PATTERNS:
+        if not gates[gate]:
+            continue
         for match in pattern.finditer(lowered):
             start, end = match.span()
             if any(start < e and s < end for s, e in taken):
@@ -179,10 +210,17 @@ def find_date_mentions(text: str, anchor: date | datetime) -> list[DateMention]:
     return [mention for _, mention in sorted(found, key=lambda pair: pair[0])]
 
 
+@lru_cache(maxsize=256)
+def _day_week_month(day: date) -> tuple[str, str, str]:
+    """The day, week and month terms of ``day`` (a turn's own date repeats turn after turn:
+    formatting them costs more than the rest of an ordinary turn's date terms)."""
+    return day_term(day), week_term(day), month_term(day)
+
+
 def _terms(mention: DateMention, *, widen: bool) -> list[str]:
     if mention.precision == "day":
         if widen:
-            return [day_term(mention.day), week_term(mention.day), month_term(mention.day)]
+            return list(_day_week_month(mention.day))
         return [day_term(mention.day)]
     if mention.precision == "week":
         return [week_term(mention.day)] + ([month_term(mention.day)] if widen else [])
@@ -192,7 +230,7 @@ def _terms(mention: DateMention, *, widen: bool) -> list[str]:
 def turn_date_terms(text: str, at: datetime) -> list[str]:
     """Index terms of a turn said at ``at``: its own day, week and month, and those of the
     dates it mentions (relative ones resolved against ``at``). Distinct, in order."""
-    terms = [day_term(at.date()), week_term(at.date()), month_term(at.date())]
+    terms = list(_day_week_month(at.date()))
     for mention in find_date_mentions(text, at):
         terms.extend(_terms(mention, widen=True))
     return list(dict.fromkeys(terms))

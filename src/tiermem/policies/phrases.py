@@ -37,8 +37,7 @@ _LATIN_RUN = re.compile(f"[{LATIN_WORD_CHARS}]+")
 _CURLY_APOSTROPHES = ("\u2019", "\u2018", "\u02bc")
 _APOSTROPHES = str.maketrans(dict.fromkeys(_CURLY_APOSTROPHES, "'"))
 _FULL_WIDTH = re.compile("[\uff01-\uff5e\u3000]")
-# Lists with up to this many first words compile up front and pick the groups to run by a
-# substring test per group; longer lists compile on demand and use TextView.keys.
+# Lists with up to this many first words compile up front; longer lists compile on demand.
 _SMALL_INDEX = 256
 
 
@@ -134,8 +133,9 @@ class PhraseIndex:
     matches overlap, the leftmost wins, then the longest ("dark fantasy" over "fantasy").
 
     Phrases are grouped by their first Latin word (or first character): a search runs only
-    the groups whose first word is in the text, each a trie compiled into one regex, so the
-    cost hardly grows with the list. Lists of over 256 groups compile groups on first use.
+    the groups whose first word is a word of the text (:attr:`TextView.keys`), each a trie
+    compiled into one regex, so the cost hardly grows with the list. Lists of over 256
+    groups compile groups on first use.
     Raises :class:`~tiermem.errors.ValidationError` for no phrases, or an empty phrase or
     one over ``MAX_PHRASE_CHARS`` characters.
     """
@@ -153,9 +153,9 @@ class PhraseIndex:
         if not groups:
             raise ValidationError("a phrase list is empty; give at least one phrase")
         self._groups = groups
+        self._firsts = frozenset(groups)
         self._patterns: dict[str, re.Pattern[str]] = {}
-        self._small = len(groups) <= _SMALL_INDEX
-        if self._small:
+        if len(groups) <= _SMALL_INDEX:
             for first in groups:
                 self._pattern(first)
 
@@ -171,20 +171,26 @@ class PhraseIndex:
             pattern = self._patterns[first] = re.compile(_trie_regex(trie, previous=""))
         return pattern
 
-    def _candidates(self, view: TextView) -> Iterable[str]:
-        # A superset of the groups whose first word is in the text; the regex decides.
-        if self._small:
-            return [first for first in self._groups if first in view.folded]
-        return self._groups.keys() & view.keys
+    def _candidates(self, view: TextView) -> list[re.Pattern[str]]:
+        # The patterns of the groups whose first word (or first character) is a word (a
+        # character) of the text: a superset of those with a match; the regex decides. A
+        # match starts with its phrase's first word whole (the patterns check the word
+        # boundaries), so no group with a match is left out. The view's words are read
+        # once per turn and shared by every index that reads it.
+        firsts = view.keys & self._firsts
+        return [self._pattern(first) for first in firsts] if firsts else []
 
     def search(self, view: TextView) -> bool:
         """Whether any phrase occurs in ``view``."""
-        return any(self._pattern(f).search(view.folded) for f in self._candidates(view))
+        folded = view.folded
+        return any(pattern.search(folded) for pattern in self._candidates(view))
 
     def find(self, view: TextView) -> list[tuple[int, int, str]]:
         """``(start, end, phrase_key)`` of each match in ``view.folded``, left to right."""
         text = view.folded
-        patterns = [self._pattern(first) for first in self._candidates(view)]
+        patterns = self._candidates(view)
+        if not patterns:
+            return []
         if len(patterns) == 1:
             spans: Iterable[tuple[int, int]] = (m.span() for m in patterns[0].finditer(text))
         else:
@@ -194,14 +200,25 @@ class PhraseIndex:
 
 def _leftmost_longest(patterns: list[re.Pattern[str]], text: str) -> Iterator[tuple[int, int]]:
     # Merge several patterns' matches: each time take the leftmost, then longest, match that
-    # starts after the last one taken, re-searching a pattern whose next match overlapped it.
-    heads = {pattern: pattern.search(text) for pattern in patterns}
-    while live := [match for match in heads.values() if match is not None]:
-        best = min(live, key=lambda match: (match.start(), -match.end()))
-        yield best.span()
-        for pattern, match in heads.items():
-            if match is not None and match.start() < best.end():
-                heads[pattern] = pattern.search(text, best.end())
+    # starts after the last one taken (of equals, the earlier pattern's), re-searching a
+    # pattern whose next match overlapped it. Plain loops: this runs on most turns.
+    heads = [pattern.search(text) for pattern in patterns]
+    while True:
+        best = None
+        for match in heads:
+            if match is not None and (
+                best is None
+                or match.start() < best.start()
+                or (match.start() == best.start() and match.end() > best.end())
+            ):
+                best = match
+        if best is None:
+            return
+        start, end = best.span()
+        yield start, end
+        for i, match in enumerate(heads):
+            if match is not None and match.start() < end:
+                heads[i] = patterns[i].search(text, end)
 
 
 def _trie_regex(node: dict[str, Any], previous: str) -> str:

@@ -120,6 +120,9 @@ class TurnText:
     @classmethod
     def of_blocks(cls, blocks: tuple[Any, ...] | list[Any]) -> TurnText:
         """The text of a turn's content blocks (see the class docstring)."""
+        if len(blocks) == 1 and type(blocks[0]) is TextBlock:
+            text = blocks[0].text  # most turns: one text block, all of it said
+            return cls._build(text, text)
         said_text = "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
         return cls._build(text_of(blocks), said_text)
 
