@@ -2,8 +2,10 @@
 migrations (dropping the old ``memories_fts``; session headers from the old tables),
 persistence across instances, the default path, atomicity of failed writes, lock errors,
 physical collection of expired rows and dead sessions, the statements an append costs, group
-commit (many callers' writes in one transaction, each failing on its own) and the
-durability setting."""
+commit (many callers' writes in one transaction, each failing on its own), one worker per
+file shared with recall's index, direct runs of small operations (and the checkpoints that
+keep the WAL bounded), the decoded-turn cache, the index keeping unchanged full-text rows,
+and the durability setting."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
@@ -29,6 +31,8 @@ from tiermem.errors import (
     ConflictError,
     ValidationError,
 )
+from tiermem.longterm.index import IndexedDoc
+from tiermem.longterm.index_sqlite import INDEX_COMPONENT, SQLiteIndex
 from tiermem.models import (
     ActiveEntity,
     MemoryRecord,
@@ -45,6 +49,7 @@ from tiermem.store.backends.sqlite import (
     default_data_dir,
     default_database_path,
 )
+from tiermem.store.backends.sqlite._connection import CHECKPOINT_EVERY
 from tiermem.store.backends.sqlite._paths import data_dir_for
 from tiermem.store.backends.sqlite._schema import apply_migrations
 from tiermem.store.codec import encode_memory
@@ -135,9 +140,15 @@ def test_migrations_are_applied_once_and_recorded(db_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 
+def own_connection(i: int) -> timedelta:
+    """A busy timeout no other store of the test uses: stores with other settings on the
+    same file get a connection (and thread) of their own, as another process would."""
+    return timedelta(seconds=5, milliseconds=i + 1)
+
+
 async def test_stores_opening_a_new_file_at_once_migrate_it_once(db_path: Path) -> None:
-    stores = [SQLiteHotStore(db_path) for _ in range(4)] + [
-        SQLiteDurableStore(db_path) for _ in range(4)
+    stores = [SQLiteHotStore(db_path, busy_timeout=own_connection(i)) for i in range(4)] + [
+        SQLiteDurableStore(db_path, busy_timeout=own_connection(4 + i)) for i in range(4)
     ]
     try:
         # Each store opens (and would migrate) on its own thread, all at the same time.
@@ -426,7 +437,9 @@ async def test_a_write_lock_held_elsewhere_is_a_retryable_timeout(
 async def test_appends_through_two_connections_are_gap_free(
     db_path: Path, clock: FakeClock
 ) -> None:
-    stores = [SQLiteDurableStore(db_path, clock=clock) for _ in range(2)]
+    stores = [
+        SQLiteDurableStore(db_path, clock=clock, busy_timeout=own_connection(i)) for i in range(2)
+    ]
 
     async def writer(store: SQLiteDurableStore, w: int) -> None:
         for i in range(15):
@@ -609,6 +622,8 @@ async def traced(store: SQLiteDurableStore) -> list[str]:
         conn.set_trace_callback(lambda sql: statements.append(" ".join(sql.split()[:3])))
 
     await store._db.read(install)  # on the store's worker thread, which owns the connection
+    # And on the connection that runs small operations directly when the file is idle.
+    install(store._db._engine._direct_connection())
     statements.clear()
     return statements
 
@@ -703,10 +718,10 @@ async def run_as_one_batch(
     release, holder = await hold_writer(store)
     results = asyncio.gather(*calls, return_exceptions=True)
     for _ in range(100):  # each call queues before its first real await
-        if len(store._db._pending) == len(calls):
+        if store._db.queued == len(calls):
             break
         await asyncio.sleep(0)
-    assert len(store._db._pending) == len(calls)
+    assert store._db.queued == len(calls)
     release.set()
     await holder
     return await results
@@ -832,7 +847,7 @@ async def test_a_call_cancelled_before_its_batch_runs_is_skipped(
     cancelled = asyncio.create_task(durable.append_turns("s-1", [text_turn("never")]))
     kept = asyncio.create_task(durable.append_turns("s-2", [text_turn("kept")]))
     for _ in range(100):
-        if len(durable._db._pending) == 2:
+        if durable._db.queued == 2:
             break
         await asyncio.sleep(0)
     cancelled.cancel()
@@ -842,6 +857,198 @@ async def test_a_call_cancelled_before_its_batch_runs_is_skipped(
     with pytest.raises(asyncio.CancelledError):
         await cancelled
     assert await durable.next_index("s-1") == 0
+
+
+# -- one connection per file ---------------------------------------------------------------
+
+
+def turn_doc(clock: FakeClock, doc_id: str, text: str) -> IndexedDoc:
+    return IndexedDoc(user_id="u-1", doc_id=doc_id, kind="turn", text=text, created_at=clock.now())
+
+
+async def test_an_append_and_an_index_write_queued_together_commit_as_one(
+    db_path: Path, clock: FakeClock
+) -> None:
+    durable = SQLiteDurableStore(db_path, clock=clock)
+    index = SQLiteIndex(db_path, clock=clock)
+    try:
+        await durable.append_turns("s-1", [text_turn("first")])
+        await index.upsert([turn_doc(clock, "s-1#0", "first")])  # its migrations ran
+        before = durable._db.transactions
+        appended, _ = await run_as_one_batch(
+            durable,
+            [
+                durable.append_turns("s-1", [text_turn("second about berserk")]),
+                index.upsert([turn_doc(clock, "s-1#1", "second about berserk")]),
+            ],
+        )
+        # The holder's transaction and one for the append and the index write together:
+        # the index queues on the durable store's connection.
+        assert durable._db.transactions == index._db.transactions == before + 2
+        assert isinstance(appended, list)
+        assert [t.index for t in appended] == [1]
+        hits = await index.search("u-1", "berserk", kinds=["turn"], limit=5)
+        assert [h.doc_id for h in hits] == ["s-1#1"]
+    finally:
+        await index.aclose()
+        await durable.aclose()
+
+
+async def test_a_lone_append_runs_directly_and_is_committed_when_it_returns(
+    durable: SQLiteDurableStore, db_path: Path
+) -> None:
+    await durable.append_turns("s-1", [text_turn("a")])  # the thread opens the file
+    engine = durable._db._engine
+    direct, transactions = engine._direct_commits, durable._db.transactions
+    [turn] = await durable.append_turns("s-1", [text_turn("b")])
+    assert engine._direct_commits == direct + 1  # on this thread, not the worker's
+    assert durable._db.transactions == transactions + 1
+    with raw(db_path) as conn:  # another connection sees it: committed
+        assert conn.execute(
+            "SELECT count(*) FROM turns WHERE session_id = 's-1' AND idx = ?", (turn.index,)
+        ).fetchone() == (1,)
+
+
+async def test_appends_of_many_sessions_arriving_together_share_commits(
+    durable: SQLiteDurableStore,
+) -> None:
+    await durable.append_turns("warm-up", [text_turn("x")])
+    before = durable._db.transactions
+    sessions = [f"s-{i}" for i in range(20)]
+    stored = await asyncio.gather(
+        *(durable.append_turns(sid, [text_turn(sid)]) for sid in sessions)
+    )
+    assert [[t.index for t in turns] for turns in stored] == [[0]] * 20
+    # They came together, so they went to the thread and its group commit (the first
+    # alone may run directly): far fewer transactions than appends.
+    assert durable._db.transactions - before < 10
+
+
+async def test_direct_appends_keep_the_wal_from_growing_without_end(
+    durable: SQLiteDurableStore, db_path: Path
+) -> None:
+    appends = 4 * CHECKPOINT_EVERY
+    for i in range(appends):  # one session, one after the other: mostly direct
+        await durable.append_turns("s-1", [text_turn(f"turn {i}")])
+    await durable.next_index("s-1")  # behind the last checkpoint on the thread
+    with raw(db_path) as conn:
+        _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    # Every append writes at least 3 pages, so a WAL never started over would hold more
+    # than 3 frames per append; checkpoints every CHECKPOINT_EVERY direct commits let it
+    # start over.
+    assert frames < 2 * appends
+
+
+async def test_turns_read_again_come_from_the_cache_until_their_payload_changes(
+    durable: SQLiteDurableStore,
+) -> None:
+    await durable.append_turns("s-1", [text_turn("secret plan"), text_turn("b")])
+    first = await durable.get_turns("s-1")
+    again = await durable.get_turns("s-1")
+    assert [a is b for a, b in zip(first, again, strict=True)] == [True, True]  # not decoded
+    await durable.redact_turn("s-1", 0)
+    [redacted, kept] = await durable.get_turns("s-1")
+    assert redacted.redacted
+    assert "secret" not in redacted.text
+    assert kept is first[1]
+    assert (await durable.get_turn("s-1", 0)).redacted
+    await durable.delete_session("s-1")
+    assert await durable.get_turns("s-1") == []
+
+
+async def test_the_index_rewrites_a_document_with_the_same_terms_in_place(
+    db_path: Path, clock: FakeClock
+) -> None:
+    index = SQLiteIndex(db_path, clock=clock, cache_users=0)  # every search reads the file
+    try:
+        first = turn_doc(clock, "s-1#0", "berserk volume 42")
+        await index.upsert([first, turn_doc(clock, "s-1#1", "other words")])
+        rowid = await index._db.read(row_id_of("s-1#0"))
+        # Same text, new kind, dates and vector: the full-text row stays, the rest changes.
+        later = first.model_copy(
+            update={
+                "kind": "chunk",
+                "created_at": clock.now() + HOUR,
+                "expires_at": clock.now() + 2 * HOUR,
+                "embedding": (1.0, 0.0),
+            }
+        )
+        await index.upsert([later])
+        assert await index._db.read(row_id_of("s-1#0")) == rowid
+        hits = await index.search("u-1", "berserk", kinds=["chunk"], limit=5)
+        assert [h.doc_id for h in hits] == ["s-1#0"]
+        assert await index.search("u-1", "berserk", kinds=["turn"], limit=5) == []
+        vector_hits = await index.vector_search("u-1", (1.0, 0.0), kinds=["chunk"], limit=5)
+        assert [h.doc_id for h in vector_hits] == ["s-1#0"]
+        clock.advance(3 * HOUR)  # past the new expiry
+        assert await index.search("u-1", "berserk", kinds=["chunk"], limit=5) == []
+        # New terms: the old ones are gone from the full-text index.
+        await index.upsert([turn_doc(clock, "s-1#1", "griffith")])
+        assert await index.search("u-1", "other", kinds=["turn"], limit=5) == []
+        hits = await index.search("u-1", "griffith", kinds=["turn"], limit=5)
+        assert [h.doc_id for h in hits] == ["s-1#1"]
+    finally:
+        await index.aclose()
+
+
+def row_id_of(doc_id: str) -> Callable[[sqlite3.Connection], int]:
+    def op(conn: sqlite3.Connection) -> int:
+        (rowid,) = conn.execute("SELECT id FROM recall_docs WHERE doc_id = ?", (doc_id,)).fetchone()
+        return int(rowid)
+
+    return op
+
+
+async def test_the_index_setup_failing_fails_the_index_only(
+    db_path: Path, clock: FakeClock
+) -> None:
+    index = SQLiteIndex(db_path, clock=clock)
+    await index.upsert([turn_doc(clock, "s-1#0", "x")])
+    await index.aclose()
+    with raw(db_path) as conn:
+        conn.execute(
+            "UPDATE schema_versions SET version = 99 WHERE component = ?", (INDEX_COMPONENT,)
+        )
+    durable = SQLiteDurableStore(db_path, clock=clock)
+    newer = SQLiteIndex(db_path, clock=clock)
+    try:
+        appended, failed = await asyncio.gather(
+            durable.append_turns("s-1", [text_turn("a")]),
+            newer.upsert([turn_doc(clock, "s-1#0", "a")]),
+            return_exceptions=True,
+        )
+        assert isinstance(failed, BackendError)
+        assert "recall index schema version 99" in str(failed)
+        assert isinstance(appended, list)
+        with pytest.raises(BackendError, match="schema version 99"):  # tried again, not cached
+            await newer.search("u-1", "a", kinds=["turn"], limit=5)
+        assert [t.text for t in await durable.get_turns("s-1")] == ["a"]
+    finally:
+        await newer.aclose()
+        await durable.aclose()
+
+
+async def test_a_store_closing_leaves_the_others_on_the_file_working(
+    db_path: Path, clock: FakeClock
+) -> None:
+    durable = SQLiteDurableStore(db_path, clock=clock)
+    index = SQLiteIndex(db_path, clock=clock)
+    hot = SQLiteHotStore(db_path, clock=clock)
+    try:
+        await index.upsert([turn_doc(clock, "s-1#0", "berserk")])
+        await hot.aclose()
+        await index.aclose()
+        with pytest.raises(BackendUnavailableError, match="closed"):
+            await index.search("u-1", "berserk", kinds=["turn"], limit=5)
+        assert [t.index for t in await durable.append_turns("s-1", [text_turn("a")])] == [0]
+    finally:
+        await durable.aclose()
+    reopened = SQLiteIndex(db_path, clock=clock)
+    try:
+        hits = await reopened.search("u-1", "berserk", kinds=["turn"], limit=5)
+        assert [h.doc_id for h in hits] == ["s-1#0"]
+    finally:
+        await reopened.aclose()
 
 
 _ACKNOWLEDGING_WRITER = """

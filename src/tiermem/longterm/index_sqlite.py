@@ -38,10 +38,14 @@ Vector search reads the user's vectors of the asked kinds and computes cosine in
 384-dimension vectors with numpy (40 ms of it reading 15 MB of blobs), and 1.5 s without;
 see ``docs/recall.md``.
 
-The index has its own connection and worker thread (the store's
-:class:`~tiermem.store.backends.sqlite._connection.SQLiteDatabase`), so its work never
-blocks the event loop or waits behind the store's operations except for SQLite's own write
-lock. Opening it also applies the store's migrations: either may open a new file first.
+The index shares the file's worker thread and connection with the stores of this process
+on the same file (:class:`~tiermem.store.backends.sqlite._connection.SQLiteDatabase`): its
+work never blocks the event loop, and its writes join the durable store's group commits
+instead of taking turns at the write lock. Its migrations run on that connection before
+its first operation; opening the connection applies the store's: either may open a new
+file first. A document written again with the same terms (a summary's chunks, rewritten
+on every pass with new dates) keeps its full-text row: only its kind, dates and vector
+are rewritten, which spares FTS5 a delete and an insert.
 """
 
 from __future__ import annotations
@@ -182,17 +186,10 @@ def apply_index_migrations(conn: sqlite3.Connection, *, path: str) -> list[int]:
     return applied
 
 
-class _IndexDatabase(SQLiteDatabase):
-    """The store's connection discipline, plus the index's own migrations on open."""
-
-    def _open(self) -> sqlite3.Connection:
-        conn = super()._open()
-        try:
-            apply_index_migrations(conn, path=self.path)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+def _set_up_index(conn: sqlite3.Connection, path: str) -> None:
+    """The index's setup on the file's shared connection: its own migrations (the store's
+    ran when the connection opened)."""
+    apply_index_migrations(conn, path=path)
 
 
 def _owner_token(user_id: str) -> str:
@@ -272,7 +269,9 @@ class SQLiteIndex:
         cache_users: int = DEFAULT_CACHE_USERS,
         cache_ttl: timedelta = DEFAULT_CACHE_TTL,
     ) -> None:
-        self._db = _IndexDatabase(path, role="index", busy_timeout=busy_timeout)
+        self._db = SQLiteDatabase(
+            path, role="index", busy_timeout=busy_timeout, setup=_set_up_index
+        )
         self._clock: Clock = clock or SystemClock()
         # BM25 search cache: the postings of the most recently queried users, in process
         # (see _SearchCache). 0 users: every search reads FTS5.
@@ -311,8 +310,17 @@ class SQLiteIndex:
 
         def op(conn: sqlite3.Connection, chunk: list[_Row]) -> None:
             for doc, tokens, length, blob, dims, created_us, expires_us in chunk:
-                _delete_doc(conn, doc.user_id, doc.doc_id)
-                if expires_us is not None and expires_us <= now_us:
+                held = _held_doc(conn, doc.user_id, doc.doc_id)
+                expired = expires_us is not None and expires_us <= now_us
+                if held is not None and held[2] == tokens and not expired:
+                    # The same terms (a summary's chunks are written again on every pass
+                    # with new dates only): the full-text row stays, which spares FTS5 a
+                    # delete and an insert; the rest is rewritten.
+                    _refresh_doc(conn, held[0], doc, created_us, expires_us, blob, dims)
+                    continue
+                if held is not None:
+                    _delete_row(conn, doc.user_id, held[0], held[1])
+                if expired:
                     continue  # expired already: removing the old version is all there is
                 cursor = conn.execute(
                     "INSERT INTO recall_docs "
@@ -496,13 +504,49 @@ class SQLiteIndex:
         await self._db.aclose()
 
 
+def _held_doc(conn: sqlite3.Connection, user_id: str, doc_id: str) -> tuple[int, int, str] | None:
+    """The stored document's row id, length and tokens, if there is one."""
+    # CROSS JOIN: the document by its key first, then its full-text row by rowid.
+    row = conn.execute(
+        "SELECT d.id, d.length, f.tokens FROM recall_docs AS d "
+        "CROSS JOIN recall_fts AS f ON f.rowid = d.id WHERE d.user_id = ? AND d.doc_id = ?",
+        (user_id, doc_id),
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]), str(row[2]))
+
+
+def _refresh_doc(
+    conn: sqlite3.Connection,
+    rowid: int,
+    doc: IndexedDoc,
+    created_us: int,
+    expires_us: int | None,
+    blob: bytes | None,
+    dims: int,
+) -> None:
+    """Rewrite what a document holds besides its terms (which are unchanged): its kind,
+    dates and vector."""
+    conn.execute(
+        "UPDATE recall_docs SET kind = ?, created_at_us = ?, expires_at_us = ? WHERE id = ?",
+        (doc.kind, created_us, expires_us, rowid),
+    )
+    conn.execute("DELETE FROM recall_vectors WHERE id = ?", (rowid,))
+    if blob is not None:
+        conn.execute(
+            "INSERT INTO recall_vectors (id, user_id, dims, vector) VALUES (?, ?, ?, ?)",
+            (rowid, doc.user_id, dims, blob),
+        )
+
+
 def _delete_doc(conn: sqlite3.Connection, user_id: str, doc_id: str) -> None:
     row = conn.execute(
         "SELECT id, length FROM recall_docs WHERE user_id = ? AND doc_id = ?", (user_id, doc_id)
     ).fetchone()
-    if row is None:
-        return
-    rowid, length = row
+    if row is not None:
+        _delete_row(conn, user_id, row[0], row[1])
+
+
+def _delete_row(conn: sqlite3.Connection, user_id: str, rowid: int, length: int) -> None:
     conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (rowid,))
     conn.execute("DELETE FROM recall_vectors WHERE id = ?", (rowid,))
     conn.execute("DELETE FROM recall_docs WHERE id = ?", (rowid,))

@@ -1,12 +1,14 @@
 """SQLite backend: the embedded default, both storage roles in one local file.
 
-No server and no dependency beyond the standard library's :mod:`sqlite3`. Each store owns
-one connection on one worker thread (so the event loop never blocks); the hot and durable
-stores may share a file. The file runs in WAL mode (readers beside the one writer), a busy
-timeout, and ``BEGIN IMMEDIATE`` for every write, so concurrent writers, even in other
-processes, are serialized rather than lost. Writes queued together commit together (group
-commit, each in its own savepoint, none acknowledged before the commit: see
-:mod:`~tiermem.store.backends.sqlite._connection`). ``synchronous`` is ``NORMAL`` by
+No server and no dependency beyond the standard library's :mod:`sqlite3`. The stores of a
+process on one file (hot, durable, and recall's index) share one worker thread and its
+connection, so slow work never holds the event loop; small operations (a turn's append, a
+one-row read) run directly on the caller's thread when their store is idle, on a second
+connection that never waits for a lock. The file runs in WAL mode (readers beside the one
+writer), a busy timeout, and ``BEGIN IMMEDIATE`` for every write, so concurrent writers,
+even in other processes, are serialized rather than lost. Writes queued together commit
+together (group commit, each in its own savepoint, none acknowledged before the commit:
+see :mod:`~tiermem.store.backends.sqlite._connection`). ``synchronous`` is ``NORMAL`` by
 default (a commit survives a process crash, not a power loss) or ``FULL`` (both). The
 schema is an ordered list of migrations tracked in ``PRAGMA user_version``
 (:mod:`~tiermem.store.backends.sqlite._schema`).

@@ -33,14 +33,16 @@ group commit may share the transaction with other calls: see
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
-from collections.abc import Collection, Mapping, Sequence
+import threading
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tiermem.clock import Clock, SystemClock
-from tiermem.errors import ConflictError, NotFoundError, ValidationError
+from tiermem.errors import ConflictError, CorruptDataError, NotFoundError, ValidationError
 from tiermem.models import JsonValue, MemoryRecord, NewTurn, SessionRecord, SessionRef, Turn
 from tiermem.store.backends.sqlite._connection import (
     DEFAULT_BUSY_TIMEOUT,
@@ -75,6 +77,8 @@ from tiermem.store.keys import validate_id
 
 __all__ = ["SQLiteDurableStore"]
 
+logger = logging.getLogger(__name__)
+
 _MAX_INDEX = 2**63 - 1
 """SQLite integers are 64-bit; larger indexes cannot exist, so queries clamp to this."""
 _GC_EVERY_WRITES = 64
@@ -86,6 +90,13 @@ _GC_SESSIONS = 10
 _MICROSECOND = timedelta(microseconds=1)
 _IDS_PER_SELECT = 500
 """Ids bound in one ``IN (...)``: under SQLite's historical 999-parameter limit."""
+_DIRECT_ROWS = 256
+"""Turns a read may return and still run directly on the caller's thread when the file is
+idle (:meth:`~tiermem.store.backends.sqlite._connection.SQLiteDatabase.read`); larger
+reads always go to the worker thread."""
+TURN_CACHE_CHARS = 4_000_000
+"""Payload characters of decoded turns :class:`_TurnCache` keeps (about 10,000 turns of
+a few hundred characters; a few tens of MB with the decoded objects)."""
 # Logical expiry in SQL, as codec.is_live: "(expires_at_us IS NULL OR expires_at_us > ?)"
 # with now in epoch microseconds; spelled out in each statement so statements stay literals.
 
@@ -238,6 +249,80 @@ def _start_afresh(conn: sqlite3.Connection, session_id: str) -> None:
     )
 
 
+class _TurnCache:
+    """Decoded turns by session and index, each with the payload it was decoded from.
+
+    Why: the archive's readers read the same recent turns again and again (the summary
+    job reads the turns still pending on each new turn), and decoding a turn (pydantic
+    validation) costs tens of microseconds where comparing two payloads costs well under
+    one. Decoding is a pure function of the payload, so an entry is used only when the
+    payload just read is the one it was decoded from: a redacted turn, or a new turn at a
+    reused index, is decoded afresh. Only what was decoded from the file goes in (not the
+    turns an append wrote), so a cached turn is exactly what a fresh decode would give.
+    Turns are frozen models, shared by every reader, as the in-memory store shares its
+    own. First in, first out within ``max_chars``; a deletion empties the cache (an
+    erasure leaves no copy behind).
+    """
+
+    def __init__(self, max_chars: int = TURN_CACHE_CHARS) -> None:
+        self._max_chars = max_chars
+        self._chars = 0
+        self._entries: dict[tuple[str, int], tuple[str, Turn]] = {}
+        self._lock = threading.Lock()  # a store may be used from several threads' loops
+
+    def decode(self, session_id: str, rows: Iterable[tuple[int, str]]) -> list[Turn]:
+        """The turns of ``rows`` (index, payload), in order, skipping (and logging) any
+        that cannot be decoded, as :func:`~tiermem.store.codec.decode_turns` does."""
+        turns: list[Turn] = []
+        with self._lock:
+            entries = self._entries
+            for index, payload in rows:
+                entry = entries.get((session_id, index))
+                if entry is not None and entry[0] == payload:
+                    turns.append(entry[1])
+                    continue
+                try:
+                    turn = decode_turn(payload)
+                except CorruptDataError as exc:
+                    logger.warning("session %s: skipped an archived turn: %s", session_id, exc)
+                    continue
+                self._put(session_id, index, payload, turn)
+                turns.append(turn)
+        return turns
+
+    def decode_one(self, session_id: str, index: int, payload: str) -> Turn:
+        """One turn.
+
+        Raises:
+            CorruptDataError: the payload is not a turn this version can read.
+        """
+        with self._lock:
+            entry = self._entries.get((session_id, index))
+            if entry is not None and entry[0] == payload:
+                return entry[1]
+            turn = decode_turn(payload)
+            self._put(session_id, index, payload, turn)
+            return turn
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._chars = 0
+
+    def _put(self, session_id: str, index: int, payload: str, turn: Turn) -> None:
+        size = len(payload)
+        if size > self._max_chars:
+            return
+        old = self._entries.pop((session_id, index), None)
+        if old is not None:
+            self._chars -= len(old[0])
+        self._entries[(session_id, index)] = (payload, turn)
+        self._chars += size
+        while self._chars > self._max_chars:
+            oldest = next(iter(self._entries))
+            self._chars -= len(self._entries.pop(oldest)[0])
+
+
 class SQLiteDurableStore:
     """Durable tier in a SQLite file. See :class:`tiermem.store.contract.DurableStore`.
 
@@ -271,6 +356,7 @@ class SQLiteDurableStore:
         self._clock = clock or SystemClock()
         self._gc_grace_us = gc_grace // _MICROSECOND
         self._writes = 0  # touched only on the database's worker thread
+        self._turns = _TurnCache()
 
     def _now_us(self) -> int:
         return to_epoch_us(self._clock.now(), what="clock.now()")
@@ -391,11 +477,11 @@ class SQLiteDurableStore:
             self._collect_garbage(conn, now_us)
             return indexed
 
-        return await self._db.write(op)
+        return await self._db.write(op, direct=self._db.alone(session_id))
 
     async def next_index(self, session_id: str) -> int:
         validate_id(session_id, what="session_id")
-        return await self._db.read(lambda conn: _next_index(conn, session_id))
+        return await self._db.read(lambda conn: _next_index(conn, session_id), direct=True)
 
     async def get_turn(self, session_id: str, index: int) -> Turn:
         validate_id(session_id, what="session_id")
@@ -404,10 +490,10 @@ class SQLiteDurableStore:
         def op(conn: sqlite3.Connection) -> str | None:
             return _visible_turn(conn, session_id, index, self._now_us())
 
-        payload = await self._db.read(op)
+        payload = await self._db.read(op, direct=True)
         if payload is None:
             raise NotFoundError(f"session {session_id!r} has no turn {index}")
-        return decode_turn(payload)
+        return self._turns.decode_one(session_id, index, payload)
 
     async def get_turns(
         self, session_id: str, start: int = 0, end: int | None = None
@@ -416,15 +502,17 @@ class SQLiteDurableStore:
         check_range(start, end)
         stop = _MAX_INDEX if end is None else min(end, _MAX_INDEX)
 
-        def op(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "SELECT payload FROM turns WHERE session_id = ? AND idx >= ? AND idx < ? "
+        def op(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+            return conn.execute(
+                "SELECT idx, payload FROM turns WHERE session_id = ? AND idx >= ? AND idx < ? "
                 "AND (expires_at_us IS NULL OR expires_at_us > ?) ORDER BY idx",
                 (session_id, min(start, _MAX_INDEX), stop, self._now_us()),
-            )
-            return [payload for (payload,) in rows]
+            ).fetchall()
 
-        return decode_turns(await self._db.read(op), session_id=session_id)
+        return self._turns.decode(
+            session_id,
+            await self._db.read(op, direct=end is not None and end - start <= _DIRECT_ROWS),
+        )
 
     async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
         validate_id(session_id, what="session_id")
@@ -433,15 +521,16 @@ class SQLiteDurableStore:
         if count == 0:
             return []
 
-        def op(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "SELECT payload FROM turns WHERE session_id = ? "
+        def op(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+            return conn.execute(
+                "SELECT idx, payload FROM turns WHERE session_id = ? "
                 "AND (expires_at_us IS NULL OR expires_at_us > ?) ORDER BY idx DESC LIMIT ?",
                 (session_id, self._now_us(), min(count, _MAX_INDEX)),
-            )
-            return [payload for (payload,) in rows]
+            ).fetchall()
 
-        return decode_turns(reversed(await self._db.read(op)), session_id=session_id)
+        return self._turns.decode(
+            session_id, reversed(await self._db.read(op, direct=count <= _DIRECT_ROWS))
+        )
 
     async def redact_turn(self, session_id: str, index: int) -> Turn:
         validate_id(session_id, what="session_id")
@@ -508,7 +597,7 @@ class SQLiteDurableStore:
             self._collect_garbage(conn, now_us)
             return ref
 
-        return await self._db.write(op)
+        return await self._db.write(op, direct=self._db.alone(session_id))
 
     async def get_session(self, session_id: str) -> SessionRef | None:
         validate_id(session_id, what="session_id")
@@ -521,7 +610,7 @@ class SQLiteDurableStore:
             ).fetchone()
             return None if row is None else str(row[0])
 
-        payload = await self._db.read(op)
+        payload = await self._db.read(op, direct=True)
         return None if payload is None else SessionRef.model_validate_json(payload)
 
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
@@ -553,7 +642,7 @@ class SQLiteDurableStore:
             ).fetchone()
             return None if row is None else (str(row[0]), row[1])
 
-        found = await self._db.read(op)
+        found = await self._db.read(op, direct=True)
         if found is None:
             return None
         payload, lifetime_us = found
@@ -613,7 +702,7 @@ class SQLiteDurableStore:
             self._collect_garbage(conn, now_us)
             return record
 
-        return await self._db.write(op)
+        return await self._db.write(op, direct=self._db.alone(session_id))
 
     async def delete_session(self, session_id: str) -> None:
         validate_id(session_id, what="session_id")
@@ -623,6 +712,7 @@ class SQLiteDurableStore:
             conn.execute("DELETE FROM user_sessions WHERE session_id = ?", (session_id,))
 
         await self._db.write(op)
+        self._turns.clear()  # rare: no need to pick out the session's entries
 
     # -- long-term memory -------------------------------------------------------------
 
@@ -666,7 +756,7 @@ class SQLiteDurableStore:
             )
             return record
 
-        return await self._db.write(op)
+        return await self._db.write(op, direct=self._db.alone(record.user_id))
 
     async def get_memory(self, user_id: str, memory_id: str) -> MemoryRecord | None:
         validate_id(user_id, what="user_id")
@@ -680,7 +770,7 @@ class SQLiteDurableStore:
             ).fetchone()
             return None if row is None else str(row[0])
 
-        payload = await self._db.read(op)
+        payload = await self._db.read(op, direct=True)
         return None if payload is None else decode_memory(payload)
 
     async def get_memories(
@@ -799,7 +889,9 @@ class SQLiteDurableStore:
             memories = conn.execute("DELETE FROM memories WHERE user_id = ?", (user_id,))
             return listed.rowcount + memories.rowcount
 
-        return await self._db.write(op)
+        removed = await self._db.write(op)
+        self._turns.clear()  # rare: no need to pick out the user's sessions
+        return removed
 
     async def aclose(self) -> None:
         await self._db.aclose()

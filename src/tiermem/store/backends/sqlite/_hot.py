@@ -330,7 +330,7 @@ class SQLiteHotStore:
             self._collect_garbage(conn, now_us)
             return HotAppendResult(turns=tuple(indexed), version=version, next_index=next_index)
 
-        return await self._db.write(op)
+        return await self._db.write(op, direct=self._db.alone(session_id))
 
     async def load(
         self, session_id: str, *, include_expired: bool = False
