@@ -10,7 +10,8 @@ Implementations (see ``docs/recall.md`` for why each exists):
 * :class:`~tiermem.longterm.index_sqlite.SQLiteIndex` — FTS5 over pre-tokenized text (words
   and CJK bigrams) in the embedded SQLite file, vectors in a side table.
 * :class:`~tiermem.longterm.index_redis.RedisIndex` — BM25 postings kept in Redis (the hot
-  tier of production deployments) under the user's hash tag, scored server-side in Lua.
+  tier of production deployments) under the user's hash tag: each term's postings packed in
+  two strings, read by one script per search and scored in the client (``postings``).
 
 **Expiry.** A document may carry ``expires_at`` (archived turns get their turn's retention,
 see :func:`~tiermem.longterm.recall.turn_docs`). Every index reads the time from its
