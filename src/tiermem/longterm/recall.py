@@ -38,7 +38,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple, get_args
 
 from tiermem.clock import Clock, SystemClock
@@ -124,6 +124,12 @@ def parse_turn_doc_id(doc_id: str) -> tuple[str, int]:
     return session_id, int(index)
 
 
+def _plain_terms(terms: Mapping[str, int]) -> bool:
+    """Whether term counts are already what :attr:`IndexedDoc.terms` holds (str → int),
+    so the document needs no validation."""
+    return all(type(term) is str and type(count) is int for term, count in terms.items())
+
+
 def turn_docs(
     user_id: str,
     session_id: str,
@@ -149,6 +155,11 @@ def turn_docs(
 
     Index them after the durable append; remove a turn's document when it is redacted.
 
+    The documents are built without validation (this is on every turn's path, and the
+    turns are validated models); a document with anything the caller passed in another shape
+    than the index's (a vector, term counts, non-``str`` ids) takes the validating
+    constructor, which raises as usual.
+
     Raises:
         ValidationError: ``embeddings`` does not have one entry per turn, or
             ``expires_at`` is naive.
@@ -157,7 +168,9 @@ def turn_docs(
         raise ValidationError("turn_docs needs one embedding (or None) per turn")
     if terms is not None and len(terms) != len(turns):
         raise ValidationError("turn_docs needs one term count (or None) per turn")
+    plain_ids = type(user_id) is str and type(session_id) is str
     check_aware(expires_at, what="expires_at")
+    expires_utc = None if expires_at is None else expires_at.astimezone(UTC)
     docs = []
     for i, turn in enumerate(turns):
         text = turn.text
@@ -172,19 +185,19 @@ def turn_docs(
             counted = dict(counted)
             for term in dates:
                 counted[term] = counted.get(term, 0) + 1
-        docs.append(
-            IndexedDoc(
-                user_id=user_id,
-                doc_id=turn_doc_id(session_id, turn.index),
-                kind="turn",
-                text=text,
-                created_at=turn.timestamp,
-                embedding=None if vector is None else tuple(vector),
-                tags=dates,
-                expires_at=expires_at,
-                terms=counted,
-            )
-        )
+        values: dict[str, object] = {
+            "user_id": user_id,
+            "doc_id": turn_doc_id(session_id, turn.index),
+            "kind": "turn",
+            "text": text,
+            "created_at": turn.timestamp,
+            "embedding": None if vector is None else tuple(vector),
+            "tags": dates,
+            "expires_at": expires_utc,
+            "terms": counted,
+        }
+        trusted = plain_ids and vector is None and (counted is None or _plain_terms(counted))
+        docs.append(IndexedDoc.trusted(values) if trusted else IndexedDoc(**values))
     return docs
 
 

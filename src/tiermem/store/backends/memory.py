@@ -30,7 +30,7 @@ import json
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from tiermem.clock import Clock, SystemClock
 from tiermem.errors import ConflictError, NotFoundError, ValidationError
@@ -68,6 +68,7 @@ from tiermem.store.codec import (
 from tiermem.store.contract import (
     DEFAULT_GC_GRACE,
     ENTITIES_RECORD,
+    MAX_RECORD_BYTES,
     MAX_TURN_BYTES,
     Capability,
     EntityChange,
@@ -509,6 +510,16 @@ class MemoryHotStore:
 
 
 @dataclass
+class _EntitySizes:
+    """The serialized size of each member of a session's ``entities`` record, for the
+    record object they were measured on (a record replaced by ``put_record`` is measured
+    again)."""
+
+    record: SessionRecord
+    sizes: dict[str, int]
+
+
+@dataclass
 class _Header:
     """What a durable session is: who owns it and how long it lives (contract docstring)."""
 
@@ -533,6 +544,7 @@ class MemoryDurableStore:
         self._next: dict[str, int] = {}
         self._turns: dict[str, dict[int, tuple[Turn, datetime | None]]] = {}
         self._records: dict[str, dict[str, SessionRecord]] = {}
+        self._entity_sizes: dict[str, _EntitySizes] = {}
         self._by_lifetime: list[tuple[datetime, str]] = []
         self._queued: set[str] = set()
         self._users: dict[str, dict[str, SessionRef]] = {}
@@ -559,6 +571,7 @@ class MemoryDurableStore:
         self._next.pop(session_id, None)
         self._turns.pop(session_id, None)
         self._records.pop(session_id, None)
+        self._entity_sizes.pop(session_id, None)
 
     def _extend(self, session_id: str, expires_at: datetime | None) -> _Header:
         """The live header with its lifetime raised to at least ``expires_at``."""
@@ -622,13 +635,18 @@ class MemoryDurableStore:
                     expected=first_index,
                     actual=start,
                 )
-            indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
+            indexed = _numbered(turns, start)
             for turn in indexed:
                 _check_turn_size(turn)
             merged = self._merged_entities(session_id, entities)  # size check first too
             header = self._extend(session_id, expires_at)
             if merged is not None:
-                self._set_record(session_id, ENTITIES_RECORD, merged, header)
+                data, sizes = merged
+                record = self._set_record(session_id, ENTITIES_RECORD, data, header)
+                if sizes is None:
+                    self._entity_sizes.pop(session_id, None)
+                else:
+                    self._entity_sizes[session_id] = _EntitySizes(record=record, sizes=sizes)
             if key is not None:
                 header.keys[key] = (start, len(indexed))
             archive = self._turns.setdefault(session_id, {})
@@ -639,21 +657,48 @@ class MemoryDurableStore:
 
     def _merged_entities(
         self, session_id: str, change: EntityChange | None
-    ) -> dict[str, JsonValue] | None:
-        """The ``entities`` record's data with ``change`` merged in (None: no change)."""
+    ) -> tuple[dict[str, JsonValue], dict[str, int] | None] | None:
+        """The ``entities`` record's data with ``change`` merged in, and the serialized
+        size of each of its members (None: no change).
+
+        The record is held to :data:`MAX_RECORD_BYTES` as a whole, but only the upserted
+        entities are serialized: the other members' sizes are kept from the write that
+        stored them (:class:`_EntitySizes`), so a turn costs O(its changes), not O(the
+        session's entities). Anything unusual (over the limit, text that is not UTF-8, a
+        record written by ``put_record``) goes through :func:`encode_data` whole, which
+        raises the contract's exact errors.
+        """
         if change is None or (not change.upsert and not change.remove):
             return None
         self._header(session_id)  # a dead session's records are dropped first
         current = self._records.get(session_id, {}).get(ENTITIES_RECORD)
         data: dict[str, JsonValue] = dict(current.data) if current is not None else {}
+        cached = self._entity_sizes.get(session_id)
+        sizes: dict[str, int] | None
+        if current is None:
+            sizes = {}
+        elif cached is not None and cached.record is current:
+            sizes = dict(cached.sizes)
+        else:  # written by put_record (or never measured): measure it once
+            sizes = _member_sizes(data)
         for kind in change.remove:
             data.pop(kind, None)
+            if sizes is not None:
+                sizes.pop(kind, None)
         for kind, entity in change.upsert.items():
-            data[kind] = entity.model_dump(mode="json")
-        # Fresh dumps and the record's own values: nothing a caller holds, so no copy; the
-        # encoding is the size check.
-        encode_data(data, what=f"record {ENTITIES_RECORD!r}")
-        return data
+            value = entity.model_dump(mode="json")
+            data[kind] = value
+            if sizes is not None:
+                size = _member_size(kind, value)
+                if size is None:
+                    sizes = None
+                else:
+                    sizes[kind] = size
+        # Fresh dumps and the record's own values: nothing a caller holds, so no copy.
+        if sizes is None or _object_size(sizes) > MAX_RECORD_BYTES:
+            encode_data(data, what=f"record {ENTITIES_RECORD!r}")  # raises the exact error
+            sizes = _member_sizes(data)
+        return data, sizes
 
     def _set_record(
         self, session_id: str, kind: str, data: dict[str, JsonValue], header: _Header
@@ -661,13 +706,17 @@ class MemoryDurableStore:
         """Store a record one version up (the caller checked versions and extended the
         header in the same locked step)."""
         current = self._records.get(session_id, {}).get(kind)
-        record = SessionRecord(
-            kind=kind,
-            data=data,
-            version=(current.version if current else 0) + 1,
-            updated_at=self._clock.now(),
-            expires_at=header.lifetime,
-        )
+        values: dict[str, JsonValue] = {
+            "kind": kind,
+            "data": data,
+            "version": (current.version if current else 0) + 1,
+            "updated_at": self._clock.now(),
+            "expires_at": header.lifetime,
+        }
+        # Checked kind, the store's own data: validation would only normalise the times to
+        # UTC, so it runs only when one is not UTC already (a caller's other timezone).
+        utc = all(t is None or t.tzinfo is UTC for t in (values["updated_at"], header.lifetime))
+        record = SessionRecord.trusted(values) if utc else SessionRecord(**values)
         self._records.setdefault(session_id, {})[kind] = record
         return record
 
@@ -877,6 +926,34 @@ class MemoryDurableStore:
 
     async def aclose(self) -> None:
         return None
+
+
+def _member_size(kind: str, value: JsonValue) -> int | None:
+    """UTF-8 bytes of ``"kind":value`` as :func:`encode_data` writes it inside an object;
+    None if it cannot be written (the caller lets :func:`encode_data` say why)."""
+    try:
+        member = json.dumps(
+            {kind: value}, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
+        return len(member.encode()) - 2  # without the braces
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return None
+
+
+def _member_sizes(data: Mapping[str, JsonValue]) -> dict[str, int] | None:
+    """:func:`_member_size` of every member, or None if one cannot be written."""
+    sizes: dict[str, int] = {}
+    for kind, value in data.items():
+        size = _member_size(kind, value)
+        if size is None:
+            return None
+        sizes[kind] = size
+    return sizes
+
+
+def _object_size(sizes: Mapping[str, int]) -> int:
+    """UTF-8 bytes of the compact JSON object whose members have ``sizes``."""
+    return 2 + sum(sizes.values()) + max(len(sizes) - 1, 0)
 
 
 def _check_change(change: EntityChange | None) -> None:
