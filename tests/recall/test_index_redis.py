@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 
 from tests.conftest import server_url
 from tests.recall.conftest import T0, days, doc, held_doc_ids
+from tiermem.longterm import index_redis_scripts
 from tiermem.longterm import postings as postings_module
 from tiermem.longterm.index import DocKind, IndexedDoc, terms_of
 from tiermem.longterm.index_memory import InProcessIndex
@@ -499,3 +501,192 @@ async def test_redis_purge_reaches_an_unmigrated_user(redis_index: RedisIndex) -
     await redis_index.purge_user("u1")
     assert await _keys(redis_index) == []
     assert await redis_index.search("u1", "secret", kinds=ALL, limit=5) == []
+
+
+# -- races and limits found in review --------------------------------------------------------
+
+
+def _run_between(index: RedisIndex, after: str, hook: object, occurrence: int = 1) -> None:
+    """Make ``index`` send each pipelined command on its own and run ``hook`` once, right
+    after the ``occurrence``-th command ``after`` (a command name or a script's name).
+    A fake of the interleaving only: Redis does run other clients' commands between a
+    pipeline's, but a test cannot make that happen at a chosen point."""
+    io = index._io
+    real = io.batch
+    state = {"seen": 0}
+
+    async def batch(commands: Sequence[Any]) -> list[Any]:
+        out: list[Any] = []
+        for command in commands:
+            out += await real([command])
+            first = command.script.name if command.script is not None else command.args[0]
+            if first == after:
+                state["seen"] += 1
+                if state["seen"] == occurrence:
+                    await hook()  # type: ignore[operator]
+        return out
+
+    io.batch = batch  # type: ignore[method-assign]
+
+
+@pytest.mark.redis
+async def test_redis_purge_racing_an_upsert_leaves_exact_lists() -> None:
+    """An upsert lands between the purge's last check and its final delete: the purge must
+    not delete the statistics and number table under the new document (its posting lists
+    would stay, orphaned, and the next numbers would repeat theirs)."""
+    from tests.backends.redis import fresh_prefix
+
+    prefix = fresh_prefix()
+    purger, writer = _open(prefix), _open(prefix)
+    try:
+        await writer.upsert([doc("a", "berserk")])
+
+        async def upsert_meanwhile() -> None:
+            await writer.upsert([doc("late", "berserk guts")])
+
+        # The purge reads the ids (a), removes them, reads again (none): the upsert lands
+        # right after that second read.
+        _run_between(purger, "HKEYS", upsert_meanwhile, occurrence=3)
+        await purger.purge_user("u1")
+        await writer.upsert([doc("next", "berserk")])
+        held = await held_doc_ids(writer, "u1")
+        assert held in ({"next"}, {"late", "next"})
+        survivors = [doc("next", "berserk")]
+        if "late" in held:
+            survivors.append(doc("late", "berserk guts"))
+        await _check_lists(writer, "u1", survivors)
+    finally:
+        await purger.aclose()
+        await writer.aclose()
+
+
+@pytest.mark.redis
+async def test_redis_numbering_restarted_within_one_upsert_gets_a_new_epoch() -> None:
+    """Another process empties the user between two scripts of one large upsert, so the
+    second script numbers from 1 again: a reader that cached the first script's numbers
+    must not answer the removed documents' ids for the new ones."""
+    from tests.backends.redis import fresh_prefix
+
+    prefix = fresh_prefix()
+    writer, reader, remover = _open(prefix), _open(prefix), _open(prefix)
+    try:
+        first = [doc(f"a{i:03d}", "berserk") for i in range(200)]  # one script's worth
+        second = [doc(f"b{i:03d}", "berserk") for i in range(20)]
+
+        async def read_then_empty() -> None:
+            hits = await reader.search("u1", "berserk", kinds=ALL, limit=300)
+            assert len(hits) == 200  # the reader caches numbers 1..200
+            await remover.remove("u1", [d.doc_id for d in first])
+
+        _run_between(writer, "index_upsert", read_then_empty)
+        await writer.upsert([*first, *second])
+        hits = await reader.search("u1", "berserk", kinds=ALL, limit=300)
+        assert {h.doc_id for h in hits} == {d.doc_id for d in second}
+    finally:
+        for index in (writer, reader, remover):
+            await index.aclose()
+
+
+@pytest.mark.redis
+async def test_redis_document_numbers_never_wrap(redis_index: RedisIndex) -> None:
+    """Numbers are u32: an upsert that would pass 2^32 - 1 fails with a clear error and
+    changes nothing, rather than writing wrapped (unordered, repeated) numbers."""
+    from tiermem.errors import BackendError
+
+    await redis_index.upsert([doc("a", "berserk")])
+    stats = redis_index.keys.index("u1")[2]
+    await redis_index._io.client.hset(stats, "next", 2**32 - 3)
+    await redis_index.upsert([doc("b", "berserk")])  # number 2^32 - 2: still fits
+    with pytest.raises(BackendError, match="purge_user"):
+        await redis_index.upsert([doc(f"c{i}", "berserk") for i in range(3)])
+    assert await held_doc_ids(redis_index, "u1") == {"a", "b"}
+    await _check_lists(redis_index, "u1", [doc("a", "berserk"), doc("b", "berserk")])
+    hits = await redis_index.search("u1", "berserk", kinds=ALL, limit=5)
+    assert [h.doc_id for h in hits] == ["a", "b"]
+
+
+@pytest.mark.redis
+async def test_redis_id_cache_is_bounded_across_users_and_can_be_cleared(
+    redis_index: RedisIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiermem.longterm import index_redis
+
+    monkeypatch.setattr(index_redis, "_ID_CACHE_TOTAL", 50)
+    for user in range(6):
+        await redis_index.upsert([doc(f"d{i}", "berserk", user_id=f"u{user}") for i in range(20)])
+        hits = await redis_index.search(f"u{user}", "berserk", kinds=ALL, limit=20)
+        assert len(hits) == 20
+        assert redis_index.cached_doc_ids <= 50
+    assert redis_index.cached_doc_ids > 0
+    redis_index.clear_caches()
+    assert redis_index.cached_doc_ids == 0
+    # A search whose missing ids push the cache over its bound still answers the ids it
+    # had cached before (the cache starts again after the answer is complete).
+    monkeypatch.setattr(index_redis, "_ID_CACHE_TOTAL", 12)
+    await redis_index.upsert(
+        [doc(f"p{i:02d}", " ".join(["berserk", *["pad"] * i]), user_id="p") for i in range(20)]
+    )
+    assert len(await redis_index.search("p", "berserk", kinds=ALL, limit=5)) == 5
+    hits = await redis_index.search("p", "berserk", kinds=ALL, limit=20)
+    assert [h.doc_id for h in hits] == [f"p{i:02d}" for i in range(20)]
+    assert redis_index.cached_doc_ids <= 12
+
+
+async def _keys_touched_by_scripts(
+    index: RedisIndex, action: Any
+) -> list[tuple[set[str], set[str]]]:
+    """Run ``action`` under MONITOR: per script run, (its declared keys, the keys its Lua
+    commands touched). Standalone Redis only (MONITOR is per node)."""
+    from redis.asyncio import Redis
+
+    watcher = Redis.from_url(server_url("redis"))
+    runs: list[tuple[set[str], set[str]]] = []
+    marker = f"end-{random.random()}"
+    try:
+        async with watcher.monitor() as monitor:
+            await action()
+            await index._io.client.echo(marker)
+            while True:
+                seen = await monitor.next_command()
+                words = seen["command"].split(" ")
+                if words[0] == "ECHO" and words[1] == marker:
+                    break
+                if words[0] == "EVALSHA":
+                    runs.append((set(words[3 : 3 + int(words[2])]), set()))
+                elif seen["client_type"] == "lua" and runs:
+                    # Every command these scripts run names keys only (DEL) or one key first.
+                    touched = words[1:] if words[0] == "DEL" else words[1:2]
+                    runs[-1][1].update(touched)
+    finally:
+        await watcher.aclose()
+    return runs
+
+
+@pytest.mark.redis
+async def test_redis_read_and_purge_scripts_declare_every_key_they_touch(
+    redis_index: RedisIndex,
+) -> None:
+    """Redis Cluster routes and migrates a script by its declared keys: the search script
+    and the purge's last step touch no other key (writes cannot: see the module docs)."""
+    await redis_index.upsert([doc("a", "berserk guts"), doc("t", "berserk", kind="turn")])
+
+    async def search() -> None:
+        await redis_index.search("u1", "berserk guts musashi", kinds=("memory",), limit=5)
+        await redis_index.search("u1", "berserk", kinds=ALL, limit=5)
+
+    # (A run that touched nothing was refused with NOSCRIPT and sent again.)
+    runs = [run for run in await _keys_touched_by_scripts(redis_index, search) if run[1]]
+    assert len(runs) == 2
+    for declared, touched in runs:
+        assert touched <= declared
+
+    async def last_step() -> None:
+        await redis_index.remove("u1", ["a", "t"])
+        await redis_index._io.batch(
+            [index_redis_scripts.INDEX_DROP_EMPTY.command(redis_index.keys.drop_empty("u1"), [])]
+        )
+
+    runs = [run for run in await _keys_touched_by_scripts(redis_index, last_step) if run[1]]
+    declared, touched = runs[-1]
+    assert declared == set(redis_index.keys.drop_empty("u1"))  # the purge's last step
+    assert touched <= declared

@@ -41,7 +41,11 @@ document gets a new one, so numbers only grow, appending keeps every list sorted
 number never names two documents while the user's statistics live. When the user's last
 document goes, the statistics go too and numbering starts again under a new ``epoch``
 token: the client's cache of number → doc_id is keyed by the epoch, and a search checks
-the epoch when it reads the ids, so a stale mapping is never used.
+the epoch when it reads the ids, so a stale mapping is never used. Every script that may
+start a numbering brings its own token (one per script, not per call: another process may
+empty the user between two scripts of one call). Compaction never renumbers. Numbers are
+u32: a script that would give a number past 2^32 - 1 fails before writing anything, and
+the user must be purged and reindexed (a design limit: ~4 billion writes to one user).
 
 Concurrency. Every write is one Lua script (atomic on the server): an upsert first removes
 the named documents' former versions, then APPENDs each new posting to its two strings
@@ -54,23 +58,49 @@ common term holds thousands of postings, and rewriting a turn's ~12 lists on eve
 cost Redis ~1.5 ms per removed turn (measured), against ~0.1 ms this way; amortised, a
 removal copies a few postings. A tombstone keeps only a number no id names any more (the
 ``ids`` entry goes with the document), never returns from a search, and does not count in
-df, so scores equal an index that never saw the document. Scripts address the ``ids`` and
-``dead`` hashes and the posting strings by name under the declared keys' hash tag, so
-every key a script touches lives in the declared keys' slot, as Redis Cluster requires.
+df, so scores equal an index that never saw the document. ``purge_user`` removes the
+documents, then checks that none is left and deletes the rest in one script
+(:data:`INDEX_DROP_EMPTY`), so an upsert racing the purge keeps its statistics.
+
+Design limits:
+
+* Redis Cluster. The search script and the purge's last step declare every key they
+  touch (:meth:`RedisIndexKeys.read`, :meth:`RedisIndexKeys.drop_empty`; a 64-term query
+  declares ~390). The write scripts (upsert, remove, collect, migrate) declare the user's
+  four index keys and address the ``ids`` and ``dead`` hashes, the posting strings and
+  layout 1's keys by name under the same hash tag: a write's posting keys depend on the
+  former version's terms, which only Redis knows, and declaring them would cost a read
+  round trip per write. Redis does not check that same-slot keys are declared, and every
+  key of a user is in one slot, so this works on a stable cluster; but while the user's
+  slot is being migrated, a key already moved makes a write script fail at that command
+  (a redirect is an error inside a script) after the writes before it, which Redis does
+  not roll back. Do not reshard slots under writing processes.
+* BM25 statistics (``n``, ``len``, df) count expired documents until they are collected,
+  as every index does; a search reads the numbers of all expired, uncollected documents of
+  the user, so its cost grows with a collection backlog.
+* Ties are ordered by doc_id, which only the ids table knows: a search fetches the id of
+  every document tied with the ``limit``-th one (thousands when thousands of identical
+  documents tie), and caches them.
+* A posting packs ``tf`` in 20 bits (as every index): a term occurring 2^20 times or more
+  in one document spills into its length.
+* Client caches: number → doc_id for at most :data:`_ID_CACHE_USERS` users and
+  :data:`_ID_CACHE_TOTAL` ids, due marks for :data:`_DUE_MARKS_KEPT` users; over a bound a
+  cache starts again; :meth:`RedisIndex.clear_caches` empties both.
 
 Round trips: ``upsert`` 1 (one script per user and per 200 documents, and, pipelined, the
 due mark of a user this process has not marked in the last 5 minutes at or before the new
 documents' earliest expiry; one upsert in :data:`COLLECT_EVERY_WRITES` adds a
 ``collect_expired``), ``remove`` 1, ``search`` 1 when the ids of the hits are in the
 process's cache, else 2 (an ``HMGET`` of the missing ones), ``purge_user`` 2 (+1 per 500
-documents beyond the first 500), ``collect_expired`` 1 when nothing is due, else 4 per
-round. ``search`` is one read-only script returning the statistics, the numbers of the
-user's expired, uncollected documents, each term's df and the asked kinds' packed lists
-(at most :data:`~tiermem.longterm.text.MAX_QUERY_TERMS` terms); the client scores them
-with :func:`~tiermem.longterm.postings.bm25_top`, the in-process index's code, so scores
-are equal by construction (ties, whose order the numbers would decide, are ordered by
-doc_id as everywhere). Why not score in Lua: a broad query's ~5,000 postings held
-Redis's one thread for ~9 ms (measured, ``docs/recall.md``).
+documents beyond the first 500; +1 per attempt when writes race it), ``collect_expired``
+1 when nothing is due, else 4 per round. ``search`` is one read-only script returning the
+statistics, the numbers of the user's expired, uncollected documents, each term's df and
+the asked kinds' packed lists (at most :data:`~tiermem.longterm.text.MAX_QUERY_TERMS`
+terms); the client scores them with :func:`~tiermem.longterm.postings.bm25_top_packed`
+(numpy, or the in-process index's :func:`~tiermem.longterm.postings.bm25_top`), summing
+in query order, so scores are equal by construction (ties, whose order the numbers would
+decide, are ordered by doc_id as everywhere). Why not score in Lua: a broad query's
+~5,000 postings held Redis's one thread for ~9 ms (measured, ``docs/recall.md``).
 
 Migration from layout 1. Layout 1 kept ``ix:docs`` (doc_id → "<kind>|<length>"),
 ``ix:terms``, ``ix:stats``, ``ix:exp`` and one hash per list, ``ix:<k>:t=<term>``
@@ -133,6 +163,7 @@ from tiermem.longterm.index_memory import (
 )
 from tiermem.longterm.index_redis_scripts import (
     INDEX_COLLECT,
+    INDEX_DROP_EMPTY,
     INDEX_DUE_MARK,
     INDEX_DUE_POP,
     INDEX_DUE_READ,
@@ -184,12 +215,15 @@ more are needed only while processes of the former version keep writing there.""
 _SEARCH_ATTEMPTS = 3
 """Reads a search makes when the user's numbering restarts between its two round trips."""
 _ID_CACHE_USERS = 256
-_ID_CACHE_IDS = 65_536
-"""Bounds of the number → doc_id cache: users, and ids per user."""
+_ID_CACHE_TOTAL = 65_536
+"""Bounds of the number → doc_id cache: users, and ids in all (a few MB); over either, the
+cache starts again (:meth:`RedisIndex.clear_caches` empties it on demand)."""
 LAYOUT = "ix2"
 """The key segment of the current layout (see the module docstring)."""
 LEGACY_LAYOUT = "ix"
 """The key segment of layout 1, migrated on first search."""
+
+_KIND_OF_LETTER: dict[str, DocKind] = {"m": "memory", "t": "turn", "c": "chunk"}
 
 
 class RedisIndexKeys(RedisKeys):
@@ -224,12 +258,31 @@ class RedisIndexKeys(RedisKeys):
         part = f"{LAYOUT}:{kind[0]}"
         return self._user(user_id, f"{part}:n={term}"), self._user(user_id, f"{part}:v={term}")
 
+    def read(self, user_id: str, terms: Sequence[str], asked: str) -> list[str]:
+        """Every key :data:`INDEX_READ` touches, declared (``index`` first): ``dead``,
+        layout 1's docs, each term's numbers string of every kind (df) and values string
+        of the ``asked`` kinds' letters."""
+        tag = self._user(user_id, "")  # escaped once: a broad query declares hundreds
+        keys = [*self.index(user_id), self.dead(user_id), f"{tag}{LEGACY_LAYOUT}:docs"]
+        for term in terms:
+            for letter in "mtc":
+                keys.append(f"{tag}{LAYOUT}:{letter}:n={term}")
+                if letter in asked:
+                    keys.append(f"{tag}{LAYOUT}:{letter}:v={term}")
+        return keys
+
+    def drop_empty(self, user_id: str) -> list[str]:
+        """Every key :data:`INDEX_DROP_EMPTY` touches, declared (``index`` first)."""
+        return [
+            *self.index(user_id),
+            self.ids(user_id),
+            self.dead(user_id),
+            *self.index(user_id, layout=LEGACY_LAYOUT),
+        ]
+
     def legacy_posting(self, user_id: str, kind: DocKind, term: str) -> str:
         """One term's posting hash of one kind in layout 1 (doc_id → decimal value)."""
         return self._user(user_id, f"{LEGACY_LAYOUT}:{kind[0]}:t={term}")
-
-
-_KIND_OF_LETTER: dict[str, DocKind] = {"m": "memory", "t": "turn", "c": "chunk"}
 
 
 class RedisIndex:
@@ -263,6 +316,8 @@ class RedisIndex:
         """User → (the due time this process last marked, when): see _due_mark_needed."""
         self._id_cache: dict[str, tuple[bytes, dict[int, tuple[DocKind, str]]]] = {}
         """User → (epoch, number → (kind, doc_id)): see the module docstring's Numbers."""
+        self._ids_held = 0
+        """Entries in all of ``_id_cache``'s maps (bounded by _ID_CACHE_TOTAL)."""
         self.collect_failures = 0
         """Amortised collections (in ``upsert``) that failed; logged, and retried later."""
         self.migrations = 0
@@ -295,14 +350,15 @@ class RedisIndex:
             by_user.setdefault(doc.user_id, []).append(doc)
         now = self._clock.now()
         now_us = to_us(now)
-        epoch = new_write_id()
         commands: list[Command] = []
         marked: list[tuple[str, int]] = []
         for user_id, user_docs in by_user.items():
             keys = self._keys.index(user_id)
             for start in range(0, len(user_docs), _DOCS_PER_SCRIPT):
                 chunk = user_docs[start : start + _DOCS_PER_SCRIPT]
-                args: list[Arg] = [now_us, collect_budget(len(chunk)), epoch]
+                # A token per script: another process may empty the user between two
+                # scripts of this call, and the next one then numbers from 1 again.
+                args: list[Arg] = [now_us, collect_budget(len(chunk)), new_write_id()]
                 for doc in chunk:
                     live = doc.expires_at is None or doc.expires_at > now
                     counts = terms_of(doc) if live else {}
@@ -452,10 +508,9 @@ class RedisIndex:
         terms = query_terms(query)
         if not terms or not kinds:
             return []
-        keys = self._keys.index(user_id)
         now_us = to_us(self._clock.now())
         asked = "".join(sorted({kind[0] for kind in kinds}))
-        read = INDEX_READ.command(keys, [now_us, asked, *terms])
+        read = INDEX_READ.command(self._keys.read(user_id, terms, asked), [now_us, asked, *terms])
         for _ in range(_SEARCH_ATTEMPTS):
             replies = (await self._io.batch([read]))[0]
             if int(replies[3]):  # layout 1 still holds documents of the user: move them
@@ -498,10 +553,13 @@ class RedisIndex:
         ``epoch`` any more (numbers may name other documents now)."""
         cached = self._id_cache.get(user_id)
         if cached is None or cached[0] != epoch:
+            self._forget_ids(user_id)
             if len(self._id_cache) >= _ID_CACHE_USERS:
                 self._id_cache.clear()
+                self._ids_held = 0
             cached = self._id_cache[user_id] = (epoch, {})
         known = cached[1]
+        answer = {number: known[number] for number in numbers if number in known}
         missing = [number for number in numbers if number not in known]
         if missing:
             stats_key = self._keys.index(user_id)[2]
@@ -512,15 +570,23 @@ class RedisIndex:
                 ]
             )
             if now_epoch != epoch:
-                self._id_cache.pop(user_id, None)
+                self._forget_ids(user_id)
                 return None
-            if len(known) + len(missing) > _ID_CACHE_IDS:
-                known.clear()
-            for number, raw in zip(missing, found, strict=True):
-                if raw is not None:
-                    text = raw.decode()
-                    known[number] = (_KIND_OF_LETTER[text[0]], text[1:])
-        return {number: known[number] for number in numbers if number in known}
+            fetched = {
+                number: (_KIND_OF_LETTER[raw[:1].decode()], raw[1:].decode())
+                for number, raw in zip(missing, found, strict=True)
+                if raw is not None
+            }
+            answer.update(fetched)
+            if self._ids_held + len(fetched) > _ID_CACHE_TOTAL:
+                # Over the bound: start again (cheap, and never a wrong answer).
+                for entry in self._id_cache.values():
+                    entry[1].clear()
+                self._ids_held = 0
+            if len(fetched) <= _ID_CACHE_TOTAL:
+                known.update(fetched)
+                self._ids_held += len(fetched)
+        return answer
 
     async def vector_search(
         self, user_id: str, vector: Sequence[float], *, kinds: Collection[DocKind], limit: int
@@ -546,12 +612,14 @@ class RedisIndex:
         user due at its earliest expiry (layout 1's marks may have been spent)."""
         keys = self._keys.index(user_id)
         now_us = to_us(self._clock.now())
-        epoch = new_write_id()
         cursor: Arg = 0
         passes = 0
         while True:
             cursor, remaining = await self._io.call(
-                INDEX_MIGRATE, keys, [now_us, cursor, _MIGRATE_PAGE, epoch]
+                # A token per page, as in upsert: numbering may restart between pages.
+                INDEX_MIGRATE,
+                keys,
+                [now_us, cursor, _MIGRATE_PAGE, new_write_id()],
             )
             if not int(remaining):
                 break
@@ -562,7 +630,7 @@ class RedisIndex:
                         f"user {user_id!r} kept getting index documents in the former "
                         "layout while being migrated; upgrade every process, then retry"
                     )
-        self._id_cache.pop(user_id, None)
+        self._forget_ids(user_id)
         self.migrations += 1
         first = await self._io.execute("ZRANGE", keys[3], 0, 0)
         if first:
@@ -577,37 +645,51 @@ class RedisIndex:
         keys = self._keys.index(user_id)
         legacy = self._keys.index(user_id, layout=LEGACY_LAYOUT)
         self._due_marks.pop(user_id, None)
-        self._id_cache.pop(user_id, None)
+        self._forget_ids(user_id)
         for _ in range(_PURGE_ATTEMPTS):
             current, former = await self._io.batch(
                 [Command(("HKEYS", keys[0])), Command(("HKEYS", legacy[0]))]
             )
             ids = sorted({raw.decode() for raw in (*current, *former)})
             if not ids:
+                # Checked and deleted in one script: an upsert landing after the HKEYS
+                # above must keep its statistics and numbers (its lists exist already).
                 shard = self._keys.due(self._keys.due_shard(user_id))
-                await self._io.batch(
+                dropped, _ = await self._io.batch(
                     [
-                        Command(
-                            (
-                                "DEL",
-                                *keys,
-                                self._keys.ids(user_id),
-                                self._keys.dead(user_id),
-                                *legacy,
-                            )
-                        ),
+                        INDEX_DROP_EMPTY.command(self._keys.drop_empty(user_id), []),
                         Command(("ZREM", shard, user_id)),
                     ]
                 )
-                return
+                if int(dropped):
+                    return
+                continue
             await self.remove(user_id, ids)
         raise ConflictError(
             f"user {user_id!r} kept getting new index documents while being purged; stop "
             "writes for the user and retry"
         )
 
-    async def aclose(self) -> None:
+    @property
+    def cached_doc_ids(self) -> int:
+        """How many number → doc_id entries the cache holds (at most
+        :data:`_ID_CACHE_TOTAL`), for tests and metrics."""
+        return self._ids_held
+
+    def clear_caches(self) -> None:
+        """Drop every cached doc id and due mark (memory back; the next searches and
+        writes pay a round trip or a command more, nothing else changes)."""
         self._id_cache.clear()
+        self._ids_held = 0
+        self._due_marks.clear()
+
+    def _forget_ids(self, user_id: str) -> None:
+        entry = self._id_cache.pop(user_id, None)
+        if entry is not None:
+            self._ids_held -= len(entry[1])
+
+    async def aclose(self) -> None:
+        self.clear_caches()
         if self._owns_client:
             self._owns_client = False
             await self._io.client.aclose()

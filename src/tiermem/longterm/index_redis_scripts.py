@@ -8,7 +8,10 @@ strings ``ix2:<k>:n=<term>`` (u32 document numbers, ascending) and ``ix2:<k>:v=<
 (u64 ``length * 2^20 + tf``; 0: a removed document's tombstone, counted per list in
 ``ix2:dead``), and the former layout's ``ix:`` keys, which every write keeps consistent (a
 document written or removed here is dropped there too) until :data:`INDEX_MIGRATE` has
-moved the user. The ``ixdue`` scripts touch one shard each.
+moved the user. :data:`INDEX_READ` and :data:`INDEX_DROP_EMPTY` are passed every key
+they touch after those four (the client builds the same names), so a cluster routes them
+by all of their keys; the write scripts cannot be (see the design limits in
+:mod:`tiermem.longterm.index_redis`). The ``ixdue`` scripts touch one shard each.
 ``now`` always comes from the index's injected clock, never the server's.
 """
 
@@ -18,6 +21,7 @@ from tiermem.store.backends.redis_scripts import LuaScript
 
 __all__ = [
     "INDEX_COLLECT",
+    "INDEX_DROP_EMPTY",
     "INDEX_DUE_MARK",
     "INDEX_DUE_POP",
     "INDEX_DUE_READ",
@@ -34,6 +38,8 @@ local base = string.sub(KEYS[1], 1, -5)
 local IDS = base .. 'ids'
 local DEAD = base .. 'dead'
 local SHIFT = 1048576
+-- Document numbers are packed as u32: the last one a user may be given.
+local MAX_NUMBER = 4294967295
 -- The former layout (ix:, hashes of decimal postings), kept consistent until migrated.
 local old = string.sub(base, 1, -5) .. 'ix:'
 local OLD_DOCS, OLD_TERMS, OLD_STATS, OLD_EXP =
@@ -213,6 +219,16 @@ local function unindex(ids)
   return removed
 end
 
+-- Fail, before any write, when `adds` more numbers would not fit in a u32 (struct.pack
+-- would wrap them: lists out of order, numbers naming two documents).
+local function check_numbers(adds)
+  local top = tonumber(redis.call('HGET', KEYS[3], 'next') or '0')
+  if top + adds > MAX_NUMBER then
+    error({err = 'tiermem index: the user has used up its document numbers (2^32 - 1); ' ..
+      'purge_user and reindex the user to start them again'})
+  end
+end
+
 -- Index a document under a new number; `tfs` is {term, tf, ...}, `exp` a string or false.
 -- Numbers only grow, so appending keeps every posting list in ascending order.
 local function add(id, kind, len, exp, tfs)
@@ -260,12 +276,14 @@ INDEX_UPSERT = LuaScript(
 -- number of terms, then term, tf pairs. A document whose expiry has passed only drops its
 -- old version.
 local now = tonumber(ARGV[1])
-redis.call('HSETNX', KEYS[3], 'epoch', ARGV[3])
-local ids, i = {}, 4
+local ids, adds, i = {}, 0, 4
 while i <= #ARGV do
   ids[#ids + 1] = ARGV[i]
+  if ARGV[i + 3] == '' or tonumber(ARGV[i + 3]) > now then adds = adds + 1 end
   i = i + 5 + 2 * tonumber(ARGV[i + 4])
 end
+check_numbers(adds)
+redis.call('HSETNX', KEYS[3], 'epoch', ARGV[3])
 unindex(ids)
 i = 4
 while i <= #ARGV do
@@ -358,10 +376,11 @@ INDEX_MIGRATE = LuaScript(
 -- token. Moves a page of the user's documents from the former layout into this one
 -- (expired ones are only dropped): a document still there was written there last, so it
 -- replaces this layout's version. Answers {next cursor, whether documents remain there}.
-redis.call('HSETNX', KEYS[3], 'epoch', ARGV[4])
 local now = tonumber(ARGV[1])
 local page = redis.call('HSCAN', OLD_DOCS, ARGV[2], 'COUNT', ARGV[3])
 local fields = page[2]
+check_numbers(#fields / 2)
+redis.call('HSETNX', KEYS[3], 'epoch', ARGV[4])
 for j = 1, #fields, 2 do
   local id = fields[j]
   local doc = legacy_drop(id)
@@ -374,6 +393,19 @@ for j = 1, #fields, 2 do
 end
 tidy()
 return {page[1], redis.call('EXISTS', OLD_DOCS)}
+""",
+)
+
+INDEX_DROP_EMPTY = LuaScript(
+    "index_drop_empty",
+    _PRELUDE
+    + """
+-- The last step of a purge, atomic so that a concurrent upsert cannot lose its statistics
+-- and number table under lists it already wrote: if the user has no document in either
+-- layout, delete whatever is left of its index (answers 1); else change nothing (0).
+if redis.call('EXISTS', KEYS[1]) == 1 or legacy then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], IDS, DEAD, OLD_TERMS, OLD_STATS, OLD_EXP)
+return 1
 """,
 )
 
