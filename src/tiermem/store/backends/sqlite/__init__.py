@@ -8,7 +8,7 @@ connection that never waits for a lock. The file runs in WAL mode (readers besid
 writer), a busy timeout, and ``BEGIN IMMEDIATE`` for every write, so concurrent writers,
 even in other processes, are serialized rather than lost. Writes queued together commit
 together (group commit, each in its own savepoint, none acknowledged before the commit:
-see :mod:`~tiermem.store.backends.sqlite._connection`). ``synchronous`` is ``NORMAL`` by
+see :mod:`~tiermem.store.backends.sqlite._worker`). ``synchronous`` is ``NORMAL`` by
 default (a commit survives a process crash, not a power loss) or ``FULL`` (both). The
 schema is an ordered list of migrations tracked in ``PRAGMA user_version``
 (:mod:`~tiermem.store.backends.sqlite._schema`).
@@ -50,17 +50,25 @@ Full-text search is not the store's: recall's
 :class:`~tiermem.longterm.index_sqlite.SQLiteIndex` keeps its own tables in the same file
 (migration 2 dropped the store's former ``memories_fts``).
 
+Where things live (read in this order when something goes wrong): ``_hot`` and
+``_durable`` are the stores and their statements; ``_connection`` is each store's handle on
+the file, the per-process registry that shares one engine per file, and the direct runs on
+the caller's thread; ``_worker`` is the file's worker thread (its queue, group commit with
+savepoints, WAL checkpoints); ``_mapping`` maps timestamps, sqlite3 errors and settings;
+``_open`` opens both connections (every pragma); ``_schema`` holds the migrations and
+``_paths`` the default file location.
+
 Ids are bound as SQL parameters, never spliced into statements, so they need no escaping;
 they are still validated with :func:`tiermem.store.keys.validate_id` before any I/O.
 """
 
-from tiermem.store.backends.sqlite._connection import (
+from tiermem.store.backends.sqlite._durable import SQLiteDurableStore
+from tiermem.store.backends.sqlite._hot import SQLiteHotStore
+from tiermem.store.backends.sqlite._mapping import (
     DEFAULT_BUSY_TIMEOUT,
     DEFAULT_SYNCHRONOUS,
     Synchronous,
 )
-from tiermem.store.backends.sqlite._durable import SQLiteDurableStore
-from tiermem.store.backends.sqlite._hot import SQLiteHotStore
 from tiermem.store.backends.sqlite._paths import default_data_dir, default_database_path
 from tiermem.store.backends.sqlite._schema import MIGRATIONS
 

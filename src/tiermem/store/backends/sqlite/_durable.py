@@ -14,7 +14,7 @@ removes it for good once ``gc_grace`` has passed too.
 
 Statements per operation, all in one transaction (one call to the worker thread, whose
 group commit may share the transaction with other calls: see
-:mod:`~tiermem.store.backends.sqlite._connection`):
+:mod:`~tiermem.store.backends.sqlite._worker`):
 
 * ``append_turns``: 1 read of the header joined with the idempotency key (and, when the
   append changes entities, with the ``entities`` record), 1 insert of the turns
@@ -44,10 +44,10 @@ from datetime import datetime, timedelta
 from tiermem.clock import Clock, SystemClock
 from tiermem.errors import ConflictError, CorruptDataError, NotFoundError, ValidationError
 from tiermem.models import JsonValue, MemoryRecord, NewTurn, SessionRecord, SessionRef, Turn
-from tiermem.store.backends.sqlite._connection import (
+from tiermem.store.backends.sqlite._connection import SQLiteDatabase
+from tiermem.store.backends.sqlite._mapping import (
     DEFAULT_BUSY_TIMEOUT,
     DEFAULT_SYNCHRONOUS,
-    SQLiteDatabase,
     Synchronous,
     from_epoch_us,
     to_epoch_us,

@@ -46,10 +46,10 @@ from tiermem.models import (
     StateBlob,
     Turn,
 )
-from tiermem.store.backends.sqlite._connection import (
+from tiermem.store.backends.sqlite._connection import SQLiteDatabase
+from tiermem.store.backends.sqlite._mapping import (
     DEFAULT_BUSY_TIMEOUT,
     DEFAULT_SYNCHRONOUS,
-    SQLiteDatabase,
     Synchronous,
     from_epoch_us,
     to_epoch_us,

@@ -1,0 +1,104 @@
+"""Opening the two connections of a SQLite file: every ``sqlite3.connect`` and pragma of
+the backend, in one place.
+
+* The worker thread's connection (:func:`open_worker_connection`) waits for locks (the
+  busy timeout), switches the file to WAL journaling, sets ``synchronous`` and applies the
+  migrations.
+* The direct-run connection (:func:`open_direct_connection`) never waits: busy timeout 0
+  and no automatic checkpoint, so a caller's event loop is held only for its statements
+  (:mod:`~tiermem.store.backends.sqlite._connection`).
+
+Both use ``isolation_level=None``: the backend issues ``BEGIN``/``COMMIT`` itself.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from datetime import timedelta
+
+from tiermem.errors import BackendError
+from tiermem.store.backends.sqlite._mapping import Synchronous
+from tiermem.store.backends.sqlite._schema import apply_migrations
+
+__all__ = ["STATEMENT_CACHE_SIZE", "open_direct_connection", "open_worker_connection"]
+
+STATEMENT_CACHE_SIZE = 512
+"""Prepared statements a connection keeps (the sqlite3 default is 128). Statements are
+literals, so each is prepared once; the margin covers ``IN (...)`` lists of many lengths."""
+
+
+def open_worker_connection(
+    path: str, busy_timeout: timedelta, synchronous: Synchronous
+) -> sqlite3.Connection:
+    """The worker thread's connection, in WAL mode and migrated.
+
+    Raises:
+        BackendError: the file cannot use WAL journaling (a network share).
+        sqlite3.Error: opening, a pragma or a migration failed (the connection is closed).
+    """
+    seconds = busy_timeout.total_seconds()
+    conn = sqlite3.connect(
+        path,
+        timeout=seconds,
+        isolation_level=None,
+        cached_statements=STATEMENT_CACHE_SIZE,
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+        mode = _enable_wal(conn, seconds)
+        if str(mode).lower() != "wal":
+            raise BackendError(
+                f"SQLite file {path} cannot use WAL journaling (got {mode!r}); "
+                "put it on a local disk, not a network share.",
+                backend="sqlite",
+            )
+        # A checked literal: NORMAL or FULL (see _mapping).
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        apply_migrations(conn, path=path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_direct_connection(path: str, synchronous: Synchronous) -> sqlite3.Connection:
+    """The connection for direct runs on callers' threads: no busy wait (a lock held
+    elsewhere sends the operation to the thread) and no automatic checkpoint (the thread
+    runs them), so nothing on it waits. Callers take turns on it (``check_same_thread``
+    is off); the worker thread has opened and migrated the file before its first use.
+
+    Raises:
+        sqlite3.Error: opening or a pragma failed (the connection is closed).
+    """
+    conn = sqlite3.connect(
+        path,
+        timeout=0,
+        isolation_level=None,
+        check_same_thread=False,
+        cached_statements=STATEMENT_CACHE_SIZE,
+    )
+    try:
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _enable_wal(conn: sqlite3.Connection, seconds: float) -> str:
+    """Switch the file to WAL (once per file; it persists). SQLite answers "locked" at once,
+    without the busy handler, when another connection is mid-transaction while the mode
+    changes (two stores opening a new file together), so wait for it here."""
+    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+    deadline = time.monotonic() + seconds
+    while mode.lower() != "wal":
+        try:
+            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    return mode
