@@ -124,8 +124,9 @@ class NotReplicatedError(BackendError):
     timeout than the deployment requires (Redis ``WAIT``, ``TIERMEM_REDIS_WAIT_REPLICAS``).
 
     The write is *not* undone: it is stored and readable, only its survival of a failover
-    is unconfirmed. ``retryable`` is True when repeating the same call is harmless (it is
-    recognised, writes nothing twice and waits for the replicas again); ``required`` and
+    is unconfirmed. ``retryable`` is True when repeating the same call is harmless (an
+    append with its idempotency key is recognised and writes nothing twice; an unconditional
+    record write stores the same value again) and waits for the replicas again; ``required`` and
     ``acknowledged`` are the replica counts asked for and confirmed.
     """
 

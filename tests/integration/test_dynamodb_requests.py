@@ -231,3 +231,103 @@ async def test_every_request_carries_the_fixed_user_agent(table: str) -> None:
     assert agent.startswith(f"Botocore/{botocore.__version__} ")
     assert "md/aiobotocore#" in agent
     assert "lib/tiermem#" in agent
+
+
+class _HoldingBack:
+    """The real DynamoDB Local client, but its first ``BatchGetItem`` answers every key
+    unprocessed (what DynamoDB does under throttling or past 16 MB) and, with ``fail``, every
+    ``BatchGetItem`` raises. A stub because DynamoDB Local never leaves keys unprocessed
+    and cannot be made to fail one request on demand; everything else goes to the server."""
+
+    def __init__(self, real: Any, *, fail: Exception | None = None) -> None:
+        self._real = real
+        self._fail = fail
+        self.held_back = 0
+        self.retried: list[dict[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    async def batch_get_item(self, **kwargs: Any) -> dict[str, Any]:
+        if self._fail is not None:
+            await asyncio.sleep(0)
+            raise self._fail
+        if not self.held_back:
+            self.held_back += 1
+            return {"Responses": {}, "UnprocessedKeys": kwargs["RequestItems"]}
+        self.retried.append(kwargs["RequestItems"])
+        response: dict[str, Any] = await self._real.batch_get_item(**kwargs)
+        return response
+
+
+async def test_keys_left_unprocessed_are_read_again_never_taken_as_absent(
+    table: str, clock: FakeClock, client: Any
+) -> None:
+    sid, later = fresh_id("s"), clock.now() + DAY
+    await _store(table, clock, client).put_record(sid, "summary", {"n": 1}, expires_at=later)
+    stub = _HoldingBack(client)
+    got = await _store(table, clock, stub).get_record(sid, "summary")
+    assert stub.held_back == 1
+    assert got is not None
+    assert got.data == {"n": 1}
+    # The second request is the unprocessed keys as given back: still strongly consistent.
+    assert [r[table]["ConsistentRead"] for r in stub.retried] == [True]
+
+
+async def test_a_failed_shared_read_reaches_every_reader_and_a_cancelled_one_no_other(
+    table: str, clock: FakeClock, client: Any
+) -> None:
+    from botocore.exceptions import EndpointConnectionError
+
+    from tiermem.errors import BackendUnavailableError
+
+    sid, later = fresh_id("s"), clock.now() + DAY
+    writer = _store(table, clock, client)
+    await writer.put_record(sid, "summary", {"k": "summary"}, expires_at=later)
+    await writer.put_record(sid, "structured", {"k": "structured"}, expires_at=later)
+    failing = _store(
+        table, clock, _HoldingBack(client, fail=EndpointConnectionError(endpoint_url="x"))
+    )
+    outcomes = await asyncio.gather(
+        failing.get_record(sid, "summary"),
+        failing.get_record(sid, "structured"),
+        return_exceptions=True,
+    )
+    assert [type(o) for o in outcomes] == [BackendUnavailableError] * 2
+    # Cancelling one reader of a shared request leaves the others theirs.
+    reader = _store(table, clock, client)
+    first = asyncio.ensure_future(reader.get_record(sid, "summary"))
+    second = asyncio.ensure_future(reader.get_record(sid, "structured"))
+    await asyncio.sleep(0)  # both joined the same request
+    first.cancel()
+    got = await second
+    assert got is not None
+    assert got.data == {"k": "structured"}
+    assert first.cancelled()
+
+
+async def test_the_fixed_user_agent_keeps_the_app_id_and_extras(
+    table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the fixed header must not drop: the application id an operator configured
+    (``AWS_SDK_UA_APP_ID`` / ``sdk_ua_app_id``, AWS's way to attribute requests) and the
+    session's ``user_agent_extra``."""
+    monkeypatch.setenv("AWS_SDK_UA_APP_ID", "shop-assistant")
+    session = dynamodb_session()
+    session._session.user_agent_extra = "extra/1"
+    seen: list[str] = []
+
+    def capture(request: Any, **_: Any) -> None:
+        value = request.headers["User-Agent"]
+        seen.append(value.decode() if isinstance(value, bytes) else value)
+
+    session.events.register("before-send.dynamodb", capture)
+    store = DynamoDBDurableStore(table, endpoint_url=server_url("dynamodb"), session=session)
+    try:
+        await store.get_record(fresh_id("s"), "summary")
+    finally:
+        await store.aclose()
+    assert seen
+    assert "app/shop-assistant" in seen[0].split(" ")
+    assert "extra/1" in seen[0].split(" ")
+    assert "lib/tiermem#" in seen[0]

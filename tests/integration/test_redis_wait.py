@@ -35,15 +35,18 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import NodesManager, RedisCluster
 from redis.crc import key_slot
 
 from tests.integration.test_redis_failover import (
     OwnCluster,
     _cluster_ports,
     _master_of_slot,
+    _nodes,
     _ping,
     _replica_of,
     _wait_cluster_ok,
@@ -643,3 +646,84 @@ async def test_doctor_flags_a_master_with_fewer_replicas_than_the_writes_wait_fo
     short = await check_redis(settings(2))
     assert not short.ok
     assert "TIERMEM_REDIS_WAIT_REPLICAS=2 but a master has only 1" in short.summary()
+
+
+async def test_a_connection_broken_under_a_waited_write_makes_the_client_rediscover(
+    cluster: OwnCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A master closes the connection a waited write goes out on (CLIENT KILL, as a dying
+    node's socket does): the reply read fails, which redis-py's per-node pipeline leaves as
+    each command's result instead of raising. The store must treat that node as failed
+    all the same -- rediscover the slot map, so that a failover is found on the next
+    call -- and a later write must work on a fresh connection."""
+    urls = ",".join(f"redis://127.0.0.1:{port}" for port in cluster.ports)
+    async with _stores(urls, ReplicaWait(1, LOAD_WAIT_MS), cluster=True) as (_, durable, _c):
+        session_id = "s-broken"
+        await durable.append_turns(session_id, [_turn("first")], idempotency_key="k-0")
+        slot = key_slot(RedisKeys(PREFIX).archive(session_id).encode())
+        master_port, _ = await _master_of_slot(cluster.ports[0], slot)
+        client = durable.client
+        assert isinstance(client, RedisCluster)
+        rediscovered: list[str | None] = []
+        real_initialize = NodesManager.initialize
+
+        async def initialize(self: NodesManager, *args: Any, **kwargs: Any) -> None:
+            rediscovered.append(kwargs.get("last_failed_node_name"))  # a spy: the real one runs
+            await real_initialize(self, *args, **kwargs)
+
+        monkeypatch.setattr(NodesManager, "initialize", initialize)
+        async with Redis(host="127.0.0.1", port=master_port) as admin:
+            killed = await admin.execute_command(
+                "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"
+            )
+        assert int(killed) >= 1
+        with pytest.raises(BackendError) as broken:
+            await durable.append_turns(session_id, [_turn("second")], idempotency_key="k-1")
+        assert broken.value.retryable
+        assert rediscovered == [f"127.0.0.1:{master_port}"]
+        # The retry (same key) goes out on a new connection and is confirmed.
+        await durable.append_turns(session_id, [_turn("second")], idempotency_key="k-1")
+        texts = [t.text for t in await durable.get_turns(session_id)]
+        assert texts == ["first", "second"]
+
+
+async def test_a_waited_write_follows_moved_and_waits_on_the_new_master(
+    cluster: OwnCluster,
+) -> None:
+    """The session's (empty) slot is handed to another master after the client learnt the
+    slot map: the waited write is answered MOVED and follows it, and its WAIT goes with it
+    to the new master -- with that master's replica stalled it raises NotReplicatedError
+    (a WAIT left on the old master's connection would be met by the old replica); once the
+    replica is back the keyed retry is confirmed and the replica holds the turn."""
+    urls = ",".join(f"redis://127.0.0.1:{port}" for port in cluster.ports)
+    async with _stores(urls, ReplicaWait(1, LOAD_WAIT_MS), cluster=True) as (_, durable, clock):
+        session_id = "s-moved"
+        assert await durable.get_turns(session_id) == []  # the client has the slot map
+        slot = key_slot(RedisKeys(PREFIX).archive(session_id).encode())
+        old_port, _ = await _master_of_slot(cluster.ports[0], slot)
+        new_port, new_id = next(
+            (port, str(fields["node_id"]))
+            for port, fields in await _nodes(old_port)
+            if "master" in fields["flags"] and port != old_port
+        )
+        replica = await _replica_of(new_port, new_id)
+        for port in (new_port, old_port):  # the owner last, as a migration does
+            async with Redis(host="127.0.0.1", port=port) as admin:
+                await admin.execute_command("CLUSTER", "SETSLOT", slot, "NODE", new_id)
+        cluster.procs[replica].send_signal(signal.SIGSTOP)
+        try:
+            async with Redis(host="127.0.0.1", port=new_port) as admin:
+                await admin.execute_command("CLIENT", "KILL", "TYPE", "replica")
+            with pytest.raises(NotReplicatedError):
+                await _quick(durable, clock).append_turns(
+                    session_id, [_turn("moved")], idempotency_key="k-0"
+                )
+        finally:
+            cluster.procs[replica].send_signal(signal.SIGCONT)
+        await durable.append_turns(session_id, [_turn("moved")], idempotency_key="k-0")
+        assert [t.text for t in await durable.get_turns(session_id)] == ["moved"]
+        # (the replica may not know yet that its master owns the slot: count its keys)
+        async with Redis(host="127.0.0.1", port=replica) as admin:
+            assert await admin.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) > 0
+        async with Redis(host="127.0.0.1", port=old_port) as admin:
+            assert await admin.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0

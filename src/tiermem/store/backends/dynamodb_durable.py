@@ -61,7 +61,9 @@ and the cancellation did not return it); a horizon raise in a session with keys 
 cancellation returns META), 2 when the owner extends or a dead id is taken over.
 ``next_index``, ``get_session``, ``get_memory``, ``delete_memory``, ``put_memory`` 1;
 ``get_record`` 1 BatchGetItem (META and the record; +1 Query for a record split into
-parts), shared by the record reads of the session asked for at the same moment;
+parts), shared by the record reads of the session asked for at the same moment (its
+failure reaches each of them, a cancelled one leaves it to the others, keys DynamoDB left
+unprocessed are sent again and never read as absent);
 ``put_record`` 1 TransactWriteItems when the store remembers META and the record's stamp
 (it wrote or read that record before, :class:`~.dynamodb_header.RecordStamp`), else 2
 (GetItem META and GetItem record in parallel, then TransactWriteItems; a stale memory adds

@@ -24,6 +24,15 @@ counter ``mv``), so it is where the session's shared state lives:
 * ``rk`` (record kind → item count) and ``kc`` (how many keys): what a horizon raise has
   to touch.
 
+Record stamps (:class:`RecordStamp`, kept in :class:`KnownSession`) let a record rewrite
+skip its reads. Limits: the cache holds at most ``header_cache_size`` sessions, but each
+keeps one stamp per record kind it wrote or read (kinds are few per session; they are not
+counted); a stamp taken from a read that raced a write of the same process may be older
+than the record, which costs one failed conditional write and a read, never an update.
+Stamps go with the header: dropped on ``delete_session`` and ``purge_user``, on a
+redaction (which rebuilds the entry), and ignored once their life (``gen``) is not the
+header's or the session has expired.
+
 No I/O here: the stores read and write the item.
 """
 

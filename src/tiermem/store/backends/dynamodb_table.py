@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import platform
 import re
 import sys
@@ -47,6 +48,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.useragent import UserAgentComponent
 
 from tiermem import retry
 from tiermem.clock import Clock
@@ -109,13 +111,32 @@ def _user_agent() -> str:
     sanitised character by character: about an eighth of the client's CPU per turn on
     Redis + DynamoDB (bench/turns.py, cProfile), a quarter of a request's Python calls. Setting
     ``user_agent`` (a public :class:`botocore.config.Config` option) sends this fixed string
-    instead; botocore still appends a session's ``user_agent_extra``.
+    instead; botocore still appends a session's ``user_agent_extra``, and
+    :func:`_client_config` adds the application id (which the override would drop).
+    Left out of botocore's default: the per-request feature metrics (``m/``) and the
+    ``cfg/retry-mode`` component, which are SDK telemetry, not needed by DynamoDB.
     """
+    env = os.environ.get("AWS_EXECUTION_ENV")
     return (
         f"Botocore/{botocore.__version__} ua/2.1 os/{sys.platform} "
-        f"lang/python#{platform.python_version()} md/aiobotocore#{aiobotocore.__version__} "
-        f"lib/tiermem#{_tiermem_version()}"
+        f"lang/python#{platform.python_version()} "
+        + (f"{UserAgentComponent('exec-env', env).to_string()} " if env else "")
+        + f"md/aiobotocore#{aiobotocore.__version__} lib/tiermem#{_tiermem_version()}"
     )
+
+
+def _client_config(session: Any) -> AioConfig:
+    """:data:`_CLIENT_CONFIG`, with the application id the session resolves
+    (``AWS_SDK_UA_APP_ID``, ``sdk_ua_app_id`` in the profile) appended to the fixed user
+    agent as botocore's own header carries it (``app/<id>``): a ``user_agent`` override
+    makes botocore drop it, and operators use it to attribute requests."""
+    core = getattr(session, "_session", None)  # aioboto3 keeps the botocore session here
+    app_id = core.get_config_variable("user_agent_appid") if core is not None else None
+    if not app_id:
+        return _CLIENT_CONFIG
+    app = UserAgentComponent("app", str(app_id)).to_string()
+    merged: AioConfig = _CLIENT_CONFIG.merge(AioConfig(user_agent=f"{_USER_AGENT} {app}"))
+    return merged
 
 
 def _tiermem_version() -> str:
@@ -124,6 +145,8 @@ def _tiermem_version() -> str:
     except metadata.PackageNotFoundError:  # running from a source tree
         return "unknown"
 
+
+_USER_AGENT = _user_agent()
 
 # botocore retries throttling and dropped connections itself (standard mode); past that,
 # errors surface as retryable BackendErrors and the caller's policy decides. Requests are
@@ -136,7 +159,7 @@ _CLIENT_CONFIG = AioConfig(
     read_timeout=30,
     max_pool_connections=64,
     parameter_validation=False,
-    user_agent=_user_agent(),
+    user_agent=_USER_AGENT,
 )
 _THROTTLING = frozenset(
     {
@@ -557,7 +580,7 @@ class DynamoDBTable:
                             "dynamodb",
                             endpoint_url=self._endpoint_url,
                             region_name=self._region_name,
-                            config=_CLIENT_CONFIG,
+                            config=_client_config(session),
                         )
                     )
                 except (BotoCoreError, ClientError) as exc:

@@ -7,6 +7,14 @@ boundary.
 
 The key layout and the design are drawn in :mod:`tiermem.store.backends.redis`.
 
+Limits of the cluster ``WAIT`` path (:meth:`RedisIO.send_waited`): it drives redis-py's
+per-node pipeline (``ClusterNode.execute_pipeline``) and slot map (``NodesManager``)
+directly, as redis-py 8.1 has them (it returns the connection to the pool on every error
+and closes one whose replies were not all read); it follows at most
+:data:`_MOVED_FOLLOWED` MOVED answers per call and no ASK (a slot being migrated answers
+a retryable error). A node whose connection failed -- when sending, or while its replies
+were read -- makes the client rediscover the cluster before the error is raised.
+
 Lua scripts never read the server's clock: the store passes ``now`` (microseconds since
 the epoch, from its injected clock) as an argument, so a test's fake clock governs logical
 expiry on the server exactly as it does in the reference backend. Every script declares
@@ -416,8 +424,9 @@ class ReplicaWait:
             advice = f"Do not retry the call blindly: {self.unsafe_retry}."
         else:
             advice = (
-                "Retrying the same call is harmless (it is recognised and writes nothing "
-                "twice) and waits for the replicas again."
+                "Retrying the same call is harmless (an append with its idempotency key is "
+                "recognised and writes nothing twice; a record write stores the same value "
+                "again) and waits for the replicas again."
             )
         raise NotReplicatedError(
             f"{self.what} is stored on the Redis master, but only {count} of the "
@@ -701,17 +710,15 @@ class RedisIO:
                 *(node.execute_pipeline(batch) for node, _, batch in sent),
                 return_exceptions=True,
             )
+            failure: Exception | None = None
             for (node, indexes, batch), outcome in zip(sent, outcomes, strict=True):
                 if isinstance(outcome, BaseException):
                     if not isinstance(outcome, Exception):
                         raise outcome  # cancelled
-                    if isinstance(
-                        outcome, RedisConnectionError | RedisTimeoutError
-                    ) and not isinstance(outcome, MaxConnectionsError):
-                        # (all of the node's connections busy is no sign of a failed node)
+                    if _node_failed(outcome):
                         await _forget_failed_node(cluster, node)
                     if 0 in indexes:
-                        raise outcome
+                        failure = outcome  # raised once every failed node is handled
                     for i in indexes:
                         results[i] = outcome
                     continue
@@ -719,6 +726,13 @@ class RedisIO:
                     results[i] = sent_command.result
                 if 0 in indexes:
                     acked = batch[-1].result
+                # A connection that breaks while the replies are read does not raise: each
+                # command's error is its result (ClusterNode.execute_pipeline). The node
+                # failed all the same, so the slot map is rediscovered here too.
+                if any(_node_failed(c.result) for c in batch):
+                    await _forget_failed_node(cluster, node)
+            if failure is not None:
+                raise failure
             todo = [i for i in todo if isinstance(results[i], MovedError)]
             if not todo:
                 break
@@ -745,6 +759,14 @@ class RedisIO:
 _MOVED_FOLLOWED = 3
 """MOVED answers a waited write follows (each patches the client's slot map) before its
 MovedError becomes its result."""
+
+
+def _node_failed(outcome: object) -> bool:
+    """Whether ``outcome`` (a pipeline's error or one command's) says the node's
+    connection failed. All of its connections busy is no sign of a failed node."""
+    return isinstance(outcome, RedisConnectionError | RedisTimeoutError) and not isinstance(
+        outcome, MaxConnectionsError
+    )
 
 
 async def _forget_failed_node(cluster: RedisCluster, node: ClusterNode) -> None:
