@@ -17,6 +17,13 @@ queues:
   them in one call. Only a contiguous run is merged, so every session's jobs still run
   in submission order; each item keeps its own future, so ``wait_for`` is unchanged. At
   50 sessions this turns 50 index writes (one transaction each) into one.
+* **The turns' work first**: long CPU-bound jobs (summary passes) are submitted with
+  :meth:`~BackgroundWork.submit_beside` and run in tasks of their own, beside the lanes,
+  so they never hold a lane -- where the turns' index writes queue -- for as long as they
+  run, and so never back-pressure ``add_turn`` through a full lane. Such a job bounds its
+  own concurrency and yields to the event loop between its stages (each yield puts it
+  behind every callback already ready, a waiting ``add_turn`` included); the scoped waits
+  and failure reports cover it as any other job.
 * **Failures are reported, every one**: a job that raises is recorded; ``wait_for`` and
   ``drain`` raise an :class:`ExceptionGroup` of all failures among the jobs they waited for.
   Jobs that handle their own expected errors (log and count a :class:`TierMemError`) simply
@@ -140,6 +147,7 @@ class BackgroundWork:
         self._failures = 0
         self._lingering: set[asyncio.Future[None]] = set()
         self._waiting = 0  # callers in wait_for/drain: no batch lingers meanwhile
+        self._beside: set[asyncio.Task[None]] = set()  # jobs run by submit_beside
 
     @property
     def pending(self) -> int:
@@ -178,8 +186,21 @@ class BackgroundWork:
         done = asyncio.get_running_loop().create_future()
         return await self._put(_Entry(user_id, session_id, None, done, batch, item))
 
-    async def _put(self, entry: _Entry) -> asyncio.Future[None]:
-        self._start()
+    def submit_beside(self, user_id: str, session_id: str, job: Job) -> asyncio.Future[None]:
+        """Run ``job`` in a task of its own, beside the lanes; returns a future of its result
+        (covered by :meth:`wait_for` and :meth:`drain` like any job). For long CPU-bound jobs
+        that bound their own number and yield between their stages (summary passes): on a
+        lane, the turns' jobs queued behind one would wait for all of it. No back-pressure
+        and no order with the session's other jobs: the caller bounds how many it submits."""
+        entry = _Entry(user_id, session_id, job, asyncio.get_running_loop().create_future())
+        self._track(entry)
+        task = asyncio.create_task(self._settle_run([entry], job), name=f"tiermem-bg-{session_id}")
+        self._beside.add(task)
+        task.add_done_callback(self._beside.discard)
+        return entry.done
+
+    def _track(self, entry: _Entry) -> None:
+        """List an entry's future for the scoped waits."""
         done = entry.done
         for by, key in ((self._by_user, entry.user_id), (self._by_session, entry.session_id)):
             futures = by.get(key)
@@ -187,6 +208,11 @@ class BackgroundWork:
                 by[key] = {done}
             else:
                 futures.add(done)
+
+    async def _put(self, entry: _Entry) -> asyncio.Future[None]:
+        self._start()
+        self._track(entry)
+        done = entry.done
         try:
             await self._lanes[zlib.crc32(entry.session_id.encode()) % self._workers].put(entry)
         except BaseException:

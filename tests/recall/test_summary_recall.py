@@ -257,3 +257,54 @@ async def test_an_index_warmed_from_the_store_loads_the_summary_lines() -> None:
         assert [r for r in recalled if r[0] == earlier.id and r[1] == (4,) and r[2]], recalled
     finally:
         await after.aclose()
+
+
+async def _more_turns(memory: MemoryService, session: Session, first: int, count: int) -> int:
+    for i in range(first, first + count):
+        await session.add_turn("user", f"Is Vagabond volume {i} in stock?")
+        await session.add_turn("assistant", f"Volume {i} ships tomorrow.")
+    await memory.drain()
+    last = (await session.metadata()).turn_count - 1
+    await session.summaries(wait_through=last)
+    return last
+
+
+async def test_a_pass_indexes_only_its_new_lines_and_renews_them_all_in_time(
+    deployment: Deployment,
+) -> None:
+    # Indexing every line of every pass cost more than the turn itself on Redis, so a pass
+    # writes only the lines the previous one did not have, and all of them again (renewing
+    # their expiry) once the last full write is an eighth of the records' retention old:
+    # a line the summary keeps stays recallable past its first expiry.
+    memory, clock = deployment.memory, deployment.clock
+    jobs = memory.summaries
+    recall = jobs.recall
+    assert recall is not None
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    earlier, _last = await _earlier_session(memory, user)
+
+    async def lines() -> set[str]:
+        current = await jobs.current_for_recall(earlier.id, True)
+        return {ln.key for ln in recall.lines(current.tiers, current.structured)}
+
+    before = await lines()
+    indexed = recall.counters.indexed
+    await _more_turns(memory, earlier, 100, 12)
+    after = await lines()
+    assert after != before, "the pass changed the summary"
+    # (Auto passes may run while the turns arrive: bounds, not an exact count.)
+    written = recall.counters.indexed - indexed
+    assert len(after - before) <= written < len(after), (written, len(after), len(before))
+
+    retention = jobs.policy.record_retention
+    assert retention is not None
+    clock.advance(retention / 8 + timedelta(hours=1))
+    before, indexed = after, recall.counters.indexed
+    await _more_turns(memory, earlier, 200, 12)
+    after = await lines()
+    assert recall.counters.indexed - indexed >= len(after), "a renewal writes every line"
+
+    # Past the first pass's 30 days (the renewal moved the lines' expiry with the records').
+    clock.advance(retention - retention / 8)
+    recalled = [r for r in _recalled(await _ask(memory, user, QUESTION)) if r[0] == earlier.id]
+    assert any("Sapporo" in r[3] for r in recalled), recalled

@@ -25,10 +25,17 @@ in-process watermark is dropped, so the next ``add_turns`` submits it) or when a
 waits for it.
 
 **Off the response path**: ``add_turns`` only compares the in-process watermark with the
-hot window (no I/O) and, when a pass is due, queues one job per session on the service's
-bounded background queue (:mod:`tiermem.background`). Callers that need their writes
-summarized await :meth:`SummaryJobs.wait_through` (``await session.summaries(wait_through=N)``),
-which runs the job inline if it has not run yet.
+hot window (no I/O) and, when a pass is due, submits one job per session to the service's
+background work (:mod:`tiermem.background`), beside its lanes so that the turns' index
+writes never queue behind a pass. A pass is CPU work on the event loop, so two more rules
+keep it off the turns' latency: at most ``SummaryPolicy.max_concurrent_passes`` background
+passes run at once in a process (the others wait, still "queued": they see the newest turns
+when they start), and a pass yields to the event loop between its stages (read, extract,
+each tier, validate, retry, commit, index), so a turn waits behind one stage, not a pass --
+nor, when every session reaches its trigger on the same turn, behind a wall of passes.
+Callers that need their writes summarized await :meth:`SummaryJobs.wait_through`
+(``await session.summaries(wait_through=N)``), which runs the job inline if it has not run
+yet (not counted in the bound: the caller is waiting for it).
 
 **Recall** (:mod:`tiermem.summaries.recall_docs`, when :meth:`SummaryJobs.index_for_recall`
 attached a long-term memory): a committed pass indexes the session's summary lines and
@@ -45,6 +52,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -295,6 +303,10 @@ class SummaryJobs:
         self.stats = SummaryJobStats()
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._queued: set[str] = set()
+        self._unindexed: OrderedDict[str, None] = OrderedDict()
+        """Sessions whose last summary-line indexing failed: their next pass indexes every
+        line again (bounded like ``_known``)."""
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self.recall: SummaryRecall | None = None
         """Indexes committed summary lines for recall (:meth:`index_for_recall`)."""
 
@@ -435,11 +447,23 @@ class SummaryJobs:
             return None
         self._queued.add(session_id)
         self.stats.queued = len(self._queued)
-        return await self.background.submit(user_id, session_id, lambda: self._job(session_id))
+        return self.background.submit_beside(user_id, session_id, lambda: self._job(session_id))
+
+    def _pass_slots(self) -> asyncio.Semaphore:
+        """The running loop's bound on background passes (``max_concurrent_passes``)."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.policy.max_concurrent_passes))
+        return self._slots[1]
 
     async def _job(self, session_id: str) -> None:
-        self._queued.discard(session_id)  # turns added from now on may queue another
-        self.stats.queued = len(self._queued)
+        async with self._pass_slots():
+            self._queued.discard(session_id)  # turns added from now on may queue another
+            self.stats.queued = len(self._queued)
+            await self._guarded(session_id)
+
+    async def _guarded(self, session_id: str) -> None:
+        """One background pass; a TierMemError is logged and counted, and retried later."""
         try:
             await self.run(session_id)
         except TierMemError as exc:
@@ -519,6 +543,7 @@ class SummaryJobs:
                 self.stats.already_done += 1
                 self._known.pop(session_id, None)  # the next turn's check reads again
                 return JobOutcome.ALREADY_DONE
+        await asyncio.sleep(0)  # stage boundary: the reads and plan are done
         structured = _structured(structured_rec)
         spans = plan_tiers(current, target)
 
@@ -549,6 +574,7 @@ class SummaryJobs:
                 # Turns that expired before extraction cannot be read again: move on.
                 fresh_structured = fresh_structured.model_copy(update={"through_index": last})
         effective = fresh_structured or structured
+        await asyncio.sleep(0)  # stage boundary: extraction is done
         built, quality = await validated_pass(
             builder,
             spans,
@@ -557,6 +583,7 @@ class SummaryJobs:
             check=self.policy.validate,
             extractor=self.entity_reader(),
         )
+        await asyncio.sleep(0)  # stage boundary: the tiers are built and validated
         # Commit: nothing was written before this point, so a failure above changes nothing.
         expires_at = self.record_expiry()
         if fresh_structured is not None:
@@ -573,8 +600,10 @@ class SummaryJobs:
                 if latest.through_index < last:
                     return None  # someone committed less than we need: recompute
         tiers = tuple(sorted((b.text for b in built), key=lambda t: _TIER_ORDER.index(t.tier)))
+        renewed_at = self._lines_renewed_at(session_id, summary_rec)
         record = {
             "schema": 1,
+            "lines_renewed_at": renewed_at.isoformat() if renewed_at else None,
             "through_index": target,
             "job": f"{session_id}:{target}",
             "tiers": [t.model_dump(mode="json") for t in tiers],
@@ -597,12 +626,14 @@ class SummaryJobs:
         adjusted = adjust_compression(compression, self.policy, quality.fact_preservation_first)
         await self._advance(session_id, target, effective.through_index, adjusted)
         if self.recall is not None:
+            await asyncio.sleep(0)  # stage boundary: committed; indexing is the last stage
             await self._index_lines(
                 session_id,
                 before=self.recall.lines(current, structured),
                 after=self.recall.lines(tiers, effective),
                 turns=by_index,
                 expires_at=expires_at,
+                renew=summary_rec is None or _renewed_at(summary_rec) != renewed_at,
             )
         self._count(quality, compression, adjusted)
         left = sum(t.token_count or self.tokens.count(t.text) for t in turns if t.index > target)
@@ -646,9 +677,12 @@ class SummaryJobs:
         after: list[SummaryLine] | None,
         turns: Mapping[int, Turn] | None = None,
         expires_at: UtcDatetime | None = None,
+        renew: bool = True,
     ) -> None:
         """Index a commit's summary lines for recall (``after`` None: a reset, remove
-        ``before``); failures are logged and counted (module docstring)."""
+        ``before``); failures are logged and counted (module docstring). ``renew`` False:
+        only lines that ``before`` did not have are written (the others keep their
+        documents and expiry; :meth:`_lines_renewed_at` says when all are written again)."""
         recall = self.recall
         if recall is None or (not before and not after):
             return
@@ -667,9 +701,14 @@ class SummaryJobs:
                     turns=turns or {},
                     at=self.clock.now(),
                     expires_at=expires_at,
+                    renew=renew,
                 )
+            self._unindexed.pop(session_id, None)
         except TierMemError as exc:
             self.stats.recall_index_failures += 1
+            self._unindexed[session_id] = None
+            while len(self._unindexed) > KNOWN_SESSIONS:
+                self._unindexed.popitem(last=False)
             logger.warning(
                 "indexing the summary lines of session %s for recall failed; recall checks "
                 "them against the records, and the next pass indexes them again: %s",
@@ -695,6 +734,25 @@ class SummaryJobs:
         """When records written now expire (``record_retention`` from now; None: never)."""
         retention = self.policy.record_retention
         return None if retention is None else self.clock.now() + retention
+
+    def _lines_renewed_at(
+        self, session_id: str, summary_rec: SessionRecord | None
+    ) -> UtcDatetime | None:
+        """When this pass's summary lines were (or are now) all indexed with a fresh
+        expiry. A pass writes only the lines that are new since the previous one (indexing
+        every line of every pass cost more than the turn itself on Redis); every line is
+        written again, renewing its expiry, when the previous full write is an eighth of the
+        record retention old, when it is unknown, or when this session's last indexing
+        failed. So a line the records keep stays searchable until at most an eighth of the
+        retention before the records expire."""
+        now = self.clock.now()
+        prior = _renewed_at(summary_rec) if summary_rec is not None else None
+        retention = self.policy.record_retention
+        if prior is None or session_id in self._unindexed:
+            return now
+        if retention is not None and now - prior >= retention / 8:
+            return now
+        return prior
 
     def _remember(self, session_id: str, known: _Known) -> None:
         self._known[session_id] = known
@@ -816,3 +874,15 @@ def _structured(record: SessionRecord | None) -> StructuredMemory:
 
 def _watermarks(record: SessionRecord | None) -> Watermarks:
     return Watermarks() if record is None else Watermarks.model_validate(record.data)
+
+
+def _renewed_at(rec: SessionRecord) -> UtcDatetime | None:
+    """The summary record's ``lines_renewed_at`` (None: absent, or a record written before
+    it existed)."""
+    raw = rec.data.get("lines_renewed_at") if isinstance(rec.data, dict) else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        return datetime.fromisoformat(raw)
+    except ValueError:
+        return None

@@ -239,21 +239,26 @@ class SummaryRecall:
         turns: Mapping[int, Turn],
         at: datetime,
         expires_at: datetime | None,
+        renew: bool = True,
     ) -> None:
-        """A pass replaced the lines ``before`` with ``after``: index the new version (all
-        of it: each commit renews the documents' expiry with the records'), then remove the
-        previous version's lines it no longer has.
+        """A pass replaced the lines ``before`` with ``after``: index the new version, then
+        remove the previous version's lines it no longer has. ``renew``: write every line of
+        ``after`` (renewing their expiry with the records'); otherwise only those ``before``
+        did not have (the caller decides when a renewal is due).
 
         Raises:
             BackendError: the index failed (the caller logs and counts it).
         """
         said_at = {i: t.timestamp for i, t in turns.items()}
+        kept = {line.key for line in after}
+        if not renew:
+            had = {line.key for line in before}
+            after = [line for line in after if line.key not in had]
         docs = summary_docs(
             user_id, session_id, after, said_at=said_at, default_at=at, expires_at=expires_at
         )
         if docs:
             await self._write(docs)
-        kept = {line.key for line in after}
         gone = [summary_doc_id(session_id, line.key) for line in before if line.key not in kept]
         if gone:
             await self.index.remove(user_id, gone)

@@ -39,6 +39,7 @@ get summarized.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -135,6 +136,11 @@ class SummaryPolicy:
     """Target of the short session summary written to long-term memory at handoff."""
     validate: bool = True
     """Closed-loop validation of each pass (:mod:`tiermem.summaries.validate`)."""
+    max_concurrent_passes: int = 1
+    """Background passes running at once in a process (per :class:`SummaryJobs`). A pass is
+    CPU work on the event loop: running more at once only interleaves them, and every
+    ``add_turn`` then waits behind a stage of each. Callers waiting for a pass
+    (``wait_through``, handoff) run theirs inline, not counted here."""
 
     def __post_init__(self) -> None:
         if self.every_turns < 1:
@@ -149,6 +155,10 @@ class SummaryPolicy:
             raise ValidationError("need 0 <= min_preservation <= recover_preservation <= 1")
         if self.adapt_trigger_factor < 1.0 or self.max_trigger_factor < 1.0:
             raise ValidationError("trigger factors must be >= 1")
+        if self.max_concurrent_passes < 1:
+            raise ValidationError(
+                f"max_concurrent_passes must be >= 1, got {self.max_concurrent_passes}"
+            )
         if self.handoff_tokens < 16:
             raise ValidationError("handoff_tokens must be at least 16")
         if self.record_retention is not None and self.record_retention <= timedelta(0):
@@ -354,12 +364,15 @@ class RollingBuilder:
     ) -> list[BuiltTier]:
         """Each span's tier, oldest first; the tier just older is the prior of the next.
         ``reuse`` keeps tiers already built in this pass (validation re-runs only the
-        tiers that lost something)."""
+        tiers that lost something). Yields to the event loop before each tier it builds,
+        so a turn waits behind one tier's work at most, not a whole pass's."""
         built: list[BuiltTier] = []
         prior: str | None = None
         for span in spans:
             done = (reuse or {}).get(span.tier)
             if done is None:
+                # One tier is one stage of CPU work: let the turns waiting run first.
+                await asyncio.sleep(0)
                 keep = (must_keep or {}).get(span.tier, ())
                 done = await self._tier(span, previous, prior, keep)
             built.append(done)

@@ -27,6 +27,7 @@ Each pass records, in the summary record and in the service's stats:
 
 from __future__ import annotations
 
+import asyncio
 import re
 import unicodedata
 import weakref
@@ -316,9 +317,14 @@ async def validated_pass(
     ``must_keep``, then append what is still lost (module docstring). ``previous``: the
     tiers before the pass (fallback text for expired spans, and the drift baseline).
     ``extractor``: the entity reader of the structured extractor (its title catalogue), so
-    a superseded series is found by any of its names."""
+    a superseded series is found by any of its names.
+
+    Yields to the event loop between its stages (each tier's build, the check, the retry,
+    the verbatim appends), so the response path never waits behind a whole pass."""
     prev = list(previous)
-    first, stale = _without_stale(builder, await builder.build(spans, prev), structured, extractor)
+    built = await builder.build(spans, prev)
+    await asyncio.sleep(0)
+    first, stale = _without_stale(builder, built, structured, extractor)
     through = max(s.through for s in spans)
     items = slot_items(structured, through) if check else []
     lost = lost_slots(_joined(first), items)
@@ -340,6 +346,7 @@ async def validated_pass(
             final, more = _without_stale(builder, rebuilt, structured, extractor)
             stale += more
             retried = [t.value for t in retry]
+            await asyncio.sleep(0)
         still = lost_slots(_joined(final), lost)
         if still:
             final = _append(builder, final, spans, still)
