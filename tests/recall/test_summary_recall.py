@@ -21,6 +21,7 @@ from tiermem.context import ContextWindow
 from tiermem.longterm.index import IndexedDoc, SearchIndex
 from tiermem.longterm.recall import parse_summary_doc_id, summary_doc_id
 from tiermem.service import MemoryService, Session
+from tiermem.summaries.jobs import LINES_RECORD, LINES_REFRESH
 from tiermem.summaries.models import SummaryText, SummaryTier
 from tiermem.summaries.recall_docs import summary_lines
 
@@ -145,8 +146,15 @@ async def test_a_corrected_value_is_not_recalled_from_the_stale_line_after_the_n
     await memory.drain()
     await earlier.summaries(wait_through=last + 2)
     assert stale not in (await earlier.summaries()).text
-    # The pass removed the previous version's line from the index (checked before any
-    # recall, which would also remove a line it meets that the records no longer hold).
+    # The lines are written to the index again at most every LINES_REFRESH (meanwhile
+    # recall checks every line against the records): the first pass after that removes
+    # the previous version's line (checked before any recall, which would also remove a
+    # line it meets that the records no longer hold).
+    clock.advance(LINES_REFRESH)
+    await earlier.add_turn("user", "Is Berserk volume 9 in stock?")
+    await earlier.add_turn("assistant", "Yes.")
+    await memory.drain()
+    await earlier.summaries(wait_through=last + 4)
     found = await deployment.index.search(user, "budget 5,000 order", kinds=["chunk"], limit=20)
     stale_id = summary_doc_id(earlier.id, summary_lines([_tier(f"- [2] User: {stale}")])[0].key)
     assert stale_id not in {h.doc_id for h in found}
@@ -269,13 +277,14 @@ async def _more_turns(memory: MemoryService, session: Session, first: int, count
     return last
 
 
-async def test_a_pass_indexes_only_its_new_lines_and_renews_them_all_in_time(
+async def test_passes_write_lines_at_most_every_refresh_and_the_claim_names_them(
     deployment: Deployment,
 ) -> None:
-    # Indexing every line of every pass cost more than the turn itself on Redis, so a pass
-    # writes only the lines the previous one did not have, and all of them again (renewing
-    # their expiry) once the last full write is an eighth of the records' retention old:
-    # a line the summary keeps stays recallable past its first expiry.
+    # Writing every pass's lines cost more than the turn itself on Redis: a pass writes
+    # the lines only when LINES_REFRESH has passed since the last time (the raw turns are
+    # searchable meanwhile), then all of them (renewing their expiry) and removes the ones
+    # gone; the summary_lines record names every document the index may hold. A line
+    # the summary keeps stays recallable past its first expiry.
     memory, clock = deployment.memory, deployment.clock
     jobs = memory.summaries
     recall = jobs.recall
@@ -287,24 +296,46 @@ async def test_a_pass_indexes_only_its_new_lines_and_renews_them_all_in_time(
         current = await jobs.current_for_recall(earlier.id, True)
         return {ln.key for ln in recall.lines(current.tiers, current.structured)}
 
-    before = await lines()
-    indexed = recall.counters.indexed
-    await _more_turns(memory, earlier, 100, 12)
-    after = await lines()
-    assert after != before, "the pass changed the summary"
-    # (Auto passes may run while the turns arrive: bounds, not an exact count.)
-    written = recall.counters.indexed - indexed
-    assert len(after - before) <= written < len(after), (written, len(after), len(before))
+    async def claimed() -> set[str]:
+        rec = await memory.tiers.durable.get_record(earlier.id, LINES_RECORD)
+        assert rec is not None
+        assert isinstance(rec.data, dict)
+        keys = rec.data["keys"]
+        assert isinstance(keys, list)
+        return {str(k) for k in keys}
 
+    first, first_claim = await lines(), await claimed()
+    assert first_claim, "the session's first pass wrote its lines"
+    indexed, removed = recall.counters.indexed, recall.counters.removed
+    await _more_turns(memory, earlier, 100, 12)
+    assert await lines() != first, "the pass changed the summary"
+    assert (recall.counters.indexed, recall.counters.removed) == (indexed, removed)
+    assert await claimed() == first_claim
+
+    clock.advance(LINES_REFRESH)
+    await _more_turns(memory, earlier, 200, 12)
+    # (Auto passes run while the turns arrive: the refresh is the first of them.)
+    refreshed = await claimed()
+    assert refreshed != first_claim
+    assert recall.counters.indexed - indexed >= len(refreshed), "a refresh writes every line"
+    assert recall.counters.removed > removed, "and removes the lines gone"
+
+    # Past the first pass's 30 days: the refresh moved the lines' expiry with the records'.
     retention = jobs.policy.record_retention
     assert retention is not None
-    clock.advance(retention / 8 + timedelta(hours=1))
-    before, indexed = after, recall.counters.indexed
-    await _more_turns(memory, earlier, 200, 12)
-    after = await lines()
-    assert recall.counters.indexed - indexed >= len(after), "a renewal writes every line"
-
-    # Past the first pass's 30 days (the renewal moved the lines' expiry with the records').
-    clock.advance(retention - retention / 8)
+    clock.advance(retention - LINES_REFRESH)
     recalled = [r for r in _recalled(await _ask(memory, user, QUESTION)) if r[0] == earlier.id]
     assert any("Sapporo" in r[3] for r in recalled), recalled
+
+
+async def test_closing_a_session_writes_its_last_lines(deployment: Deployment) -> None:
+    memory, clock = deployment.memory, deployment.clock
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    earlier, _last = await _earlier_session(memory, user)
+    await earlier.add_turn("user", "Ship the next order to 7-1 Minami, Hakodate 040-0001 please.")
+    await earlier.add_turn("assistant", "Will do.")
+    await memory.drain()
+    await earlier.close()
+    clock.advance(timedelta(days=3))  # the raw turns are gone
+    recalled = _recalled(await _ask(memory, user, "Where should the next order ship, Hakodate?"))
+    assert any(r[0] == earlier.id and "Hakodate" in r[3] for r in recalled), recalled

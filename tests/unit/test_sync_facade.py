@@ -339,10 +339,11 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "SummaryJobs.run": lambda w: a("s-1"),
     "SummaryJobs.current_for_recall": lambda w: a("s-1", True),
     "SummaryJobs.unindex": lambda w: a("u-1", "s-1"),
-    "SummaryRecall.committed": lambda w: a(
-        "u-1", "s-1", before=[], after=[], turns={}, at=w.later, expires_at=None
+    "SummaryRecall.replace": lambda w: a(
+        "u-1", "s-1", claimed=[], lines=[], turns={}, at=w.later, expires_at=None
     ),
-    "SummaryRecall.reset": lambda w: a("u-1", "s-1", []),
+    "SummaryRecall.remove_keys": lambda w: a("u-1", "s-1", ["lx"]),
+    "SummaryJobs.refresh_lines": lambda w: a("s-1"),
     "SummaryRecall.resolve": lambda w: a("u-1", ["s-1#summary-x"]),
     "ContextCache.sections": lambda w: a(w.memory.__wrapped__.summaries, "s-1", [None, None, None]),
     "TieredSessionStore.view_with_records": lambda w: a("s-1", ["summary"]),

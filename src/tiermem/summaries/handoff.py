@@ -274,11 +274,14 @@ class SessionHandoff:
         records: the turns after the last triggered pass would otherwise never become
         summary lines, and be lost to recall when the raw turns expire (24 h). A no-op when
         the summaries already reach ``last`` (a retried handoff); a failure is logged and
-        counted, and the handoff goes on (it reads the raw turns anyway)."""
+        counted, and the handoff goes on (it reads the raw turns anyway). Then the
+        session's summary lines are written to the recall index (passes write them only
+        every few hours: :meth:`SummaryJobs.refresh_lines`)."""
         if last < 0:
             return
         try:
             await self.jobs.wait_through(sid, last)
+            await self.jobs.refresh_lines(sid)
         except TierMemError as exc:
             self.failures += 1
             logger.warning("final summary pass of session %s failed: %s", sid, exc)

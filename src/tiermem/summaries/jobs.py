@@ -52,7 +52,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -108,6 +108,12 @@ logger = logging.getLogger(__name__)
 SUMMARY_RECORD = "summary"
 STRUCTURED_RECORD = "structured"
 WATERMARKS_RECORD = "watermarks"
+LINES_RECORD = "summary_lines"
+"""Which summary-line documents the recall index may hold for the session (a superset), and
+when they were last all written (:meth:`SummaryJobs.refresh_lines`)."""
+LINES_REFRESH = timedelta(hours=6)
+"""How often a session's summary lines are written to the recall index again by its passes
+(and at handoff): well inside the raw turns' 24 h, which recall searches meanwhile."""
 COMMIT_ATTEMPTS = 3
 """Passes a job recomputes after losing a race to a different (shorter) commit."""
 KNOWN_SESSIONS = 10_000
@@ -600,10 +606,8 @@ class SummaryJobs:
                 if latest.through_index < last:
                     return None  # someone committed less than we need: recompute
         tiers = tuple(sorted((b.text for b in built), key=lambda t: _TIER_ORDER.index(t.tier)))
-        renewed_at = self._lines_renewed_at(session_id, summary_rec)
         record = {
             "schema": 1,
-            "lines_renewed_at": renewed_at.isoformat() if renewed_at else None,
             "through_index": target,
             "job": f"{session_id}:{target}",
             "tiers": [t.model_dump(mode="json") for t in tiers],
@@ -627,13 +631,8 @@ class SummaryJobs:
         await self._advance(session_id, target, effective.through_index, adjusted)
         if self.recall is not None:
             await asyncio.sleep(0)  # stage boundary: committed; indexing is the last stage
-            await self._index_lines(
-                session_id,
-                before=self.recall.lines(current, structured),
-                after=self.recall.lines(tiers, effective),
-                turns=by_index,
-                expires_at=expires_at,
-                renew=summary_rec is None or _renewed_at(summary_rec) != renewed_at,
+            await self._refresh_lines(
+                session_id, self.recall.lines(tiers, effective), turns=by_index, force=False
             )
         self._count(quality, compression, adjusted)
         left = sum(t.token_count or self.tokens.count(t.text) for t in turns if t.index > target)
@@ -669,52 +668,136 @@ class SummaryJobs:
 
     # -- bookkeeping --------------------------------------------------------------------
 
-    async def _index_lines(
+    async def refresh_lines(self, session_id: str) -> None:
+        """Write the session's current summary lines to the recall index now (the handoff
+        calls it, so a closed session's last lines are searchable once its turns expire).
+        Failures are logged and counted, like a pass's."""
+        if self.recall is None:
+            return
+        current = await self.current_for_recall(session_id, True)
+        lines = self.recall.lines(current.tiers, current.structured)
+        await self._refresh_lines(session_id, lines, turns={}, force=True)
+
+    async def _refresh_lines(
         self,
         session_id: str,
+        lines: Sequence[SummaryLine],
         *,
-        before: list[SummaryLine],
-        after: list[SummaryLine] | None,
-        turns: Mapping[int, Turn] | None = None,
-        expires_at: UtcDatetime | None = None,
-        renew: bool = True,
+        turns: Mapping[int, Turn],
+        force: bool,
     ) -> None:
-        """Index a commit's summary lines for recall (``after`` None: a reset, remove
-        ``before``); failures are logged and counted (module docstring). ``renew`` False:
-        only lines that ``before`` did not have are written (the others keep their
-        documents and expiry; :meth:`_lines_renewed_at` says when all are written again)."""
+        """Index ``lines`` (the session's current summary lines) for recall when it is due:
+        forced, never done, :data:`LINES_REFRESH` (or an eighth of the records' retention)
+        since the last time, or this session's last attempt failed. Between times a pass
+        writes nothing to the index: its lines' turns are still searchable themselves, and
+        writing every pass's lines cost more than the turn on Redis.
+
+        The ``summary_lines`` record names every line document the index may hold for the
+        session, and is written *before* the index: first the old claim plus the new
+        lines, then, once the index has them and the old ones are removed, the new lines
+        alone. A crash leaves a superset, so a reset (redaction, clear) always removes every
+        document that could carry a redacted turn's text. Failures are logged and counted
+        (module docstring); a claim written meanwhile by another process wins (its refresh
+        covers the lines)."""
         recall = self.recall
-        if recall is None or (not before and not after):
+        if recall is None:
             return
         try:
+            claim_rec = await self.durable.get_record(session_id, LINES_RECORD)
+            claimed, renewed_at = _claim(claim_rec)
+            now = self.clock.now()
+            due = (
+                force
+                or renewed_at is None
+                or session_id in self._unindexed
+                or now - renewed_at >= self._refresh_every()
+            )
+            if not due or (not lines and not claimed):
+                return
             ref = await self.durable.get_session(session_id)
             if ref is None:
                 return
-            if after is None:
-                await recall.reset(ref.user_id, session_id, before)
-            else:
-                await recall.committed(
-                    ref.user_id,
-                    session_id,
-                    before=before,
-                    after=after,
-                    turns=turns or {},
-                    at=self.clock.now(),
-                    expires_at=expires_at,
-                    renew=renew,
-                )
+            keys = {line.key for line in lines}
+            version = await self._put_claim(
+                session_id, claim_rec, sorted(set(claimed) | keys), renewed_at
+            )
+            if version is None:
+                return
+            await recall.replace(
+                ref.user_id,
+                session_id,
+                claimed=claimed,
+                lines=lines,
+                turns=turns,
+                at=now,
+                expires_at=self.record_expiry(),
+            )
+            await self._put_claim(session_id, version, sorted(keys), now)
             self._unindexed.pop(session_id, None)
         except TierMemError as exc:
-            self.stats.recall_index_failures += 1
-            self._unindexed[session_id] = None
-            while len(self._unindexed) > KNOWN_SESSIONS:
-                self._unindexed.popitem(last=False)
-            logger.warning(
-                "indexing the summary lines of session %s for recall failed; recall checks "
-                "them against the records, and the next pass indexes them again: %s",
+            self._index_failed(session_id, exc)
+
+    async def _reset_lines(self, session_id: str, lines: Sequence[SummaryLine]) -> None:
+        """Remove every summary-line document of the session from the recall index: those
+        the claim names and ``lines`` (a redaction, a clear)."""
+        recall = self.recall
+        if recall is None:
+            return
+        try:
+            claim_rec = await self.durable.get_record(session_id, LINES_RECORD)
+            claimed, _renewed = _claim(claim_rec)
+            keys = set(claimed) | {line.key for line in lines}
+            if not keys:
+                return
+            ref = await self.durable.get_session(session_id)
+            if ref is None:
+                return
+            await recall.remove_keys(ref.user_id, session_id, keys)
+            if claim_rec is not None:
+                await self._put_claim(session_id, claim_rec, [], None)
+        except TierMemError as exc:
+            self._index_failed(session_id, exc)
+
+    async def _put_claim(
+        self,
+        session_id: str,
+        prior: SessionRecord | None,
+        keys: list[str],
+        renewed_at: UtcDatetime | None,
+    ) -> SessionRecord | None:
+        """Write the claim over ``prior`` (compare-and-set); None when another writer got
+        there first."""
+        data: dict[str, JsonValue] = {
+            "schema": 1,
+            "keys": list(keys),
+            "renewed_at": renewed_at.isoformat() if renewed_at else None,
+        }
+        try:
+            return await self.durable.put_record(
                 session_id,
-                exc,
+                LINES_RECORD,
+                data,
+                expected_version=prior.version if prior else 0,
+                expires_at=self.record_expiry(),
             )
+        except ConflictError:
+            return None
+
+    def _refresh_every(self) -> timedelta:
+        retention = self.policy.record_retention
+        return LINES_REFRESH if retention is None else min(LINES_REFRESH, retention / 8)
+
+    def _index_failed(self, session_id: str, exc: TierMemError) -> None:
+        self.stats.recall_index_failures += 1
+        self._unindexed[session_id] = None
+        while len(self._unindexed) > KNOWN_SESSIONS:
+            self._unindexed.popitem(last=False)
+        logger.warning(
+            "indexing the summary lines of session %s for recall failed; recall checks "
+            "them against the records, and the next pass indexes them again: %s",
+            session_id,
+            exc,
+        )
 
     async def unindex(self, user_id: str, session_id: str) -> None:
         """Remove the session's summary lines from the recall index (a session being
@@ -728,31 +811,15 @@ class SummaryJobs:
         if recall is None:
             return
         current = await self.current_for_recall(session_id, True)
-        await recall.reset(user_id, session_id, recall.lines(current.tiers, current.structured))
+        claim_rec = await self.durable.get_record(session_id, LINES_RECORD)
+        keys = set(_claim(claim_rec)[0])
+        keys |= {line.key for line in recall.lines(current.tiers, current.structured)}
+        await recall.remove_keys(user_id, session_id, keys)
 
     def record_expiry(self) -> UtcDatetime | None:
         """When records written now expire (``record_retention`` from now; None: never)."""
         retention = self.policy.record_retention
         return None if retention is None else self.clock.now() + retention
-
-    def _lines_renewed_at(
-        self, session_id: str, summary_rec: SessionRecord | None
-    ) -> UtcDatetime | None:
-        """When this pass's summary lines were (or are now) all indexed with a fresh
-        expiry. A pass writes only the lines that are new since the previous one (indexing
-        every line of every pass cost more than the turn itself on Redis); every line is
-        written again, renewing its expiry, when the previous full write is an eighth of the
-        record retention old, when it is unknown, or when this session's last indexing
-        failed. So a line the records keep stays searchable until at most an eighth of the
-        retention before the records expire."""
-        now = self.clock.now()
-        prior = _renewed_at(summary_rec) if summary_rec is not None else None
-        retention = self.policy.record_retention
-        if prior is None or session_id in self._unindexed:
-            return now
-        if retention is not None and now - prior >= retention / 8:
-            return now
-        return prior
 
     def _remember(self, session_id: str, known: _Known) -> None:
         self._known[session_id] = known
@@ -832,10 +899,8 @@ class SummaryJobs:
                 continue
             self.forget(session_id)
             if reset and self.recall is not None:
-                await self._index_lines(
-                    session_id,
-                    before=self.recall.lines(_tiers(summary_rec), _structured(structured_rec)),
-                    after=None,
+                await self._reset_lines(
+                    session_id, self.recall.lines(_tiers(summary_rec), _structured(structured_rec))
                 )
             return reset
         raise ConflictError(
@@ -876,13 +941,15 @@ def _watermarks(record: SessionRecord | None) -> Watermarks:
     return Watermarks() if record is None else Watermarks.model_validate(record.data)
 
 
-def _renewed_at(rec: SessionRecord) -> UtcDatetime | None:
-    """The summary record's ``lines_renewed_at`` (None: absent, or a record written before
-    it existed)."""
-    raw = rec.data.get("lines_renewed_at") if isinstance(rec.data, dict) else None
-    if not isinstance(raw, str):
-        return None
+def _claim(rec: SessionRecord | None) -> tuple[list[str], UtcDatetime | None]:
+    """The ``summary_lines`` record's keys and renewal time (nothing claimed: absent)."""
+    if rec is None or not isinstance(rec.data, dict):
+        return [], None
+    keys = rec.data.get("keys")
+    raw = rec.data.get("renewed_at")
+    claimed = [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
     try:
-        return datetime.fromisoformat(raw)
+        renewed = datetime.fromisoformat(raw) if isinstance(raw, str) else None
     except ValueError:
-        return None
+        renewed = None
+    return claimed, renewed

@@ -22,8 +22,10 @@ session's own summary sections do.
 **Never stale.** A line's doc id is its session, source, turn and text
 (:func:`~tiermem.longterm.recall.summary_doc_id` with a digest), so a line that a later
 pass rewrote, dropped as superseded ("budget ¥5,000" after "actually ¥8,000") or a
-redaction reset has no document any more: each commit indexes the new lines and removes
-the previous version's others, a redaction removes them all. And the index is never
+redaction reset has no document any more once the lines are next written (at most every
+few hours, and at handoff: :meth:`SummaryJobs.refresh_lines
+<tiermem.summaries.jobs.SummaryJobs.refresh_lines>`; the session's ``summary_lines`` record
+names every document the index may hold, so a redaction removes them all). And the index is never
 trusted alone: :meth:`SummaryRecall.resolve` returns only lines the session's current
 records still hold, so a document left behind (a crash between the record and the index
 write, two passes racing) is dropped and removed from the index by recall.
@@ -229,52 +231,42 @@ class SummaryRecall:
     ) -> list[SummaryLine]:
         return summary_lines(tiers, structured if self.structured else None)
 
-    async def committed(
+    async def replace(
         self,
         user_id: str,
         session_id: str,
         *,
-        before: Sequence[SummaryLine],
-        after: Sequence[SummaryLine],
+        claimed: Collection[str],
+        lines: Sequence[SummaryLine],
         turns: Mapping[int, Turn],
         at: datetime,
         expires_at: datetime | None,
-        renew: bool = True,
     ) -> None:
-        """A pass replaced the lines ``before`` with ``after``: index the new version, then
-        remove the previous version's lines it no longer has. ``renew``: write every line of
-        ``after`` (renewing their expiry with the records'); otherwise only those ``before``
-        did not have (the caller decides when a renewal is due).
+        """Index ``lines`` (all of them: their expiry is renewed with the records') and
+        remove the documents of the ``claimed`` keys they no longer have.
 
         Raises:
             BackendError: the index failed (the caller logs and counts it).
         """
         said_at = {i: t.timestamp for i, t in turns.items()}
-        kept = {line.key for line in after}
-        if not renew:
-            had = {line.key for line in before}
-            after = [line for line in after if line.key not in had]
         docs = summary_docs(
-            user_id, session_id, after, said_at=said_at, default_at=at, expires_at=expires_at
+            user_id, session_id, lines, said_at=said_at, default_at=at, expires_at=expires_at
         )
         if docs:
             await self._write(docs)
-        gone = [summary_doc_id(session_id, line.key) for line in before if line.key not in kept]
-        if gone:
-            await self.index.remove(user_id, gone)
+        kept = {line.key for line in lines}
+        await self.remove_keys(user_id, session_id, [k for k in claimed if k not in kept])
         self.counters.indexed += len(docs)
-        self.counters.removed += len(gone)
 
-    async def reset(self, user_id: str, session_id: str, before: Sequence[SummaryLine]) -> None:
-        """The session's summaries were reset (a redaction): remove every line of theirs.
+    async def remove_keys(self, user_id: str, session_id: str, keys: Collection[str]) -> None:
+        """Remove the documents of the session's summary lines ``keys``.
 
         Raises:
             BackendError: the index failed.
         """
-        gone = [summary_doc_id(session_id, line.key) for line in before]
-        if gone:
-            await self.index.remove(user_id, gone)
-            self.counters.removed += len(gone)
+        if keys:
+            await self.index.remove(user_id, [summary_doc_id(session_id, k) for k in keys])
+            self.counters.removed += len(keys)
 
     def loader(
         self,
