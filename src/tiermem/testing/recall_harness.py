@@ -19,8 +19,11 @@ at the fixture's question time. Used by ``bench/recall_quality.py`` (the full fi
 turns are loaded (an exchange at a time, the clock at the turn's time), the summary jobs run
 their passes as the service's trigger would (offline engines: extractive summaries,
 rule-based structured memory) and index the lines for recall; the ``engine`` searches them
-(:mod:`tiermem.summaries.recall_docs`). No final pass runs when a session ends (the service
-runs none at close either), so a session's last turns since its last pass have no summary.
+(:mod:`tiermem.summaries.recall_docs`). When an earlier session ends, what the service's
+handoff does for it is done here too: a final pass through its last turn, then its summary
+lines written to the index (passes write them at most every few hours,
+:meth:`~tiermem.summaries.jobs.SummaryJobs.refresh_lines`); the session the question is
+asked in has not ended.
 
 **Expired variant** (``expired=True``): turns are kept ``turn_retention`` (24 h) after they
 were said, and the summary records 30 days, as the service keeps them; at question time
@@ -198,6 +201,9 @@ async def _load(
             stored.extend(batch)
             if jobs is not None:
                 await jobs.run(session.session_id)
+        if jobs is not None and stored and session.session_id != conv.current.session_id:
+            await jobs.wait_through(session.session_id, stored[-1].index)  # the handoff's
+            await jobs.refresh_lines(session.session_id)
         vectors = None
         if embedder is not None:  # at index time, batched: a query embeds only itself
             vectors = await embedder.embed([t.text or " " for t in stored])
