@@ -11,12 +11,18 @@ e.g. through ``scripts/test.sh``).
 3. The index's writes while filling (per document: wall, client CPU, and on Redis server
    CPU), and removing 100 archived turns one call each (the worst case of expiry).
 
+4. ``--embeddings`` (sqlite, memory): the same recall, hybrid, with every memory and turn
+   embedded by the local all-MiniLM-L6-v2 at fill time (as the indexing path does): the
+   query's own embedding alone, recall with all embeddings answered from a cache (the
+   recall's own cost), and the whole call. Stored under ``recall_for_context_embeddings``
+   in the deployment's entry; nothing else is run or changed.
+
 Each timing: p50/p99 wall time, mean process CPU time per call (steadier than wall time on
 the shared 2-core machine), and on Redis the server's CPU time per call (``INFO cpu``).
 Writes ``bench/results/recall_latency.json``::
 
     python bench/recall_latency.py [--memories 10000] [--turns 10000] [--runs 300] [--redis]
-        [--only sqlite memory redis] [--context-sizes 10 1000 10000]
+        [--only sqlite memory redis] [--context-sizes 10 1000 10000] [--embeddings]
 """
 
 from __future__ import annotations
@@ -30,13 +36,14 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from recall import DOMAIN, NOW, USER, make_memories, make_queries, percentile
 from tiermem.clock import FakeClock
+from tiermem.llm.embeddings import Embedder
 from tiermem.longterm.index import SearchIndex
 from tiermem.longterm.index_memory import InProcessIndex
 from tiermem.longterm.recall import Recaller, memory_doc, turn_docs
@@ -95,10 +102,26 @@ async def fill(
     turns: int,
     rng: random.Random,
     meter: WriteMeter | None = None,
+    embedder: Embedder | None = None,
 ) -> float:
+    """Fill the store and the index; with ``embedder``, documents carry vectors stored as
+    the library stores them: a memory record's ``embedding``/``embedding_model`` (here
+    computed in batches of 1,000 rather than one per write), and turn documents through
+    ``Recaller.embed_documents`` (what the indexing path calls, one batch per append)."""
     meter = meter or WriteMeter(None)
     start = time.perf_counter()
     records = make_memories(memories, rng)
+    recaller = (
+        Recaller(durable, index, clock=FakeClock(NOW), embedder=embedder) if embedder else None
+    )
+    if embedder is not None:
+        for i in range(0, len(records), 1000):
+            batch = records[i : i + 1000]
+            vectors = await embedder.embed([r.content for r in batch])
+            records[i : i + 1000] = [
+                r.model_copy(update={"embedding": tuple(v), "embedding_model": embedder.model_id})
+                for r, v in zip(batch, vectors, strict=True)
+            ]
     for record in records:
         await durable.put_memory(record)
     for i in range(0, len(records), 1000):
@@ -123,8 +146,26 @@ async def fill(
         stored = []
         for j in range(0, len(new), MAX_TURNS_PER_APPEND):
             stored.extend(await durable.append_turns(session_id, new[j : j + MAX_TURNS_PER_APPEND]))
-        await meter.upsert(index, turn_docs(USER, session_id, stored))
+        docs = turn_docs(USER, session_id, stored)
+        if recaller is not None:
+            docs = await recaller.embed_documents(docs)
+        await meter.upsert(index, docs)
     return time.perf_counter() - start
+
+
+def open_local(name: str, clock: FakeClock, tmp: Path) -> tuple[DurableStore, SearchIndex] | None:
+    """The durable store and index of the in-process deployments (None for the others)."""
+    if name == "sqlite":
+        from tiermem.longterm.index_sqlite import SQLiteIndex
+        from tiermem.store.backends.sqlite import SQLiteDurableStore
+
+        path = tmp / f"{uuid.uuid4().hex}.db"
+        return SQLiteDurableStore(path, clock=clock), SQLiteIndex(path, clock=clock)
+    if name == "memory":
+        from tiermem.store.backends.memory import MemoryDurableStore
+
+        return MemoryDurableStore(clock=clock), InProcessIndex(clock=clock)
+    return None
 
 
 async def removal_cost(
@@ -256,23 +297,108 @@ async def context_no_query(name: str, turns: int, runs: int, tmp: Path) -> dict[
     }
 
 
+class MeteredEmbedder:
+    """Wraps the real embedder: counts the texts it embeds and the wall time of its calls;
+    with ``cached`` set, answers texts it has embedded before from memory, so a recall
+    measured through it excludes embedding work (``misses`` shows any that remained)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dimensions = inner.dimensions
+        self.cached = False
+        self.cache: dict[str, list[float]] = {}
+        self.texts = self.calls = self.misses = 0
+        self.wall = 0.0
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if self.cached and all(t in self.cache for t in texts):
+            return [self.cache[t] for t in texts]
+        self.misses += self.cached
+        t0 = time.perf_counter()
+        vectors = await self.inner.embed(texts)
+        self.wall += time.perf_counter() - t0
+        self.calls += 1
+        self.texts += len(texts)
+        self.cache.update(zip(texts, vectors, strict=True))
+        return vectors
+
+    def reset(self) -> None:
+        self.texts = self.calls = self.misses = 0
+        self.wall = 0.0
+
+
+async def run_embeddings(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Hybrid per-turn recall with local all-MiniLM-L6-v2 embeddings (``--embeddings``):
+    the query's own embedding alone, and ``recall_for_context`` with every embedding
+    answered from a cache (the recall's own cost), and the whole call with real embedding."""
+    from tiermem.llm.embeddings_local import LocalMiniLMEmbedder
+
+    clock = FakeClock(NOW)
+    local_stores = open_local(name, clock, tmp)
+    if local_stores is None:
+        raise SystemExit(f"--embeddings supports sqlite and memory, not {name}")
+    durable, index = local_stores
+    local = LocalMiniLMEmbedder()
+    await local.load()
+    try:
+        rng = random.Random(7)
+        cpu0 = time.process_time()
+        load_s = await fill(durable, index, args.memories, args.turns, rng, embedder=local)
+        load_cpu_s = time.process_time() - cpu0
+        embedder = MeteredEmbedder(local)
+        recaller = Recaller(durable, index, clock=clock, embedder=embedder)
+        queries = make_queries(50, rng)
+        policy = ContextRecallPolicy(k=8)
+        hot = range(180, 200)
+
+        async def recall(i: int) -> None:
+            await recall_for_context(
+                recaller, USER, queries[i % len(queries)], now=clock.now(),
+                session_id=f"bench-s{SESSIONS - 1}", hot_indexes=hot, policy=policy,
+            )  # fmt: skip
+
+        async def embed_query(i: int) -> None:
+            await local.embed([queries[i % len(queries)]])
+
+        query_embedding = await timed(args.runs, embed_query)
+        embedder.reset()
+        whole = await timed(args.runs, recall)
+        calls = args.runs + 20  # timed() warms up with 20 calls
+        whole["embed_calls_per_recall"] = round(embedder.calls / calls, 2)
+        whole["texts_embedded_per_recall"] = round(embedder.texts / calls, 2)
+        whole["embed_wall_ms_mean"] = round(embedder.wall / calls * 1000, 3)
+        for i in range(len(queries)):  # every query's texts are in the cache now
+            await recall(i)
+        embedder.cached = True
+        embedder.reset()
+        excluding = await timed(args.runs, recall)
+        excluding["cache_misses"] = embedder.misses
+        result = {
+            "model": local.model_id,
+            "model_load_s": round(local.load_seconds or 0.0, 2),
+            "load_s": round(load_s, 1),
+            "load_cpu_s": round(load_cpu_s, 1),
+            "query_embedding": query_embedding,
+            "recall_excluding_embedding": excluding,
+            "recall_with_embedding": whole,
+            "load_average_1m": round(os.getloadavg()[0], 1),  # 2 cores, shared machine
+        }
+        print(name, result)
+        return result
+    finally:
+        await index.aclose()
+        await durable.aclose()
+
+
 async def run(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     clock = FakeClock(NOW)
     closers: list[Callable[[], Awaitable[Any]]] = []
     durable: DurableStore
     index: SearchIndex
-    if name == "sqlite":
-        from tiermem.longterm.index_sqlite import SQLiteIndex
-        from tiermem.store.backends.sqlite import SQLiteDurableStore
-
-        path = tmp / f"{uuid.uuid4().hex}.db"
-        durable = SQLiteDurableStore(path, clock=clock)
-        index = SQLiteIndex(path, clock=clock)
-    elif name == "memory":
-        from tiermem.store.backends.memory import MemoryDurableStore
-
-        durable = MemoryDurableStore(clock=clock)
-        index = InProcessIndex(clock=clock)
+    local_stores = open_local(name, clock, tmp)
+    if local_stores is not None:
+        durable, index = local_stores
     else:
         from tiermem.longterm.index_redis import RedisIndex
         from tiermem.store.backends.redis import RedisDurableStore
@@ -341,8 +467,12 @@ async def main() -> None:
     parser.add_argument("--redis", action="store_true")
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--context-sizes", type=int, nargs="*", default=[10, 1_000, 10_000])
+    parser.add_argument("--embeddings", action="store_true")
     args = parser.parse_args()
     names = args.only or ["sqlite", "memory"] + (["redis"] if args.redis else [])
+    if args.embeddings:
+        await main_embeddings(args, names)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         results = [await run(name, args, Path(tmp)) for name in names]
     path = RESULTS / "recall_latency.json"
@@ -353,6 +483,11 @@ async def main() -> None:
             for result in results:
                 old = before.get(result["deployment"], {})
                 result.update({k: v for k, v in old.items() if k.startswith("context")})
+        kept = {r["deployment"]: r for r in earlier}  # and the --embeddings figures
+        for result in results:
+            extra = kept.get(result["deployment"], {}).get("recall_for_context_embeddings")
+            if extra is not None:
+                result["recall_for_context_embeddings"] = extra
         results = [r for r in earlier if r["deployment"] not in names] + results
     write_results(
         RESULTS / "recall_latency.json",
@@ -363,6 +498,24 @@ async def main() -> None:
         ),
         runs=args.runs,
     )
+
+
+async def main_embeddings(args: argparse.Namespace, names: list[str]) -> None:
+    """``--embeddings``: store each deployment's figures under
+    ``recall_for_context_embeddings`` in its existing entry, keeping everything else."""
+    with tempfile.TemporaryDirectory() as tmp:
+        measured = {name: await run_embeddings(name, args, Path(tmp)) for name in names}
+    path = RESULTS / "recall_latency.json"
+    payload = json.loads(path.read_text()) if path.exists() else {}
+    results = payload.get("results", [])
+    for name, figures in measured.items():
+        entry = next((r for r in results if r["deployment"] == name), None)
+        if entry is None:
+            entry = {"deployment": name}
+            results.append(entry)
+        entry["recall_for_context_embeddings"] = {"runs": args.runs, **figures}
+    payload["results"] = results
+    path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
 if __name__ == "__main__":

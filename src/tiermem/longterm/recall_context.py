@@ -238,6 +238,7 @@ async def recall_for_context(
             candidates=limit,
             turns_read=read,
             summaries=policy.summaries,
+            embed_missing=False,  # turns and memories were embedded when indexed
         )
     )
     by_id = {h.doc_id: h for h in first}
@@ -254,6 +255,7 @@ async def recall_for_context(
                     candidates=limit,
                     turns_read=read,
                     summaries=policy.summaries,
+                    embed_missing=False,
                 )
             )
             for h in second:
