@@ -74,3 +74,47 @@ async def test_another_writer_is_seen_within_the_ttl(tmp_path: Path) -> None:
     finally:
         await reader.aclose()
         await writer.aclose()
+
+
+async def test_cached_vector_search_equals_the_file_and_follows_writes(tmp_path: Path) -> None:
+    # Vector search keeps each recently queried user's vectors as one float32 matrix
+    # instead of reading every vector from the file per query: same hits and scores as
+    # the uncached index, this index's writes at once, expiry at once, another writer's
+    # within the TTL.
+    clock = FakeClock(T0)
+    cached = SQLiteIndex(tmp_path / "v.db", clock=clock, cache_ttl=timedelta(minutes=5))
+    plain = SQLiteIndex(tmp_path / "v.db", clock=clock, cache_users=0)
+    other = SQLiteIndex(tmp_path / "v.db", clock=clock)
+    query = (1.0, 0.1, 0.0)
+
+    async def top(index: SQLiteIndex) -> list[tuple[str, float]]:
+        hits = await index.vector_search("u1", query, kinds=("turn",), limit=3)
+        return [(h.doc_id, round(h.score, 5)) for h in hits]
+
+    try:
+        await cached.upsert(
+            [
+                _doc("a", "a", embedding=(1.0, 0.0, 0.0)),
+                _doc("b", "b", embedding=(0.6, 0.8, 0.0), expires_at=T0 + timedelta(hours=1)),
+                _doc("c", "c", embedding=(0.0, 0.0, 1.0)),
+            ]
+        )
+        assert await top(cached) == await top(plain)
+        assert [d for d, _ in await top(cached)] == ["a", "b", "c"]
+        await cached.upsert([_doc("d", "d", embedding=(1.0, 0.1, 0.0))])  # the best match
+        assert (await top(cached))[0][0] == "d"
+        await cached.remove("u1", ["d"])
+        assert "d" not in [d for d, _ in await top(cached)]
+        clock.advance(timedelta(hours=2))  # "b" expired: hidden at once
+        assert [d for d, _ in await top(cached)] == ["a", "c"]
+        await other.upsert([_doc("e", "e", embedding=(1.0, 0.1, 0.0))])
+        assert "e" not in [d for d, _ in await top(cached)]  # cached, within the TTL
+        clock.advance(timedelta(minutes=5))
+        assert (await top(cached))[0][0] == "e"
+        assert await top(cached) == await top(plain)
+        await cached.purge_user("u1")
+        assert await top(cached) == []
+    finally:
+        await cached.aclose()
+        await plain.aclose()
+        await other.aclose()

@@ -55,10 +55,11 @@ import hashlib
 import logging
 import os
 import sqlite3
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from tiermem.clock import Clock, SystemClock
 from tiermem.errors import BackendError
@@ -79,7 +80,7 @@ from tiermem.longterm.index_memory import (
     collect_budget,
 )
 from tiermem.longterm.text import bm25_idf, bm25_term, query_terms
-from tiermem.longterm.vectors import cosine_top, pack_vector, unit_vector
+from tiermem.longterm.vectors import cosine_top, pack_vector, packed_matrix, unit_vector
 from tiermem.store.backends.sqlite._connection import (
     DEFAULT_BUSY_TIMEOUT,
     SQLiteDatabase,
@@ -244,6 +245,61 @@ class _SearchCache:
         return await self.index.search(user_id, query, kinds=kinds, limit=limit)
 
 
+@dataclass(frozen=True, slots=True)
+class _Vectors:
+    keys: list[str]
+    kinds: dict[str, str]
+    matrix: Any
+    """What :func:`~tiermem.longterm.vectors.packed_matrix` made of the rows' vectors."""
+    loaded_at: datetime
+    valid_until_us: int | None
+    """The earliest expiry among them: past it, a document in the matrix may have expired."""
+
+
+class _VectorCache:
+    """The vectors of the recently queried users, in process, for vector search.
+
+    Why: vector search otherwise reads every vector of the user from the file on each query
+    (10,000 turns + 10,000 memories of 384 dimensions: 30 MB of rows, ~130 ms). An entry
+    is a float32 matrix (4 bytes per value) per user, dimension and kinds; at most
+    ``max_entries`` stay (least recently used evicted); this index's writes for a user drop
+    that user's entries, an entry is read again after ``ttl`` (another process's writes on
+    the same file are seen within it) and once its earliest document expiry has passed.
+    """
+
+    def __init__(self, max_entries: int, ttl: timedelta, clock: Clock) -> None:
+        self.max_entries = max_entries
+        self._ttl = ttl
+        self._clock = clock
+        self._entries: OrderedDict[tuple[str, int, tuple[str, ...]], _Vectors] = OrderedDict()
+
+    def get(self, key: tuple[str, int, tuple[str, ...]], now_us: int) -> _Vectors | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        stale = self._clock.now() - found.loaded_at >= self._ttl or (
+            found.valid_until_us is not None and found.valid_until_us <= now_us
+        )
+        if stale:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[str, int, tuple[str, ...]], value: _Vectors) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def drop_users(self, user_ids: Collection[str]) -> None:
+        for key in [k for k in self._entries if k[0] in user_ids]:
+            del self._entries[key]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
 class SQLiteIndex:
     """BM25 (FTS5 over pre-tokenized text) and cosine over float32 blobs, in a SQLite file.
 
@@ -279,6 +335,10 @@ class SQLiteIndex:
             _SearchCache(self._load_user, cache_users, cache_ttl, self._clock)
             if cache_users > 0
             else None
+        )
+        # Vector search cache (see _VectorCache); 0 users: every vector search reads the file.
+        self._vectors = (
+            _VectorCache(2 * cache_users, cache_ttl, self._clock) if cache_users > 0 else None
         )
 
     @property
@@ -350,6 +410,8 @@ class SQLiteIndex:
         for start in range(0, len(rows), _INSERT_BATCH):
             chunk = rows[start : start + _INSERT_BATCH]
             await self._db.write(functools.partial(op, chunk=chunk))
+        if self._vectors is not None:
+            self._vectors.drop_users({doc.user_id for doc in docs})
         if self._cache is not None:
             await self._cache.index.upsert(docs)
 
@@ -376,6 +438,8 @@ class SQLiteIndex:
                 _delete_doc(conn, user_id, doc_id)
 
         await self._db.write(op)
+        if self._vectors is not None:
+            self._vectors.drop_users({user_id})
         if self._cache is not None:
             await self._cache.index.remove(user_id, ids)
 
@@ -460,22 +524,37 @@ class SQLiteIndex:
             return []
         query = list(vector)
         now_us = to_epoch_us(self._clock.now(), what="now")
+        key = (user_id, len(query), tuple(wanted))
+        found = self._vectors.get(key, now_us) if self._vectors is not None else None
+        if found is None:
+            loaded_at = self._clock.now()
 
-        def op(conn: sqlite3.Connection) -> list[SearchHit]:
-            # Three kinds exist: pad the list so the statement stays one literal.
-            padded = (wanted * 3)[:3]
-            rows = conn.execute(
-                "SELECT d.doc_id, d.kind, v.vector FROM recall_vectors AS v "
-                "CROSS JOIN recall_docs AS d ON d.id = v.id "
-                "WHERE v.user_id = ? AND v.dims = ? AND d.kind IN (?, ?, ?) "
-                "AND (d.expires_at_us IS NULL OR d.expires_at_us > ?)",
-                (user_id, len(query), *padded, now_us),
-            ).fetchall()
-            kinds_of = {doc_id: kind for doc_id, kind, _ in rows}
-            top = cosine_top(query, [r[0] for r in rows], [r[2] for r in rows], limit)
-            return [SearchHit(doc_id=d, kind=kinds_of[d], score=s) for d, s in top]
+            def op(conn: sqlite3.Connection) -> list[tuple[str, str, bytes, int | None]]:
+                # Three kinds exist: pad the list so the statement stays one literal.
+                padded = (wanted * 3)[:3]
+                return conn.execute(
+                    "SELECT d.doc_id, d.kind, v.vector, d.expires_at_us FROM recall_vectors AS v "
+                    "CROSS JOIN recall_docs AS d ON d.id = v.id "
+                    "WHERE v.user_id = ? AND v.dims = ? AND d.kind IN (?, ?, ?) "
+                    "AND (d.expires_at_us IS NULL OR d.expires_at_us > ?)",
+                    (user_id, len(query), *padded, now_us),
+                ).fetchall()
 
-        return await self._db.read(op)
+            rows = await self._db.read(op)
+            expiries = [r[3] for r in rows if r[3] is not None]
+            found = _Vectors(
+                keys=[r[0] for r in rows],
+                kinds={r[0]: r[1] for r in rows},
+                matrix=packed_matrix([r[2] for r in rows], len(query)),
+                loaded_at=loaded_at,
+                valid_until_us=min(expiries, default=None),
+            )
+            if self._vectors is not None:
+                self._vectors.put(key, found)
+        if not found.keys:
+            return []
+        top = cosine_top(query, found.keys, found.matrix, limit)
+        return [SearchHit(doc_id=d, kind=cast("DocKind", found.kinds[d]), score=s) for d, s in top]
 
     async def purge_user(self, user_id: str) -> None:
         validate_id(user_id, what="user_id")
@@ -495,6 +574,8 @@ class SQLiteIndex:
             conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
 
         await self._db.write(op)
+        if self._vectors is not None:
+            self._vectors.drop_users({user_id})
         if self._cache is not None:
             await self._cache.index.purge_user(user_id)
 
