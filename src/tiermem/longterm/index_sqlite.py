@@ -261,14 +261,18 @@ class _VectorCache:
 
     Why: vector search otherwise reads every vector of the user from the file on each query
     (10,000 turns + 10,000 memories of 384 dimensions: 30 MB of rows, ~130 ms). An entry
-    is a float32 matrix (4 bytes per value) per user, dimension and kinds; at most
-    ``max_entries`` stay (least recently used evicted); this index's writes for a user drop
+    is a float64 matrix per user, dimension and kinds (8 bytes per value: 61 MB for those
+    20,000 vectors); at most ``max_entries`` stay and at most ``max_bytes`` of matrices in
+    all (least recently used evicted first); this index's writes for a user drop
     that user's entries, an entry is read again after ``ttl`` (another process's writes on
     the same file are seen within it) and once its earliest document expiry has passed.
     """
 
-    def __init__(self, max_entries: int, ttl: timedelta, clock: Clock) -> None:
+    def __init__(
+        self, max_entries: int, ttl: timedelta, clock: Clock, max_bytes: int = 256 << 20
+    ) -> None:
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self._ttl = ttl
         self._clock = clock
         self._entries: OrderedDict[tuple[str, int, tuple[str, ...]], _Vectors] = OrderedDict()
@@ -289,8 +293,15 @@ class _VectorCache:
     def put(self, key: tuple[str, int, tuple[str, ...]], value: _Vectors) -> None:
         self._entries[key] = value
         self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
+        while len(self._entries) > self.max_entries or (
+            len(self._entries) > 1 and self.nbytes > self.max_bytes
+        ):
             self._entries.popitem(last=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cached matrices (the blobs' size without numpy)."""
+        return sum(_nbytes(v.matrix) for v in self._entries.values())
 
     def drop_users(self, user_ids: Collection[str]) -> None:
         for key in [k for k in self._entries if k[0] in user_ids]:
@@ -298,6 +309,11 @@ class _VectorCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def _nbytes(matrix: Any) -> int:
+    size = getattr(matrix, "nbytes", None)
+    return int(size) if size is not None else sum(len(blob) for blob in matrix)
 
 
 class SQLiteIndex:
