@@ -10,18 +10,14 @@ builds them (one server, one key prefix when both roles use the same backend).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import open_backend
-from tests.integration.conftest import Pairing, open_pairing
+from tests.integration.conftest import Pairing, open_composed_pairing
 from tiermem.service import MemoryService
 from tiermem.session import Session, TurnInput
 from tiermem.summaries import SummaryPolicy
-from tiermem.testing import FakeClock
 from tiermem.testing.round_trips import RoundTrips
 
 EXPECTED: dict[str, int] = {
@@ -37,22 +33,6 @@ EXPECTED: dict[str, int] = {
     # Two stores on one file (not a deployment the issue targets): the hot read + 3.
     "sqlite+sqlite": 4,
 }
-
-
-@asynccontextmanager
-async def _deployment(name: str, tmp_path: Path) -> AsyncIterator[Pairing]:
-    hot_name, durable_name = name.split("+")
-    if hot_name != durable_name:
-        async with open_pairing(name, tmp_path) as pairing:
-            yield pairing
-        return
-    clock = FakeClock()
-    pair = await open_backend(hot_name, clock, tmp_path)
-    try:
-        yield Pairing(name, pair.hot, pair.durable, clock)
-    finally:
-        await pair.hot.aclose()
-        await pair.durable.aclose()
 
 
 async def _summarized(memory: MemoryService) -> Session:
@@ -80,7 +60,7 @@ def _service(pairing: Pairing) -> MemoryService:
 
 @pytest.mark.parametrize("pairing_name", list(EXPECTED))
 async def test_context_without_a_query_round_trips(pairing_name: str, tmp_path: Path) -> None:
-    async with _deployment(pairing_name, tmp_path) as pairing:
+    async with open_composed_pairing(pairing_name, tmp_path) as pairing:
         memory = _service(pairing)
         session = await _summarized(memory)
         await session.context()  # warm: scripts loaded, snapshot and sections cached
@@ -105,7 +85,7 @@ async def test_context_after_a_hot_miss_is_the_same_window(
 ) -> None:
     # The combined read answers a lost hot session with the records alone: the window is
     # rebuilt from the durable tier, summaries included, exactly as before the loss.
-    async with _deployment(pairing_name, tmp_path) as pairing:
+    async with open_composed_pairing(pairing_name, tmp_path) as pairing:
         memory = _service(pairing)
         session = await _summarized(memory)
         before = await session.context()

@@ -81,6 +81,27 @@ async def open_pairing(name: str, tmp_path: Path) -> AsyncIterator[Pairing]:
         await durable.aclose()
 
 
+@asynccontextmanager
+async def open_composed_pairing(name: str, tmp_path: Path) -> AsyncIterator[Pairing]:
+    """The pairing as the composition root builds it: one server (one key prefix) or one
+    file for both roles when they are the same backend, so a combined append or read can
+    apply; otherwise :func:`open_pairing`."""
+    from tests.conftest import open_backend
+
+    hot_name, durable_name = name.split("+")
+    if hot_name != durable_name:
+        async with open_pairing(name, tmp_path) as pairing:
+            yield pairing
+        return
+    clock = FakeClock()
+    pair = await open_backend(hot_name, clock, tmp_path)
+    try:
+        yield Pairing(name, pair.hot, pair.durable, clock)
+    finally:
+        await pair.hot.aclose()
+        await pair.durable.aclose()
+
+
 @pytest.fixture(params=PAIRINGS)
 async def pairing(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
     async with open_pairing(request.param, tmp_path) as opened:

@@ -100,37 +100,41 @@ class OwnCluster:
         self.ports = _cluster_ports(6)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
 
+    def start_node(self, port: int) -> None:
+        """Start (or restart, on its own directory and nodes.conf) the node on ``port``."""
+        home = self.workdir / f"node-{port}"
+        home.mkdir(exist_ok=True)
+        self.procs[port] = subprocess.Popen(  # noqa: S603 -- fixed binary and arguments
+            [
+                self.server,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                # A replica that never finished its first sync may not take over:
+                # start the sync at once instead of after the default 5 s.
+                "--repl-diskless-sync-delay",
+                "0",
+                "--dir",
+                str(home),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
     def start(self) -> None:
         for port in self.ports:
-            home = self.workdir / f"node-{port}"
-            home.mkdir()
-            self.procs[port] = subprocess.Popen(  # noqa: S603 -- fixed binary and arguments
-                [
-                    self.server,
-                    "--port",
-                    str(port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "1000",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    # A replica that never finished its first sync may not take over:
-                    # start the sync at once instead of after the default 5 s.
-                    "--repl-diskless-sync-delay",
-                    "0",
-                    "--dir",
-                    str(home),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            self.start_node(port)
         deadline = time.monotonic() + STARTUP_TIMEOUT
         for port in self.ports:
             while not _ping(port):

@@ -418,31 +418,7 @@ def cluster(tmp_path: Path) -> Iterator[OwnCluster]:
 def _restart(cluster: OwnCluster, port: int) -> None:
     """Start a killed node again on its own directory and nodes.conf: it learns that its
     replica took its slots over and rejoins as that node's replica."""
-    cluster.procs[port] = subprocess.Popen(  # noqa: S603 -- fixed binary and arguments
-        [
-            cluster.server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "1000",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--repl-diskless-sync-delay",
-            "0",
-            "--dir",
-            str(cluster.workdir / f"node-{port}"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    cluster.start_node(port)
 
 
 async def _cluster_load(

@@ -12,16 +12,12 @@ composition root builds them (one server or file when both roles use the same ba
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import open_backend
-from tests.integration.conftest import Pairing, open_pairing
-from tiermem.testing import FakeClock
+from tests.integration.conftest import open_composed_pairing
 from tiermem.testing.round_trips import RoundTrips
 
 PLAIN = "ok thanks"
@@ -45,26 +41,8 @@ EXPECTED: dict[str, tuple[int, int, int]] = {
 }
 
 
-@asynccontextmanager
-async def _deployment(name: str, tmp_path: Path) -> AsyncIterator[Pairing]:
-    """The pairing as the composition root builds it: one server (one key prefix) or one
-    file for both roles when they are the same backend, so a combined append can apply."""
-    hot_name, durable_name = name.split("+")
-    if hot_name != durable_name:
-        async with open_pairing(name, tmp_path) as pairing:
-            yield pairing
-        return
-    clock = FakeClock()
-    pair = await open_backend(hot_name, clock, tmp_path)
-    try:
-        yield Pairing(name, pair.hot, pair.durable, clock)
-    finally:
-        await pair.hot.aclose()
-        await pair.durable.aclose()
-
-
 async def _count(pairing_name: str, tmp_path: Path) -> tuple[Counter[str], ...]:
-    async with _deployment(pairing_name, tmp_path) as pairing:
+    async with open_composed_pairing(pairing_name, tmp_path) as pairing:
         memory = pairing.service()
         session = await memory.session(user_id="u-round-trips")
         # Warm both paths first: scripts loaded, statements prepared, first-write work done.
@@ -107,7 +85,7 @@ async def test_a_deep_session_is_read_without_a_refresh_write(
     # The seed's table gives a standard session 45 minutes from its 10th turn. The append
     # must set that expiry itself; one set for a shallower session would make every read
     # refresh it, a write per read.
-    async with _deployment(pairing_name, tmp_path) as pairing:
+    async with open_composed_pairing(pairing_name, tmp_path) as pairing:
         memory = pairing.service()
         session = await memory.session(user_id="u-deep")
         for i in range(12):
