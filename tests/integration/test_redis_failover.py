@@ -223,10 +223,28 @@ async def _master_of_slot(port: int, slot: int) -> tuple[int, str]:
 
 
 async def _replica_of(port: int, master_id: str) -> int:
-    for node_port, fields in await _nodes(port):
-        if "slave" in fields["flags"] and fields["master_id"] == master_id:
-            return node_port
-    raise AssertionError(f"master {master_id} has no replica")
+    """The port of ``master_id``'s replica as node ``port`` sees it, waiting for gossip:
+    a replica's own link can be up before other nodes have heard that it replicates."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while True:
+        for node_port, fields in await _nodes(port):
+            if "slave" in fields["flags"] and fields["master_id"] == master_id:
+                return node_port
+        if time.monotonic() > deadline:
+            raise AssertionError(f"master {master_id} has no replica after {STARTUP_TIMEOUT}s")
+        await asyncio.sleep(0.1)
+
+
+async def _replicas_known_everywhere(ports: list[int]) -> bool:
+    """Every node's ``CLUSTER NODES`` shows each master with a replica (gossip has
+    converged: a replica's link is up before the other nodes have heard of it)."""
+    for port in ports:
+        nodes = await _nodes(port)
+        masters = {str(f["node_id"]) for _, f in nodes if "master" in f["flags"]}
+        served = {str(f["master_id"]) for _, f in nodes if "slave" in f["flags"]}
+        if len(masters) != 3 or served != masters:
+            return False
+    return True
 
 
 async def _wait_replicas_synced(ports: list[int]) -> None:
@@ -239,7 +257,7 @@ async def _wait_replicas_synced(ports: list[int]) -> None:
                 info = await client.info("replication")
             if info.get("role") == "slave":
                 links.append(info.get("master_link_status") == "up")
-        if len(links) == 3 and all(links):
+        if len(links) == 3 and all(links) and await _replicas_known_everywhere(ports):
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"replicas not in sync after {STARTUP_TIMEOUT}s: {links}")

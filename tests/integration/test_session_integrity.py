@@ -256,6 +256,47 @@ async def test_concurrent_write_behind_with_a_hot_loss_stays_gap_free(every: Pai
     assert list(view.turns) == archived[-10:]
 
 
+async def test_a_turn_written_while_a_lost_hot_session_is_renumbered_is_kept(
+    every: Pairing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deterministic form of the race above: after a hot loss, writer A's append re-creates
+    the hot session (numbered from 0, not from the archive's next index); writer B appends
+    on top of it before A rebuilds the session. B's turn must survive A's rebuild and be
+    flushed with the archive's numbering."""
+    memory = _service(every, window=10, write_policy=WritePolicy.WRITE_BEHIND, write_behind_every=5)
+    sid, user = fresh_id("s"), fresh_id("u")
+    first = await memory.session(sid, user_id=user)
+    for i in range(5):  # crosses write_behind_every: flushed
+        await first.add_turn("user", f"before {i}")
+    assert await every.durable.next_index(sid) == 5
+    a = await memory.session(sid, user_id=user)
+    b = await memory.session(sid, user_id=user)
+    await every.hot.delete(sid)
+    real_append = every.hot.append_turns
+    piled: list[int] = []
+
+    async def append_then_pile(*args: object, **kwargs: object) -> object:
+        result = await real_append(*args, **kwargs)  # type: ignore[arg-type]
+        if result.version == 1 and not piled:
+            piled.append(1)
+            await b.add_turn("user", "from b")  # lands on the re-created session
+        return result
+
+    monkeypatch.setattr(every.hot, "append_turns", append_then_pile)
+    stored = await a.add_turn("user", "from a")
+    monkeypatch.undo()
+    assert piled == [1]
+    assert stored.index == 5
+    await memory.tiers.flush(sid)
+    archived = await every.durable.get_turns(sid)
+    assert [t.text for t in archived] == [*(f"before {i}" for i in range(5)), "from a", "from b"]
+    assert [t.index for t in archived] == list(range(7))
+    assert memory.metrics.lost_turns == 0
+    view = await memory.tiers.view(sid)
+    assert view is not None
+    assert list(view.turns) == archived
+
+
 # -- 5. index documents of archived turns live as long as the turns ----------------------------
 
 

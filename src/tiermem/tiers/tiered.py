@@ -670,12 +670,62 @@ class TieredSessionStore:
             # The hot session was absent, so its numbering may not continue the archive's.
             durable_next = await self.durable.next_index(sid)
             if result.turns[0].index != durable_next:
-                await self._resync(sid)
-                return await self._append_write_behind(metadata, turns, durable_next)
+                return await self._renumber_after_loss(metadata, turns, result.turns, durable_next)
         every = self.config.write_behind_every
         if result.next_index // every != result.turns[0].index // every:
             await self.flush(sid)
         return list(result.turns)
+
+    async def _renumber_after_loss(
+        self,
+        metadata: SessionMetadata,
+        turns: Sequence[NewTurn],
+        ours: Sequence[Turn],
+        durable_next: int,
+    ) -> list[Turn]:
+        """Our write-behind append re-created a hot session the hot tier had lost, numbered
+        from where the hot tier restarted rather than where the archive stands. Writers
+        may have appended on top of it in the meantime; rebuild the hot session as the
+        durable view followed by every turn written since the re-creation (ours first),
+        renumbered to continue the archive, so none of them is dropped.
+
+        Turns another writer added in that window keep their content and order, but the
+        indexes their own append returned are the ones before renumbering."""
+        sid = metadata.session_id
+        first = ours[0].index
+        for attempt in range(CAS_ATTEMPTS):
+            snap = await self._hot(lambda: self.hot.load(sid, include_expired=True), "resync")
+            if isinstance(snap, _Bypassed):
+                return await self.durable.append_turns(
+                    sid, turns, expires_at=self.durable_expiry()
+                )
+            chain = [t for t in snap.turns if t.index >= first] if snap is not None else []
+            view = await self.durable_view(sid)
+            if view is None or snap is None or chain[: len(ours)] != list(ours):
+                # Another writer rebuilt the session meanwhile (or it is gone): ours is not
+                # in it under the old numbering, so write it again.
+                await self._resync(sid)
+                return await self._append_write_behind(metadata, turns, durable_next)
+            self.metrics.hot_resyncs += 1
+            base = view.next_index
+            moved = [t.model_copy(update={"index": base + i}) for i, t in enumerate(chain)]
+            all_turns = (*view.turns, *moved)
+            next_index = base + len(moved)
+            rebuilt = SessionView(
+                metadata=derive_metadata(view.metadata, all_turns, next_index),
+                turns=all_turns,
+                entities=view.entities,
+                state=view.state,
+                next_index=next_index,
+                expires_at=None,
+                source="durable",
+            )
+            if await self._restore(rebuilt, expected_version=snap.version):
+                return moved[: len(ours)]
+            await pause(attempt)
+        logger.warning("hot copy of session %s kept changing during renumbering", sid)
+        await self._resync(sid)
+        return await self._append_write_behind(metadata, turns, durable_next)
 
     async def flush(self, session_id: str, *, include_expired: bool = False) -> int:
         """Write-behind: copy turns the durable tier lacks from the hot tier. Returns how many.
