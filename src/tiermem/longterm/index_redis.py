@@ -49,7 +49,9 @@ the user must be purged and reindexed (a design limit: ~4 billion writes to one 
 
 Concurrency. Every write is one Lua script (atomic on the server): an upsert first removes
 the named documents' former versions, then APPENDs each new posting to its two strings
-(O(1) per posting); several processes indexing the same user interleave whole scripts, so
+(O(1) per posting; the postings of several documents of one script that share a list go
+in one APPEND, and each hash and the statistics are written once per script, not once per
+document); several processes indexing the same user interleave whole scripts, so
 the lists stay parallel and sorted. Removal (delete, replace, expiry, purge) finds each
 number by binary search and overwrites its value with zeros in place (``SETRANGE``, a
 tombstone, counted in ``ix2:dead``); a list is rewritten without its tombstones once a

@@ -178,37 +178,56 @@ local function cut(kind, term, nums, top)
   end
 end
 
+-- Call redis.call(cmd, key, <a chunk of values>) for `values` in chunks (unpack's limit).
+local CHUNK = 500
+local function chunked(cmd, key, values)
+  for from = 1, #values, CHUNK do
+    redis.call(cmd, key, unpack(values, from, math.min(from + CHUNK - 1, #values)))
+  end
+end
+
 -- Remove documents (from both layouts); each posting list is rewritten once. Answers how
--- many were in this layout.
+-- many were in this layout. One HMGET finds them, and each hash is cleaned in one command.
 local function unindex(ids)
   local lists, order, removed = {}, {}, 0
-  for _, id in ipairs(ids) do
-    if legacy then legacy_drop(id) end
-    local meta = redis.call('HGET', KEYS[1], id)
-    if meta then
-      local kind, len, num = string.match(meta, '^(%a)[^|]*|(%d+)|(%d+)$')
-      num = tonumber(num)
-      local terms = redis.call('HGET', KEYS[2], id)
-      if terms then
-        for term in string.gmatch(terms, '%S+') do
-          local key = kind .. term
-          local list = lists[key]
-          if not list then
-            list = {}
-            lists[key] = list
-            order[#order + 1] = key
+  local seen, dropped, numbers, total = {}, {}, {}, 0
+  for from = 1, #ids, CHUNK do
+    local chunk = {unpack(ids, from, math.min(from + CHUNK - 1, #ids))}
+    local metas = redis.call('HMGET', KEYS[1], unpack(chunk))
+    for j, id in ipairs(chunk) do
+      if legacy then legacy_drop(id) end
+      local meta = metas[j]
+      if meta and not seen[id] then
+        seen[id] = true
+        local kind, len, num = string.match(meta, '^(%a)[^|]*|(%d+)|(%d+)$')
+        num = tonumber(num)
+        local terms = redis.call('HGET', KEYS[2], id)
+        if terms then
+          for term in string.gmatch(terms, '%S+') do
+            local key = kind .. term
+            local list = lists[key]
+            if not list then
+              list = {}
+              lists[key] = list
+              order[#order + 1] = key
+            end
+            list[#list + 1] = num
           end
-          list[#list + 1] = num
         end
+        dropped[#dropped + 1] = id
+        numbers[#numbers + 1] = string.format('%d', num)
+        total = total + tonumber(len)
+        removed = removed + 1
       end
-      redis.call('HDEL', KEYS[1], id)
-      redis.call('HDEL', KEYS[2], id)
-      redis.call('HDEL', IDS, string.format('%d', num))
-      redis.call('ZREM', KEYS[4], id)
-      redis.call('HINCRBY', KEYS[3], 'n', -1)
-      redis.call('HINCRBY', KEYS[3], 'len', -tonumber(len))
-      removed = removed + 1
     end
+  end
+  if removed > 0 then
+    chunked('HDEL', KEYS[1], dropped)
+    chunked('HDEL', KEYS[2], dropped)
+    chunked('HDEL', IDS, numbers)
+    chunked('ZREM', KEYS[4], dropped)
+    redis.call('HINCRBY', KEYS[3], 'n', -removed)
+    redis.call('HINCRBY', KEYS[3], 'len', -total)
   end
   if #order > 0 then
     local top = tonumber(redis.call('HGET', KEYS[3], 'next') or '0')
@@ -251,6 +270,62 @@ local function add(id, kind, len, exp, tfs)
   redis.call('HINCRBY', KEYS[3], 'len', len)
 end
 
+-- Index the documents `docs` under new numbers, in order: each {doc_id, kind, length,
+-- expires_at or false, where its term, tf pairs start in ARGV, how many}. What `add`
+-- does for one, batched: one HINCRBY gives every number, a list that several of the
+-- documents share gets their postings in one APPEND (numbers ascending), and each hash
+-- is written in one command.
+local function add_many(docs)
+  if #docs == 0 then return end
+  local num = redis.call('HINCRBY', KEYS[3], 'next', #docs) - #docs
+  local lists, order = {}, {}
+  local dfields, tfields, ifields, zargs, total = {}, {}, {}, {}, 0
+  for _, d in ipairs(docs) do
+    num = num + 1
+    local id, kind, len = d[1], d[2], d[3]
+    local k = string.sub(kind, 1, 1)
+    local packed = struct.pack('<I4', num)
+    local terms = {}
+    for j = d[5], d[5] + 2 * d[6] - 1, 2 do
+      local term = ARGV[j]
+      local key = k .. term
+      local list = lists[key]
+      if not list then
+        list = {{}, {}}
+        lists[key] = list
+        order[#order + 1] = key
+      end
+      list[1][#list[1] + 1] = packed
+      list[2][#list[2] + 1] = struct.pack('<I8', len * SHIFT + tonumber(ARGV[j + 1]))
+      terms[#terms + 1] = term
+    end
+    local number = string.format('%d', num)
+    dfields[#dfields + 1] = id
+    dfields[#dfields + 1] = kind .. '|' .. string.format('%d', len) .. '|' .. number
+    tfields[#tfields + 1] = id
+    tfields[#tfields + 1] = table.concat(terms, ' ')
+    ifields[#ifields + 1] = number
+    ifields[#ifields + 1] = k .. id
+    if d[4] then
+      zargs[#zargs + 1] = d[4]
+      zargs[#zargs + 1] = id
+    end
+    total = total + len
+  end
+  for _, key in ipairs(order) do
+    local list, prefix = lists[key], base .. string.sub(key, 1, 1)
+    local term = string.sub(key, 2)
+    redis.call('APPEND', prefix .. ':n=' .. term, table.concat(list[1]))
+    redis.call('APPEND', prefix .. ':v=' .. term, table.concat(list[2]))
+  end
+  chunked('HSET', KEYS[1], dfields)
+  chunked('HSET', KEYS[2], tfields)
+  chunked('HSET', IDS, ifields)
+  if #zargs > 0 then chunked('ZADD', KEYS[4], zargs) end
+  redis.call('HINCRBY', KEYS[3], 'n', #docs)
+  redis.call('HINCRBY', KEYS[3], 'len', total)
+end
+
 -- A user with no document keeps no statistics (numbers and epoch start again).
 local function tidy()
   if tonumber(redis.call('HGET', KEYS[3], 'n') or '0') <= 0 then
@@ -276,29 +351,19 @@ INDEX_UPSERT = LuaScript(
 -- number of terms, then term, tf pairs. A document whose expiry has passed only drops its
 -- old version.
 local now = tonumber(ARGV[1])
-local ids, adds, i = {}, 0, 4
+local ids, docs, i = {}, {}, 4
 while i <= #ARGV do
+  local n, exp = tonumber(ARGV[i + 4]), ARGV[i + 3]
   ids[#ids + 1] = ARGV[i]
-  if ARGV[i + 3] == '' or tonumber(ARGV[i + 3]) > now then adds = adds + 1 end
-  i = i + 5 + 2 * tonumber(ARGV[i + 4])
-end
-check_numbers(adds)
-redis.call('HSETNX', KEYS[3], 'epoch', ARGV[3])
-unindex(ids)
-i = 4
-while i <= #ARGV do
-  local id, kind, len, exp, n =
-    ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], tonumber(ARGV[i + 4])
   if exp == '' or tonumber(exp) > now then
-    local tfs = {}
-    for j = 0, n - 1 do
-      tfs[#tfs + 1] = ARGV[i + 5 + 2 * j]
-      tfs[#tfs + 1] = tonumber(ARGV[i + 6 + 2 * j])
-    end
-    add(id, kind, len, exp ~= '' and exp, tfs)
+    docs[#docs + 1] = {ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), exp ~= '' and exp, i + 5, n}
   end
   i = i + 5 + 2 * n
 end
+check_numbers(#docs)
+redis.call('HSETNX', KEYS[3], 'epoch', ARGV[3])
+unindex(ids)
+add_many(docs)
 collect(ARGV[1], tonumber(ARGV[2]))
 tidy()
 return 'ok'

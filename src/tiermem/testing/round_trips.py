@@ -4,7 +4,8 @@ store's worker thread, for the round-trip tests and ``bench/turns.py``.
 :class:`RoundTrips` wraps the clients at their one door while it is active:
 
 * redis-py: ``Redis.execute_command`` (a command, a script call) and ``Pipeline.execute``
-  (a whole pipeline or transaction is one round trip);
+  (a whole pipeline or transaction is one round trip), and the Redis stores' own
+  ``DirectLane.roundtrip`` (one command, or several sent at once);
 * aiobotocore: ``AioBaseClient._make_api_call`` (one DynamoDB request);
 * SQLite: ``SQLiteDatabase.read`` / ``write`` (one hand-off to the store's thread; group
   commit may share its transaction with other callers').
@@ -90,6 +91,17 @@ class RoundTrips:
             )
             stack.enter_context(
                 contextmanager(self._wrap)(Pipeline, "execute", _always("redis_pipeline"))
+            )
+            # The Redis stores' direct lane (standalone clients): one packed send of
+            # ``count`` commands, labelled as redis-py's own door would be.
+            from tiermem.store.backends.redis_scripts import DirectLane
+
+            stack.enter_context(
+                contextmanager(self._wrap)(
+                    DirectLane,
+                    "roundtrip",
+                    lambda a: "redis" if a[2] == 1 else "redis_pipeline",
+                )
             )
             yield
 

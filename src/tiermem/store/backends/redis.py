@@ -53,8 +53,10 @@ All times are microseconds since the epoch from the store's injected clock, pass
 as arguments (never the server's TIME), so ``expires_at`` round-trips exactly and a fake
 clock governs expiry. No request path uses KEYS or SCAN.
 
-Round trips per call (once a script is in the server's cache; a NOSCRIPT costs one
-SCRIPT LOAD and a resend). Counted by ``tests/integration/test_redis_specific.py``:
+Round trips per call (once a script is in the server's cache; a NOSCRIPT costs a SCRIPT
+LOAD and a resend: one more round trip for a lone script call on a standalone client,
+which sends both together, two otherwise). Counted by
+``tests/integration/test_redis_specific.py``:
 
 * 1 (one EVALSHA): hot ``append_turns`` (with its entity change, when it has one),
   ``put_metadata``, ``update_entities``, ``put_state``, ``copy_state``, ``touch``, while the
@@ -81,6 +83,13 @@ SCRIPT LOAD and a resend). Counted by ``tests/integration/test_redis_specific.py
 
 With ``WAIT`` on (see "Replication and WAIT"), a durable append, ``append_through`` and
 ``put_record`` stay one round trip: WAIT goes in the same pipeline as the script.
+
+Client CPU. On a standalone client (the ones :func:`client_from_url` builds), every
+command, script call and pipeline of the stores and of the Redis search index goes
+through :class:`~tiermem.store.backends.redis_scripts.DirectLane`: packed by hiredis in
+one piece and sent on a pooled connection kept by the lane, without redis-py's
+per-command machinery (about half the client CPU of a call; see the class). A cluster
+client keeps redis-py's own path.
 
 Retried writes. Every durable append (alone or in ``append_through``) carries a write id
 the store makes for the call; the script records the last few in the session header and

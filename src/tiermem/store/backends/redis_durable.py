@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Self
 
@@ -387,6 +388,7 @@ class RedisDurableStore(RedisStoreBase):
     ) -> None:
         super().__init__(client, clock=clock, keys=RedisKeys(prefix), gc_grace=gc_grace)
         self._wait = replica_wait
+        self._decoded = DecodedTurns()
 
     @classmethod
     def from_url(
@@ -513,7 +515,7 @@ class RedisDurableStore(RedisStoreBase):
         raws = await self._io.execute(
             "LRANGE", self._keys.archive(session_id), start, -1 if end is None else end - 1
         )
-        return live_turns(raws, self._now_us(), session_id)
+        return live_turns(raws, self._now_us(), session_id, self._decoded)
 
     @redis_boundary
     async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
@@ -525,7 +527,7 @@ class RedisDurableStore(RedisStoreBase):
         raws = await self._io.call(
             ARCHIVE_TAIL, [self._keys.archive(session_id)], [self._now_us(), count]
         )
-        return decode_turns(
+        return self._decoded.decode(
             (split_frame(raw, 1)[1] for raw in reversed(raws)), session_id=session_id
         )
 
@@ -878,13 +880,52 @@ class RedisDurableStore(RedisStoreBase):
         )
 
 
-def live_turns(raws: Sequence[bytes], now_us: int, session_id: str) -> list[Turn]:
+class DecodedTurns:
+    """The turns decoded from recently read archive payloads, by payload (a bounded LRU).
+
+    Why: the summaries re-read a session's recent turns from the archive on most turns
+    (``get_turns``), and validating each stored JSON turn again was the largest decoding
+    cost of a Redis durable tier's turn path. A payload is the stored JSON itself, so the
+    same bytes always decode to the same turn; a redacted or rewritten turn has other bytes
+    and is decoded afresh. Turns are frozen models, shared as the hot store's snapshots
+    share theirs. Expiry is checked on the frame before the cache is asked.
+    """
+
+    def __init__(self, size: int = 2048) -> None:
+        self._size = size
+        self._turns: OrderedDict[bytes, Turn] = OrderedDict()
+
+    def decode(self, payloads: Iterable[bytes], *, session_id: str) -> list[Turn]:
+        """As :func:`~tiermem.store.codec.decode_turns` (an undecodable payload is skipped
+        and logged), answering the payloads seen lately from the cache."""
+        turns: list[Turn] = []
+        cache = self._turns
+        for payload in payloads:
+            turn = cache.get(payload)
+            if turn is not None:
+                cache.move_to_end(payload)
+                turns.append(turn)
+                continue
+            decoded = decode_turns((payload,), session_id=session_id)
+            if decoded:
+                cache[payload] = decoded[0]
+                if len(cache) > self._size:
+                    cache.popitem(last=False)
+                turns.append(decoded[0])
+        return turns
+
+
+def live_turns(
+    raws: Sequence[bytes], now_us: int, session_id: str, decoded: DecodedTurns | None = None
+) -> list[Turn]:
     """The live turns of archive frames; an undecodable one is skipped and logged."""
     frames = [split_frame(raw, 1) for raw in raws]
-    return decode_turns(
-        (payload for expires_us, payload in frames if not expires_us or int(expires_us) > now_us),
-        session_id=session_id,
+    payloads = (
+        payload for expires_us, payload in frames if not expires_us or int(expires_us) > now_us
     )
+    if decoded is not None:
+        return decoded.decode(payloads, session_id=session_id)
+    return decode_turns(payloads, session_id=session_id)
 
 
 def _live_turn(raw: bytes, now_us: int) -> Turn | None:

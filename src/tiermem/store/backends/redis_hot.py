@@ -440,6 +440,9 @@ class RedisHotStore(RedisStoreBase):
         self._grace_us = gc_grace // timedelta(microseconds=1)
         self._snapshots = SnapshotCache(snapshot_cache)
         self._marks: dict[str, int] = {}
+        self._through: DurableStore | None = None
+        """The last durable store :meth:`can_append_through` accepted (a store's client
+        and prefix never change, so the answer for it is kept: asked twice a turn)."""
         """Session → the expiry this process last wrote to its activity entry."""
 
     @classmethod
@@ -646,11 +649,16 @@ class RedisHotStore(RedisStoreBase):
     def can_append_through(self, durable: DurableStore) -> bool:
         """True for a :class:`RedisDurableStore` on the same server and key prefix (so a
         session's hot and durable keys share one hash tag, hence one cluster slot)."""
-        return (
+        if durable is self._through:
+            return True
+        if (
             isinstance(durable, RedisDurableStore)
             and durable.keys.prefix == self._keys.prefix
             and same_server(durable.client, self.client)
-        )
+        ):
+            self._through = durable
+            return True
+        return False
 
     @redis_boundary
     async def append_through(
