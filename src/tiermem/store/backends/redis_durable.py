@@ -880,6 +880,11 @@ class RedisDurableStore(RedisStoreBase):
         )
 
 
+DECODED_TURNS_MAX_BYTES = 8 * 1024 * 1024
+"""Payload bytes a durable store's :class:`DecodedTurns` keeps at most (the decoded turns
+take about as much again)."""
+
+
 class DecodedTurns:
     """The turns decoded from recently read archive payloads, by payload (a bounded LRU).
 
@@ -889,11 +894,23 @@ class DecodedTurns:
     same bytes always decode to the same turn; a redacted or rewritten turn has other bytes
     and is decoded afresh. Turns are frozen models, shared as the hot store's snapshots
     share theirs. Expiry is checked on the frame before the cache is asked.
+
+    Bounded by count and by payload bytes (a turn may be 1 MiB, so 2048 of them alone could
+    hold 2 GiB, plus their decoded copies); a payload larger than a sixteenth of
+    ``max_bytes`` is decoded every time and never kept.
     """
 
-    def __init__(self, size: int = 2048) -> None:
+    def __init__(self, size: int = 2048, *, max_bytes: int = DECODED_TURNS_MAX_BYTES) -> None:
         self._size = size
+        self._max_bytes = max_bytes
+        self._largest = max_bytes // 16
+        self._held = 0
         self._turns: OrderedDict[bytes, Turn] = OrderedDict()
+
+    @property
+    def held_bytes(self) -> int:
+        """Payload bytes the cache holds now (for tests and metrics)."""
+        return self._held
 
     def decode(self, payloads: Iterable[bytes], *, session_id: str) -> list[Turn]:
         """As :func:`~tiermem.store.codec.decode_turns` (an undecodable payload is skipped
@@ -908,9 +925,11 @@ class DecodedTurns:
                 continue
             decoded = decode_turns((payload,), session_id=session_id)
             if decoded:
-                cache[payload] = decoded[0]
-                if len(cache) > self._size:
-                    cache.popitem(last=False)
+                if len(payload) <= self._largest:
+                    cache[payload] = decoded[0]
+                    self._held += len(payload)
+                    while len(cache) > self._size or self._held > self._max_bytes:
+                        self._held -= len(cache.popitem(last=False)[0])
                 turns.append(decoded[0])
         return turns
 

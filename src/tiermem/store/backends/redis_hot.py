@@ -440,10 +440,10 @@ class RedisHotStore(RedisStoreBase):
         self._grace_us = gc_grace // timedelta(microseconds=1)
         self._snapshots = SnapshotCache(snapshot_cache)
         self._marks: dict[str, int] = {}
+        """Session → the expiry this process last wrote to its activity entry."""
         self._through: DurableStore | None = None
         """The last durable store :meth:`can_append_through` accepted (a store's client
         and prefix never change, so the answer for it is kept: asked twice a turn)."""
-        """Session → the expiry this process last wrote to its activity entry."""
 
     @classmethod
     def from_url(

@@ -32,7 +32,6 @@ import itertools
 import logging
 import os
 import traceback
-import weakref
 import zlib
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
@@ -614,9 +613,14 @@ class DirectLane:
         if retry is not None and retry.get_retries() > 0:
             return None
         pool = client.connection_pool
-        lane = _LANES.get(pool)
-        if lane is None:
-            lane = _LANES[pool] = cls(pool, client.response_callbacks)
+        lane = getattr(pool, _LANE_ATTRIBUTE, None)
+        if not isinstance(lane, DirectLane):
+            lane = cls(pool, client.response_callbacks)
+            # Kept on the pool, not in a module-level registry: the lane's idle connections
+            # reference the pool (redis-py's maintenance handler), so a registry keyed by
+            # the pool, even weakly, kept every pool ever built and their sockets alive.
+            # pool <-> lane is a cycle the garbage collector frees with the client.
+            setattr(pool, _LANE_ATTRIBUTE, lane)
         return lane
 
     @property
@@ -625,9 +629,12 @@ class DirectLane:
         return len(self._idle)
 
     def takes(self, name: Arg) -> bool:
-        """Whether redis-py would return the reply of command ``name`` unchanged."""
-        text = name.decode() if isinstance(name, bytes) else str(name)
-        return text.upper() not in self._callbacks
+        """Whether redis-py would return the reply of command ``name`` unchanged, and
+        would send it as the lane does: redis-py splits a name such as ``"OBJECT
+        ENCODING"`` into two arguments, hiredis would send it as one (an unknown command)."""
+        if not isinstance(name, str):
+            return False  # tiermem names commands with str; anything else: redis-py's path
+        return " " not in name and name.upper() not in self._callbacks
 
     async def roundtrip(self, packed: bytes, count: int) -> list[Any]:
         """Send ``count`` packed commands at once and read their replies (an error reply
@@ -668,7 +675,8 @@ class DirectLane:
             self._waiting -= 1
 
 
-_LANES: weakref.WeakKeyDictionary[ConnectionPool, DirectLane] = weakref.WeakKeyDictionary()
+_LANE_ATTRIBUTE = "_tiermem_direct_lane"
+"""The attribute of a redis-py pool that holds its :class:`DirectLane`."""
 
 
 _STOCK_SEND = AbstractConnection.send_packed_command
