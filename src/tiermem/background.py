@@ -94,16 +94,24 @@ class _Lane:
     """One worker's queue: bounded, and writers waiting for room are let in first come,
     first served. (``asyncio.Queue`` is not fair when a batch frees many slots at once:
     a writer already running may take them all while those just woken wait again at the
-    back of the line.)"""
+    back of the line.) One worker reads it, so a deque and one waiting getter do what
+    ``asyncio.Queue`` does, without its task accounting on every turn's entry."""
 
     def __init__(self, bound: int) -> None:
-        self.queue: asyncio.Queue[_Entry | None] = asyncio.Queue()  # the bound is ours
+        self._entries: deque[_Entry | None] = deque()
+        self._getter: asyncio.Future[None] | None = None  # the worker, waiting for an entry
         self._bound = bound
         self._line: deque[asyncio.Future[None]] = deque()
         self._admitted = 0  # writers let in that have not put their entry yet
 
+    def qsize(self) -> int:
+        return len(self._entries)
+
+    def empty(self) -> bool:
+        return not self._entries
+
     def _room(self) -> int:
-        return self._bound - self.queue.qsize() - self._admitted
+        return self._bound - len(self._entries) - self._admitted
 
     async def put(self, entry: _Entry) -> None:
         if self._line or self._room() <= 0:
@@ -119,7 +127,31 @@ class _Lane:
                     self.admit()
                 raise
             self._admitted -= 1
-        self.queue.put_nowait(entry)
+        self.put_nowait(entry)
+
+    def put_nowait(self, entry: _Entry | None) -> None:
+        """Append an entry (no bound: :meth:`put` checked it; None stops the worker)."""
+        self._entries.append(entry)
+        getter = self._getter
+        if getter is not None:
+            self._getter = None
+            if not getter.done():
+                getter.set_result(None)
+
+    async def get(self) -> _Entry | None:
+        """The next entry, waiting for one if the lane is empty."""
+        while not self._entries:
+            getter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._getter = getter
+            try:
+                await getter
+            finally:
+                if self._getter is getter:
+                    self._getter = None
+        return self._entries.popleft()
+
+    def get_nowait(self) -> _Entry | None:
+        return self._entries.popleft()
 
     def admit(self) -> int:
         """Let in as many waiting writers as there is room for; returns how many."""
@@ -157,7 +189,7 @@ class BackgroundWork:
     @property
     def queued(self) -> int:
         """Jobs waiting in the queues (at most ``max_pending``)."""
-        return sum(lane.queue.qsize() for lane in self._lanes)
+        return sum(lane.qsize() for lane in self._lanes)
 
     @property
     def failures(self) -> int:
@@ -200,17 +232,22 @@ class BackgroundWork:
         return entry.done
 
     def _track(self, entry: _Entry) -> None:
-        """List an entry's future for the scoped waits."""
+        """List an entry's future for the scoped waits (unrolled: once per turn)."""
         done = entry.done
-        for by, key in ((self._by_user, entry.user_id), (self._by_session, entry.session_id)):
-            futures = by.get(key)
-            if futures is None:
-                by[key] = {done}
-            else:
-                futures.add(done)
+        futures = self._by_user.get(entry.user_id)
+        if futures is None:
+            self._by_user[entry.user_id] = {done}
+        else:
+            futures.add(done)
+        futures = self._by_session.get(entry.session_id)
+        if futures is None:
+            self._by_session[entry.session_id] = {done}
+        else:
+            futures.add(done)
 
     async def _put(self, entry: _Entry) -> asyncio.Future[None]:
-        self._start()
+        if not self._tasks:
+            self._start()
         self._track(entry)
         done = entry.done
         try:
@@ -225,23 +262,25 @@ class BackgroundWork:
         """Drop a settled entry from the scoped waits (called where it is settled: a done
         callback per entry would cost a loop callback on every turn)."""
         done = entry.done
-        for by, key in ((self._by_user, entry.user_id), (self._by_session, entry.session_id)):
-            futures = by.get(key)
-            if futures is not None:
-                futures.discard(done)
-                if not futures:
-                    del by[key]
+        futures = self._by_user.get(entry.user_id)
+        if futures is not None:
+            futures.discard(done)
+            if not futures:
+                del self._by_user[entry.user_id]
+        futures = self._by_session.get(entry.session_id)
+        if futures is not None:
+            futures.discard(done)
+            if not futures:
+                del self._by_session[entry.session_id]
 
     async def _run(self, lane: _Lane) -> None:
-        queue = lane.queue
         carried: list[_Entry | None] = []  # taken while collecting a batch, runs next
         while True:
             entry: _Entry | None
             if carried:
                 entry = carried.pop()
             else:
-                entry = await queue.get()
-                queue.task_done()
+                entry = await lane.get()
                 if lane.admit():
                     # A writer waited for the slot just freed: let it run now, not after
                     # the whole queue (jobs that never suspend would drain it in one go,
@@ -257,14 +296,13 @@ class BackgroundWork:
             entries = [entry]
             lingered = batch.linger <= 0
             while len(entries) < batch.max_items:
-                if queue.empty():
+                if lane.empty():
                     if lingered:
                         break
                     lingered = True
                     await self._linger(batch.linger)
                     continue
-                following = queue.get_nowait()
-                queue.task_done()
+                following = lane.get_nowait()
                 lane.admit()
                 if following is None or following.batch is not batch:
                     carried.append(following)
@@ -362,7 +400,7 @@ class BackgroundWork:
             await self.drain()
         finally:
             for lane in self._lanes:
-                lane.queue.put_nowait(None)
+                lane.put_nowait(None)
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._tasks.clear()
             self._lanes.clear()

@@ -90,6 +90,14 @@ class TurnInput(FrozenModel):
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 
+_PLAIN_TURN: dict[str, Any] = {
+    name: field.get_default(call_default_factory=True)
+    for name, field in TurnInput.model_fields.items()
+    if name not in ("role", "content")
+}
+"""A :class:`TurnInput`'s defaults (``metadata`` gets a dict of its own per turn)."""
+
+
 class SessionStats(FrozenModel):
     session_id: str
     turn_count: int
@@ -171,10 +179,18 @@ class Session:
         Raises:
             ValidationError: bad content, role or key.
         """
-        try:
-            item = TurnInput(role=role, content=content, **options)
-        except PydanticValidationError as exc:
-            raise invalid_turn(exc) from exc
+        if not options and type(role) is str:
+            # What validation would build (a str role, any content: the blocks are checked
+            # when the turn is analysed), without it: this is every plain turn's path.
+            item = TurnInput.trusted(
+                {"role": role, "content": content, **_PLAIN_TURN, "metadata": {}},
+                {"role", "content"},
+            )
+        else:
+            try:
+                item = TurnInput(role=role, content=content, **options)
+            except PydanticValidationError as exc:
+                raise invalid_turn(exc) from exc
         turns = await self.add_turns([item], idempotency_key=idempotency_key)
         if not turns:
             raise NotFoundError(
@@ -236,16 +252,18 @@ class Session:
         await self._queue_summary(stored)
         return stored
 
-    def _index_docs(
-        self, turns: Sequence[Turn], analyses: Sequence[TurnAnalysis | None]
-    ) -> list[IndexedDoc]:
-        """The recall documents of archived turns (BM25), from the text each turn's
-        analysis normalised (its terms too, for a large turn: counted in the worker
-        thread)."""
-        terms = [
-            None if a is None else (a.terms if a.terms is not None else doc_terms(a.text))
-            for a in analyses
-        ]
+    def _index_docs(self, appends: Sequence[_AfterAppend]) -> list[IndexedDoc]:
+        """The recall documents of this session's archived turns of ``appends`` (BM25),
+        from the text each turn's analysis normalised (its terms too, for a large turn:
+        counted in the worker thread); one call for all of them."""
+        turns: list[Turn] = []
+        terms: list[Mapping[str, int] | None] = []
+        for append in appends:
+            turns += append.turns
+            terms += [
+                None if a is None else (a.terms if a.terms is not None else doc_terms(a.text))
+                for a in append.analyses
+            ]
         return turn_docs(
             self.user_id, self.id, turns, expires_at=self._tiers.durable_expiry(), terms=terms
         )
@@ -321,13 +339,16 @@ class Session:
                 current = changed.get(entity.kind) or held.get(entity.kind)
                 if current is None or current.value != entity.value:
                     now = now or self._service.clock.now()
-                    changed[entity.kind] = ActiveEntity.model_construct(
-                        kind=entity.kind,
-                        value=entity.value,
-                        turn_index=first + position,
-                        updated_at=now,
+                    # Validated values (the extractor's entity, the clock's aware time).
+                    changed[entity.kind] = ActiveEntity.trusted(
+                        {
+                            "kind": entity.kind,
+                            "value": entity.value,
+                            "turn_index": first + position,
+                            "updated_at": now,
+                        }
                     )
-        return EntityChange.model_construct(upsert=changed, remove=()) if changed else None
+        return EntityChange.trusted({"upsert": changed, "remove": ()}) if changed else None
 
     async def view(self) -> SessionView:
         """The session now: hot window, metadata, entities, state (reloads on a hot miss)."""
@@ -645,13 +666,17 @@ async def _after_appends(items: list[_AfterAppend]) -> None:
     for memory, indexed in by_memory.values():
         docs: list[IndexedDoc] = []
         built: list[_AfterAppend] = []
-        for item in indexed:
+        by_session: dict[int, list[_AfterAppend]] = {}
+        for item in indexed:  # a session's appends in one call (in order)
+            by_session.setdefault(id(item.session), []).append(item)
+        for appends in by_session.values():
             try:
-                docs += item.session._index_docs(item.turns, item.analyses)
-            except TierMemError as exc:  # this append's turns only; the others go on
-                _index_failed(item, exc)
+                docs += appends[0].session._index_docs(appends)
+            except TierMemError as exc:  # this session's turns only; the others go on
+                for item in appends:
+                    _index_failed(item, exc)
             else:
-                built.append(item)
+                built += appends
         try:
             await memory.index_docs(docs)
         except TierMemError as exc:

@@ -270,6 +270,35 @@ JA_SENTIMENT = {"大好き": "loves", "好き": "likes", "大嫌い": "hates", "
 CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff]")
 
 
+# What a sentence must hold for any rule to draft a memory from it: every gate's strings,
+# and a literal that each ungated drafting pattern needs (in the form it reads; folded
+# English, normal Japanese, which folding leaves as it is). A turn that holds none of them
+# (most do not) skips the rules. Keep it complete when adding a rule:
+# tests/longterm/test_detect_triggers.py checks it against the engine without the gate.
+_UNGATED_TRIGGERS = (
+    "remember", "mind", "forget",  # EN_REMEMBER ("keep in mind", "don't forget")
+    "call",  # EN_CALL_ME
+    "meant", "what",  # EN_STRONG_CORRECTION ("i meant", "that's not what i said")
+    "no", "nah", "sorry", "oops", "wait", "actually",  # EN_WEAK_CORRECTION ("nope" too)
+    "いいえ", "いや", "違", "ちが",  # JA_WEAK_CORRECTION
+)  # fmt: skip
+DRAFTING_GATES = (
+    EN_NAME, EN_FAVORITE, EN_PREFER, EN_NEG_LIKE, EN_HATE, EN_FAN, EN_LIKE,
+    JA_REMEMBER, JA_CALL_ME, JA_FAVORITE, JA_NAME, JA_PREFER, JA_NEG_LIKE, JA_DISLIKE,
+    JA_LIKE, JA_CONTRAST,
+)  # fmt: skip
+"""The gated patterns that can draft a memory (the detector's; not the slot rules')."""
+DRAFT_TRIGGERS = re.compile(
+    "|".join(
+        map(
+            re.escape,
+            dict.fromkeys([*_UNGATED_TRIGGERS, *(s for g in DRAFTING_GATES for s in g.requires)]),
+        )
+    )
+)
+"""Found in a turn's folded text whenever some rule can draft a memory from it."""
+
+
 # Small patterns and lists of the engine's clean-up steps.
 JA_QUESTION_ENDS = ("か", "かな", "かしら", "の")
 QUESTION_MARKS = ("?", "？")

@@ -310,6 +310,12 @@ class RuleMemoryDetector:
             content = command.group("x").strip()
             return (self._explicit(content, "command"),) if content else ()
         said = turn.said
+        if rules.DRAFT_TRIGGERS.search(said.folded) is None:
+            return ()  # no rule can match: "Hello!", "ok thanks", most questions
+        return self._sentences(said)
+
+    def _sentences(self, said: TextView) -> tuple[DetectedMemory, ...]:
+        """The drafts of every sentence of ``said``: the rules, without the trigger gate."""
         found: list[DetectedMemory] = []
         for start, end in sentence_spans(said.normal):
             found.extend(self._sentence(said.slice(start, end)))

@@ -104,8 +104,10 @@ def check_search_args(user_id: str, kinds: Collection[str], limit: int) -> None:
 
 def check_docs(docs: Sequence[IndexedDoc]) -> None:
     """Validate the ids of documents before any of them is written."""
+    checked: str | None = None  # a batch is mostly one user's documents: check each user id once
     for doc in docs:
-        validate_id(doc.user_id, what="user_id")
+        if doc.user_id != checked:
+            checked = validate_id(doc.user_id, what="user_id")
         validate_id(doc.doc_id, what="doc_id")
 
 
@@ -168,19 +170,15 @@ class _UserIndex:
             self.matrix_cache.clear()
 
     def add(self, doc: IndexedDoc) -> None:
-        self.remove(doc.doc_id)
+        doc_id = doc.doc_id
+        if doc_id in self.docs:  # a rewrite (most writes are new documents)
+            self.remove(doc_id)
         counts = terms_of(doc)
         vector = unit_vector(doc.embedding) if doc.embedding else None
         length = sum(counts.values())
-        doc_id = doc.doc_id
-        self.docs[doc_id] = _Doc(
-            kind=doc.kind,
-            length=length,
-            terms=tuple(counts),
-            vector=vector,
-            expires_at=doc.expires_at,
-        )
-        if doc.expires_at is not None:
+        expires_at = doc.expires_at
+        self.docs[doc_id] = _Doc(doc.kind, length, tuple(counts), vector, expires_at)
+        if expires_at is not None:
             self.expiring += 1
         self.total_length += length
         packed = length * POSTING_SHIFT

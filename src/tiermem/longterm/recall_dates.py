@@ -92,6 +92,9 @@ _GATE_REGEXES = tuple(re.compile("|".join(map(re.escape, gate))) for gate in _GA
 _GATED_PATTERNS = tuple(
     (kind, pattern, _GATE_LIST.index(_GATES[kind])) for kind, pattern in _PATTERNS
 )
+# Every gate's strings at once: a text that holds none of them opens no gate (one search
+# rules out a dateless turn, the usual one).
+_ANY_GATE = re.compile("|".join(map(re.escape, dict.fromkeys(s for g in _GATE_LIST for s in g))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +194,10 @@ def _resolve(kind: str, match: re.Match[str], anchor: date) -> DateMention | Non
 def find_date_mentions(text: str, anchor: date | datetime) -> list[DateMention]:
     """The dates ``text`` mentions, resolved against ``anchor`` (the day it was said), in
     order of appearance; overlapping phrases count once (the longest pattern first)."""
-    day = anchor.date() if isinstance(anchor, datetime) else anchor
     lowered = text.casefold()
+    if _ANY_GATE.search(lowered) is None:
+        return []
+    day = anchor.date() if isinstance(anchor, datetime) else anchor
     taken: list[tuple[int, int]] = []
     found: list[tuple[int, DateMention]] = []
     gates = [gate.search(lowered) is not None for gate in _GATE_REGEXES]
@@ -231,7 +236,10 @@ def turn_date_terms(text: str, at: datetime) -> list[str]:
     """Index terms of a turn said at ``at``: its own day, week and month, and those of the
     dates it mentions (relative ones resolved against ``at``). Distinct, in order."""
     terms = list(_day_week_month(at.date()))
-    for mention in find_date_mentions(text, at):
+    mentions = find_date_mentions(text, at)
+    if not mentions:
+        return terms  # the day, week and month terms differ by their prefixes
+    for mention in mentions:
         terms.extend(_terms(mention, widen=True))
     return list(dict.fromkeys(terms))
 

@@ -81,6 +81,10 @@ _CJK = (
 _TOKEN = re.compile(f"([{_CJK}]+)|([^\\W_{_CJK}]+)")
 _GAP = re.compile(f"[^\\w{_CJK}]|_")  # never inside a token: where a long text may be cut
 _CHUNK_CHARS = 8_192
+_ASCII_WORD = re.compile(r"[a-z0-9]+")  # _TOKEN's words in casefolded ASCII text
+_TERMS: dict[str, str] = {}
+_MAX_MEMO_TERMS = 65_536
+_MAX_MEMO_CHARS = 32
 
 
 def _fold_plural(word: str) -> str:
@@ -104,28 +108,42 @@ def tokenize(text: str | TurnText) -> list[str]:
     indexed).
     """
     normal = (text.nfkc if isinstance(text, TurnText) else nfkc(text)).casefold()
+    size = len(normal)
+    if size <= _CHUNK_CHARS and normal.isascii():
+        # Most turns: no CJK run can occur, and a word is an ASCII letter-digit run.
+        return [term for word in _ASCII_WORD.findall(normal) if (term := _term(word))]
     tokens: list[str] = []
-    folded: dict[str, str] = {}  # words repeat: fold each distinct word once
     # Chunks of about 8 K characters, cut where no token is: one regex call over a 200 KB
     # text holds the GIL for tens of milliseconds, which stalls an event loop in another
     # thread; between chunks it can run.
     start = 0
-    while start < len(normal):
-        gap = _GAP.search(normal, start + _CHUNK_CHARS)
-        end = gap.end() if gap else len(normal)
+    while start < size:
+        gap = _GAP.search(normal, start + _CHUNK_CHARS) if size - start > _CHUNK_CHARS else None
+        end = gap.end() if gap else size
         for cjk, word in _TOKEN.findall(normal, start, end):
             if cjk:
                 if len(cjk) == 1:
                     tokens.append(cjk)
                 else:
                     tokens.extend([cjk[i : i + 2] for i in range(len(cjk) - 1)])
-            elif word not in STOPWORDS:
-                term = folded.get(word)
-                if term is None:
-                    term = folded[word] = _fold_plural(word)
+            elif term := _term(word):
                 tokens.append(term)
         start = end
     return tokens
+
+
+def _term(word: str) -> str:
+    """The index term of a (casefolded) word: "" for a stopword, else its folded plural.
+    Memoised for words of up to 32 characters (words repeat across turns, and a lookup is
+    cheaper than the two tests); at most 65,536 of them, so at most a few MB."""
+    term = _TERMS.get(word)
+    if term is None:
+        term = "" if word in STOPWORDS else _fold_plural(word)
+        if len(word) <= _MAX_MEMO_CHARS:
+            if len(_TERMS) >= _MAX_MEMO_TERMS:
+                _TERMS.clear()  # a burst of new words only costs recomputing them
+            _TERMS[word] = term
+    return term
 
 
 def query_terms(query: str) -> list[str]:

@@ -153,15 +153,18 @@ def derive_metadata(
 ) -> SessionMetadata:
     """Metadata with turn_count and last_activity derived from the log, never stored per turn
     (a per-turn metadata write would race with callers' metadata updates)."""
-    last = max(map(_TIMESTAMP, turns), default=metadata.last_activity)
-    last = max(last, metadata.last_activity)
-    if metadata.turn_count == next_index and metadata.last_activity == last:
+    last = metadata.last_activity
+    if turns:
+        newest = max(map(_TIMESTAMP, turns))
+        if newest > last:
+            last = newest
+    if metadata.turn_count == next_index and last is metadata.last_activity:
         return metadata
     # Both values come from validated models: a copy without pydantic's copy machinery
     # (this runs on every read of a session).
     return SessionMetadata.trusted(
         {**metadata.__dict__, "turn_count": next_index, "last_activity": last},
-        metadata.model_fields_set | {"turn_count", "last_activity"},
+        metadata.__pydantic_fields_set__ | {"turn_count", "last_activity"},
     )
 
 
@@ -696,9 +699,7 @@ class TieredSessionStore:
         for attempt in range(CAS_ATTEMPTS):
             snap = await self._hot(lambda: self.hot.load(sid, include_expired=True), "resync")
             if isinstance(snap, _Bypassed):
-                return await self.durable.append_turns(
-                    sid, turns, expires_at=self.durable_expiry()
-                )
+                return await self.durable.append_turns(sid, turns, expires_at=self.durable_expiry())
             chain = [t for t in snap.turns if t.index >= first] if snap is not None else []
             view = await self.durable_view(sid)
             if view is None or snap is None or chain[: len(ours)] != list(ours):
