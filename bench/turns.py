@@ -28,15 +28,28 @@ compare); their cost by session length is measured by ``bench/summaries_cost.py`
 CPU time is steadier than wall time on a shared machine, but not immune: the machine's
 load is recorded with the results. DynamoDB Local is a Java emulator on the same cores,
 not the AWS service: compare its round trips, not its milliseconds.
+
+Where the CPU goes: each measurement also splits it by thread (``cpu_us_per_turn_by_thread``:
+the event loop's, the SQLite worker threads' (``tiermem-sqlite``), any other), read from
+each thread's CPU clock, and counts the garbage collector's pauses while it ran (``gc``:
+collections and the longest pause per generation, from ``gc.callbacks``). A full
+collection (generation 2) walks every tracked object of the process, tens of
+milliseconds with a service's modules, models and caches loaded, during which no session
+makes progress: at 50 sessions it decides the p99. ``--gc-freeze`` moves what exists
+after the warm-up into the permanent generation (``gc.freeze()``), as a service's
+entrypoint may do after start-up (see the deployment notes); the library itself never
+touches the collector.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -121,6 +134,70 @@ class Servers:
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+class ThreadCpu:
+    """CPU seconds per thread of this process, by role (event loop, SQLite, other), read
+    from each live thread's CPU clock; threads that ended in between are not counted, so
+    read it before closing the service."""
+
+    def __init__(self) -> None:
+        self.start = self._read()
+
+    @staticmethod
+    def _read() -> dict[int, tuple[str, float]]:
+        clocks: dict[int, tuple[str, float]] = {}
+        for thread in threading.enumerate():
+            if thread.ident is None:
+                continue
+            try:
+                clock = time.pthread_getcpuclockid(thread.ident)
+                seconds = time.clock_gettime(clock)
+            except (OSError, AttributeError):  # ended meanwhile, or not on this platform
+                continue
+            if thread is threading.main_thread():
+                role = "event_loop"
+            elif thread.name.startswith("tiermem-sqlite"):
+                role = "sqlite"
+            else:
+                role = "other"
+            clocks[thread.ident] = (role, seconds)
+        return clocks
+
+    def per_turn_us(self, turns: int) -> dict[str, float]:
+        totals: Counter[str] = Counter()
+        for ident, (role, seconds) in self._read().items():
+            before = self.start.get(ident, (role, 0.0))[1]
+            totals[role] += seconds - before
+        return {role: round(totals[role] / turns * 1e6, 1) for role in sorted(totals)}
+
+
+class GcPauses:
+    """The garbage collector's pauses while it is entered: count and longest per generation."""
+
+    def __init__(self) -> None:
+        self.pauses: dict[int, list[float]] = {}
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            pause = (time.perf_counter() - self._started) * 1000
+            self.pauses.setdefault(info["generation"], []).append(pause)
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            f"gen{gen}": {"collections": len(p), "max_ms": round(max(p), 2)}
+            for gen, p in sorted(self.pauses.items())
+        }
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -144,13 +221,21 @@ async def open_service(servers: Servers, pairing: str, tmp: Path, summaries: boo
     return MemoryService.from_settings(settings, auto_summarize=summaries)
 
 
+GC_FREEZE = False
+"""Set by ``--gc-freeze``: freeze the collector's heap after each warm-up."""
+
+
 async def warm(memory: MemoryService) -> None:
     """Turns of a session of its own, so that what is done once per service (loading the
-    tokenizer, compiling rules, preparing statements, loading scripts) is not measured."""
+    tokenizer, compiling rules, preparing statements, loading scripts) is not measured.
+    With ``--gc-freeze``, what exists then leaves the collector's generations."""
     session = await memory.session(user_id="bench-warm")
     for i in range(WARM_TURNS):
         await turn(session, i)
     await memory.drain()
+    if GC_FREEZE:
+        gc.collect()
+        gc.freeze()
 
 
 async def measure_cpu(
@@ -161,15 +246,20 @@ async def measure_cpu(
         await warm(memory)
         session = await memory.session(user_id="bench-cpu")
         redis0 = await servers.redis_cpu_s() if "redis" in pairing else None
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        for i in range(turns):
-            await turn(session, i)
-        await memory.drain()
-        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        threads = ThreadCpu()
+        with GcPauses() as pauses:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            for i in range(turns):
+                await turn(session, i)
+            await memory.drain()
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        by_thread = threads.per_turn_us(turns)
         redis1 = await servers.redis_cpu_s() if "redis" in pairing else None
     result: dict[str, Any] = {
         "cpu_us_per_turn": round(cpu / turns * 1e6, 1),
+        "cpu_us_per_turn_by_thread": by_thread,
         "turns_per_s_sequential": round(turns / wall, 1),
+        "gc": pauses.report(),
     }
     if redis0 is not None and redis1 is not None:
         # INFO's counters have 10 ms-ish resolution: fine over thousands of turns.
@@ -232,10 +322,13 @@ async def measure_load(
             for i in range(per_session):
                 latencies.append(await turn(session, i))
 
-        cpu0, start = time.process_time(), time.perf_counter()
-        await asyncio.gather(*(drive(s) for s in sessions))
-        await memory.drain()
-        wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+        threads = ThreadCpu()
+        with GcPauses() as pauses:
+            cpu0, start = time.process_time(), time.perf_counter()
+            await asyncio.gather(*(drive(s) for s in sessions))
+            await memory.drain()
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+        by_thread = threads.per_turn_us(len(latencies))
     return {
         "concurrency": concurrency,
         "turns": len(latencies),
@@ -244,6 +337,8 @@ async def measure_load(
         "mean_ms": round(statistics.fmean(latencies), 3),
         "turns_per_s": round(len(latencies) / wall, 1),
         "cpu_us_per_turn": round(cpu / len(latencies) * 1e6, 1),
+        "cpu_us_per_turn_by_thread": by_thread,
+        "gc": pauses.report(),
     }
 
 
@@ -325,6 +420,7 @@ async def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
             print(
                 f"{pairing:15s} {run['cpu_us_per_turn']:8.1f} µs CPU/turn"
                 + (f" (+{redis} µs redis-server)" if redis is not None else "")
+                + f" {run['cpu_us_per_turn_by_thread']}"
                 + f", round trips add_turn {run['round_trips_add_turn']}"
                 f" history {run['round_trips_history']}",
                 flush=True,
@@ -333,9 +429,12 @@ async def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
                 if "error" in load:
                     print(f"{'':15s} {load['concurrency']:4d} sessions: {load['error']}")
                     continue
+                full = load["gc"].get("gen2", {"collections": 0, "max_ms": 0.0})
                 print(
                     f"{'':15s} {load['concurrency']:4d} sessions: p50 {load['p50_ms']:8.2f} ms"
-                    f"  p99 {load['p99_ms']:8.2f} ms  {load['turns_per_s']:8.1f} turns/s",
+                    f"  p99 {load['p99_ms']:8.2f} ms  {load['turns_per_s']:8.1f} turns/s"
+                    f"  {load['cpu_us_per_turn']:7.1f} µs CPU/turn"
+                    f"  full GCs {full['collections']} (longest {full['max_ms']} ms)",
                     flush=True,
                 )
     return runs
@@ -357,19 +456,31 @@ def main() -> None:
         action="store_false",
         help="automatic summaries off (on by default, as in a default service)",
     )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="gc.freeze() after each warm-up, as a service entrypoint may (module docstring)",
+    )
+    parser.add_argument("--no-plot", dest="plot", action="store_false", help="JSON only")
     parser.add_argument("--out", type=Path, default=RESULTS / "turns.json")
     args = parser.parse_args()
+    global GC_FREEZE
+    GC_FREEZE = args.gc_freeze
     runs = asyncio.run(collect(args))
     load = os.getloadavg()
     write_results(
         args.out,
         runs,
         summaries=args.summaries,
+        gc_freeze=args.gc_freeze,
         cpus=os.cpu_count(),
         load_average_1_5_15=[round(v, 2) for v in load],
     )
-    plot(runs, args.out.with_suffix(".png"))
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    if args.plot:
+        plot(runs, args.out.with_suffix(".png"))
+        print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+    else:
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ async def run(config: dict[str, Any]) -> dict[str, Any]:
     async with memory:
         session = await memory.session(config["session_id"], user_id=config["user_id"])
         go = Path(config["go_file"])
+        await asyncio.to_thread(Path(config["ready_file"]).touch)  # the parent waits for both
         await asyncio.to_thread(wait_for, go)  # both workers start together
         for i in range(ops):
             if i % meta_every == meta_every - 1:

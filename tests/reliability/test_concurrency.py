@@ -16,6 +16,7 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ def _run_workers(
             "session_id": session_id,
             "user_id": user_id,
             "go_file": str(go),
+            "ready_file": str(tmp_path / f"ready-{worker}"),
         }
         workers.append(
             subprocess.Popen(  # noqa: S603 -- our own interpreter and module
@@ -75,6 +77,13 @@ def _run_workers(
                 stderr=subprocess.PIPE,
             )
         )
+    # Go only once both have imported and opened the service (a process that starts a
+    # second earlier would otherwise run most of its share alone).
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready-{w}").exists() for w in ("A", "B")):
+        if any(p.poll() is not None for p in workers) or time.monotonic() > deadline:
+            break  # a worker died (its error is reported below) or never got ready
+        time.sleep(0.005)
     go.touch()
     results = []
     for process in workers:

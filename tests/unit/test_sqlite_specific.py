@@ -615,14 +615,19 @@ async def test_an_idempotency_key_is_written_with_the_turns_or_not_at_all(
 
 
 async def traced(store: SQLiteDurableStore) -> list[str]:
-    """Record every statement the store's own connection runs from now on."""
+    """Record every statement the store's own connection runs from now on (but the
+    ``PRAGMA`` switches of the connection between the worker and direct runs)."""
     statements: list[str] = []
 
+    def record(sql: str) -> None:
+        if not sql.startswith("PRAGMA"):
+            statements.append(" ".join(sql.split()[:3]))
+
     def install(conn: sqlite3.Connection) -> None:
-        conn.set_trace_callback(lambda sql: statements.append(" ".join(sql.split()[:3])))
+        conn.set_trace_callback(record)
 
     await store._db.read(install)  # on the store's worker thread, which owns the connection
-    # And on the connection that runs small operations directly when the file is idle.
+    # Direct runs borrow that connection while the thread is idle (installing again is harmless).
     install(store._db._engine._direct_connection())
     statements.clear()
     return statements

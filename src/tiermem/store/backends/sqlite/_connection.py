@@ -27,21 +27,27 @@ instead of polling in SQLite's busy handler.
 thread, switching the GIL and waking the event loop again came to 100–150 µs of CPU per
 call, against 30–60 µs for a one-row read or a turn's append with its commit. So an
 operation its store marks small (``direct=True``: a bounded number of rows) runs on the
-calling thread, on a second connection of the engine, when its store has nothing queued
-or running (so it still sees every write of that store submitted before it) and, for a
-write, the file's in-process write lock is free. A write is marked small only when it
-comes alone (:meth:`SQLiteDatabase.alone`: no other session wrote within the last
+calling thread, on the thread's own connection borrowed while the thread is idle
+(:meth:`~tiermem.store.backends.sqlite._worker.Worker.borrow`: one page cache for both),
+when its store has nothing queued or running (so it still sees every write of that store
+submitted before it) and, for a write, the file's in-process write lock is free. A small
+read that finds the thread busy runs on a spare connection of the engine instead; a write
+goes to the thread. A store marks a write small only when it comes alone
+(:meth:`SQLiteDatabase.alone`: no other session wrote within the last
 :data:`TOGETHER_WINDOW`): writes of many sessions arriving together go to the thread,
-where they share commits and the event loop keeps serving the others. After a direct
-commit the process leaves the write lock alone for
-:data:`~tiermem.store.backends.sqlite._worker.DIRECT_WRITE_SPACING` (a write in that time
-goes to the thread, which waits out the rest), so that another process waiting for the
-file in SQLite's busy handler, which polls every few milliseconds, finds it free: without
-that gap, one process writing back to back directly starved the other. The direct
-connection never waits: its busy timeout is 0, and a file locked by another process
-(``SQLITE_BUSY``) sends the operation to the thread, which waits as usual; it never
-checkpoints either (the thread runs a passive checkpoint every :data:`CHECKPOINT_EVERY`
-direct commits), so the caller's event loop is held only for the statements themselves.
+where they share commits and the event loop keeps serving the others. A direct run never
+waits: its busy timeout is 0, and a file locked by another process
+(``SQLITE_BUSY``) sends the operation to the thread, which waits as usual. After
+:data:`~tiermem.store.backends.sqlite._worker.DIRECT_BURST` back-to-back direct writes (or
+after each one for :data:`~tiermem.store.backends.sqlite._worker.CONTENDED_FOR` once a
+busy answer showed another process writing) the process leaves the write lock alone for
+:data:`~tiermem.store.backends.sqlite._worker.DIRECT_WRITE_SPACING` (the next write goes to
+the thread, which waits out the rest), so that another process, waiting for the file in
+SQLite's busy handler, which polls every few milliseconds, finds it free: without that
+gap, one process writing back to back directly starved the other. A direct run
+never checkpoints either (the thread runs a passive checkpoint every
+:data:`CHECKPOINT_EVERY` direct commits), so the caller's event loop is held only for the
+statements themselves.
 A direct write is still committed before it returns, then yields once to the event loop.
 ``synchronous=FULL`` never runs directly: its commits wait for the disk.
 """
@@ -70,6 +76,8 @@ from tiermem.store.backends.sqlite._mapping import (
 )
 from tiermem.store.backends.sqlite._open import open_direct_connection
 from tiermem.store.backends.sqlite._worker import (
+    CONTENDED_FOR,
+    DIRECT_BURST,
     DIRECT_WRITE_SPACING,
     MAX_BATCH,
     Call,
@@ -116,15 +124,23 @@ class _Engine:
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
         self.handles = 0  # guarded by _ENGINES_GUARD
-        # Guards each handle's Pending count (here and on the worker) and _direct_busy.
+        # Guards each handle's Pending count (here and on the worker) and _reader_busy.
         self._guard = threading.Lock()
         self._worker = Worker(path, busy_timeout, synchronous, pending_guard=self._guard)
-        self._direct: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        """For direct reads while the thread uses its connection."""
         self._direct_closed = False
         self._direct_commits = 0
-        self._direct_busy = False
+        self._burst = 0
+        """Direct writes in a row, each within DIRECT_WRITE_SPACING of the last direct
+        commit (races between threads only blur it)."""
+        self._reader_busy = False
         self._last_writer: str | None = None
         self._last_write_at = float("-inf")
+        self._outbox: list[Call] = []
+        """Calls of one event loop's current turn, handed to the thread together when it
+        ends (:meth:`submit`); guarded by ``_guard``."""
+        self._outbox_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def transactions(self) -> int:
@@ -134,11 +150,40 @@ class _Engine:
     @property
     def queued(self) -> int:
         """Operations waiting for the thread (for tests)."""
-        return self._worker.queued
+        with self._guard:
+            return len(self._outbox) + self._worker.queued
 
     def submit(self, call: Call) -> None:
-        """Queue ``call`` for the worker thread."""
-        self._worker.submit(call)
+        """Queue ``call`` for the worker thread, with the other calls its event loop makes
+        in the same turn: they reach the thread as one list when the turn ends (one
+        wake-up of the thread, one group commit), in the order they were made. Counted in
+        its handle's :class:`Pending` at once, so no later direct run of that store
+        overtakes it. Called on ``call.loop``'s thread; a call of another loop while one
+        loop's turn is being gathered goes to the thread alone."""
+        stranded: list[Call] = []
+        with self._guard:
+            call.pending.count += 1
+            if self._outbox_loop is not None and self._outbox_loop.is_closed():
+                # Its loop closed before the end of its turn: hand those calls over now.
+                stranded, self._outbox, self._outbox_loop = self._outbox, [], None
+            first = self._outbox_loop is None
+            gathered = first or self._outbox_loop is call.loop
+            if gathered:
+                self._outbox_loop = call.loop
+                self._outbox.append(call)
+        if stranded:
+            self._worker.enqueue(stranded)
+        if not gathered:
+            self._worker.enqueue([call])
+        elif first:
+            call.loop.call_soon(self._flush_outbox)
+
+    def _flush_outbox(self) -> None:
+        """Hand the gathered calls to the thread (at the end of their loop's turn)."""
+        with self._guard:
+            calls, self._outbox, self._outbox_loop = self._outbox, [], None
+        if calls:
+            self._worker.enqueue(calls)
 
     def alone(self, writer: str) -> bool:
         """Whether a write of ``writer`` (a session) comes alone: the previous write was
@@ -165,20 +210,31 @@ class _Engine:
             return _QUEUE  # FULL fsyncs each commit; the thread opens and migrates the file
         if setup is not None and setup not in worker.ready:
             return _QUEUE
-        if write and time.monotonic() - worker.direct_done_at < DIRECT_WRITE_SPACING:
-            return _QUEUE
+        back_to_back = False
+        if write:
+            now = time.monotonic()
+            back_to_back = now - worker.direct_done_at < DIRECT_WRITE_SPACING
+            if back_to_back and (self._burst >= DIRECT_BURST or now < worker.contended_until):
+                return _QUEUE  # leave other processes their gap (module docstring)
         with self._guard:
-            # The direct connection serves one caller at a time (stores of the file used
-            # from several threads at once take turns, or go to the worker).
-            if pending.count or self._direct_busy:
+            if pending.count:
                 return _QUEUE
             pending.count = 1
-            self._direct_busy = True
         try:
-            conn = self._direct_connection()
-            return (
-                self._direct_write(conn, operation) if write else self._direct_read(conn, operation)
-            )
+            conn = worker.borrow()  # one caller at a time: the others queue
+            if conn is not None:
+                try:
+                    if not write:
+                        return self._direct_read(conn, operation)
+                    value = self._direct_write(conn, operation)
+                    if value is not _QUEUE:
+                        self._burst = self._burst + 1 if back_to_back else 1
+                    return value
+                finally:
+                    worker.conn_lock.release()
+            if write:
+                return _QUEUE
+            return self._spare_read(operation)
         except BaseException as exc:
             error = worker.error(exc)
             if error is exc:
@@ -187,7 +243,21 @@ class _Engine:
         finally:
             with self._guard:
                 pending.count -= 1
-                self._direct_busy = False
+
+    def _spare_read(self, operation: Operation[Any]) -> Any:
+        """A direct read while the thread uses its connection: on the spare connection,
+        one caller at a time."""
+        with self._guard:
+            if self._reader_busy or self._direct_closed:
+                return _QUEUE
+            self._reader_busy = True
+        try:
+            if self._reader is None:
+                self._reader = open_direct_connection(self.path, self.synchronous)
+            return self._direct_read(self._reader, operation)
+        finally:
+            with self._guard:
+                self._reader_busy = False
 
     def _direct_read(self, conn: sqlite3.Connection, operation: Operation[Any]) -> Any:
         try:
@@ -214,6 +284,7 @@ class _Engine:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 if is_busy(exc):  # another process is writing: the thread waits for it
+                    worker.contended_until = time.monotonic() + CONTENDED_FOR
                     return _QUEUE
                 raise
             worker.transactions += 1
@@ -232,17 +303,23 @@ class _Engine:
         return value
 
     def _direct_connection(self) -> sqlite3.Connection:
-        if self._direct is None:
-            # Callers take turns on it through _direct_busy.
-            self._direct = open_direct_connection(self.path, self.synchronous)
-        return self._direct
+        """The connection direct writes run on: the thread's (for tests that trace its
+        statements; the thread has opened it)."""
+        conn = self._worker.borrow()
+        if conn is None:
+            raise RuntimeError("the SQLite worker's connection is not open, or in use")
+        self._worker.conn_lock.release()
+        return conn
 
     async def aclose(self) -> None:
         """Close the connections after every operation already queued has run."""
+        self._flush_outbox()  # ahead of the thread's stop mark
         with self._guard:
-            direct, self._direct, self._direct_closed = self._direct, None, True
-        if direct is not None:  # no direct run is under way: the last handle is closing
-            direct.close()
+            self._direct_closed = True
+            reader = None if self._reader_busy else self._reader
+            self._reader = None
+        if reader is not None:  # no direct run is under way: the last handle is closing
+            reader.close()
         await self._worker.aclose()
 
 

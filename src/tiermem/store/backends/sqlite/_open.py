@@ -1,11 +1,13 @@
 """Opening the two connections of a SQLite file: every ``sqlite3.connect`` and pragma of
-the backend, in one place.
+the backend, in one place (and the two ``PRAGMA`` switches of a lent connection in
+:mod:`~tiermem.store.backends.sqlite._worker`).
 
 * The worker thread's connection (:func:`open_worker_connection`) waits for locks (the
   busy timeout), switches the file to WAL journaling, sets ``synchronous`` and applies the
-  migrations.
-* The direct-run connection (:func:`open_direct_connection`) never waits: busy timeout 0
-  and no automatic checkpoint, so a caller's event loop is held only for its statements
+  migrations. Direct runs borrow it while the thread is idle.
+* The spare connection for direct reads while the thread is busy
+  (:func:`open_direct_connection`) never waits: busy timeout 0 and no automatic
+  checkpoint, so a caller's event loop is held only for its statements
   (:mod:`~tiermem.store.backends.sqlite._connection`).
 
 Both use ``isolation_level=None``: the backend issues ``BEGIN``/``COMMIT`` itself.
@@ -42,6 +44,7 @@ def open_worker_connection(
         path,
         timeout=seconds,
         isolation_level=None,
+        check_same_thread=False,  # lent to direct runs, one user at a time (conn_lock)
         cached_statements=STATEMENT_CACHE_SIZE,
     )
     try:

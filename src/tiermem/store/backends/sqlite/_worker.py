@@ -12,8 +12,23 @@ the direct runs on the caller's thread and the per-process registry of workers a
 ``synchronous``, the store's migrations). A store may also bring a setup (the recall
 index's migrations), run on the connection before that store's first operation.
 
+**One connection, lent out.** Direct runs on callers' threads borrow the same connection
+while the thread is idle (:meth:`Worker.borrow`): whoever uses it holds
+:attr:`Worker.conn_lock`. One connection keeps one page cache: SQLite drops a
+connection's whole cache when another connection has written since its last transaction,
+so direct appends on a second connection, between the thread's index writes, re-read
+every page they touched (about 70 µs of CPU per append). A borrower switches the
+connection to not waiting and not checkpointing (busy timeout 0, no automatic
+checkpoint: the caller's event loop is held only for its statements); the thread switches
+it back before its next batch; each switch is two ``PRAGMA`` statements, and only when the
+user changes.
+
 **Group commit.** Operations queue up while the thread works; it then takes everything
-queued (at most :data:`MAX_BATCH`) at once. Its writes share one ``BEGIN IMMEDIATE …
+queued (at most about :data:`MAX_BATCH`) at once. Calls made during one turn of an event
+loop arrive as one list (:meth:`Worker.enqueue`, fed by the engine's outbox in
+:mod:`~tiermem.store.backends.sqlite._connection`): one wake-up of the thread for them all,
+and one batch, where calls handed over one by one each woke the thread, which took them
+one at a time. Its writes share one ``BEGIN IMMEDIATE …
 COMMIT``, each inside its own ``SAVEPOINT``: an operation that raises rolls back only its
 own changes and fails only its own caller. Every caller of the batch learns its outcome
 after the ``COMMIT``, so no write is acknowledged before it is committed. Should the
@@ -33,9 +48,10 @@ batch starts is skipped.
 **The write lock.** Every write of this process on a file, on any connection, first takes
 the file's in-process write lock (:func:`write_lock_for`), then ``BEGIN IMMEDIATE``, so a
 read-modify-write never loses an update and connections of one process hand the file over
-at once instead of polling in SQLite's busy handler. After a direct commit the thread
-waits out :data:`DIRECT_WRITE_SPACING` before taking the lock, so that other processes
-find the file free.
+at once instead of polling in SQLite's busy handler. The thread waits out
+:data:`DIRECT_WRITE_SPACING` after a direct commit before taking the lock, so that other
+processes find the file free (direct writes send a write to the thread for that gap: see
+:data:`DIRECT_BURST`).
 
 **Checkpoints.** Commits on the thread let SQLite checkpoint the WAL as usual. Direct
 writes never do (they must not wait for the disk in a caller's event loop), so after many
@@ -63,8 +79,11 @@ from tiermem.store.backends.sqlite._mapping import Synchronous, caller_error
 from tiermem.store.backends.sqlite._open import open_worker_connection
 
 __all__ = [
+    "CONTENDED_FOR",
+    "DIRECT_BURST",
     "DIRECT_WRITE_SPACING",
     "MAX_BATCH",
+    "WAL_AUTOCHECKPOINT",
     "Call",
     "Operation",
     "Pending",
@@ -83,13 +102,34 @@ Setup = Callable[[sqlite3.Connection, str], object]
 (it manages its own): the connection and the file's path."""
 
 MAX_BATCH = 64
-"""Most operations one group transaction runs: bounds how long the first caller of a
-batch waits for the last one's work (about 2 ms of statements)."""
+"""Operations after which the thread stops taking more into one group transaction (a list
+handed over at once is taken whole): bounds how long the first caller of a batch waits
+for the last one's work (about 2 ms of statements)."""
 DIRECT_WRITE_SPACING = 0.0005
-"""Seconds after a direct commit during which this process leaves the file's write lock
-alone (a write then goes to the thread, which waits out the rest): a process writing back
-to back directly would leave other processes' writers, polling in SQLite's busy handler,
-no gap to take the file in."""
+"""Seconds after a direct commit during which this process may leave the file's write
+lock alone (a write then goes to the thread, which waits out the rest): a process writing
+back to back directly would leave other processes' writers, polling in SQLite's busy
+handler, no gap to take the file in. A writer waiting in another process never shows here
+(it holds nothing until it gets in), so the gap is left after every :data:`DIRECT_BURST`
+back-to-back direct writes, and after every one while the file is known to be contended
+(:data:`CONTENDED_FOR`)."""
+DIRECT_BURST = 2
+"""Back-to-back direct writes (each within :data:`DIRECT_WRITE_SPACING` of the last direct
+commit) after which the next goes to the thread for the gap. A gap after every one (as
+before) cost a thread hand-off (about 100 µs of CPU, and the caller's caches gone cold) on
+almost every other write of one session writing turn after turn; 2 cut those hand-offs by
+about a third. 4 cut nearly all of them, but then two processes writing one session in a
+tight loop (tests/reliability/test_concurrency.py) sometimes ran one after the other: the
+waiting one's busy handler, polling every few milliseconds, found the file taken every
+time."""
+CONTENDED_FOR = 10.0
+"""Seconds after another process was last found holding the file's write lock (a direct
+``BEGIN IMMEDIATE`` answered busy) during which every back-to-back direct write leaves the
+gap. Twice the default busy timeout: a writer of another process that waits in SQLite's
+busy handler gets its gaps for longer than it can wait."""
+
+WAL_AUTOCHECKPOINT = 1000
+"""WAL pages after which a commit of the thread checkpoints (SQLite's default)."""
 
 _STOP = object()
 """Queued after the last call: the thread closes the connection and ends."""
@@ -218,11 +258,22 @@ class Worker:
         self.direct_done_at = float("-inf")
         """When the last direct write committed (set by the direct runs): the thread
         leaves the write lock alone for :data:`DIRECT_WRITE_SPACING` after it."""
+        self.contended_until = float("-inf")
+        """Until when (``time.monotonic``) the file counts as shared with another
+        process's writer (set by the direct runs on a busy answer; :data:`CONTENDED_FOR`)."""
         self.ready: set[Setup] = set()
         """Setups run on the connection (written on the thread only)."""
         self._conn: sqlite3.Connection | None = None
+        self.conn_lock = threading.Lock()
+        """Held by whoever uses the connection: the thread for a batch or a checkpoint, a
+        borrower for a direct run (:meth:`borrow`)."""
+        self._lent = False
+        """Whether the connection is set up for direct runs (busy timeout 0, no automatic
+        checkpoint) rather than for the thread; guarded by :attr:`conn_lock`."""
         # C-implemented: put() is cheap and wakes the thread blocked in get().
-        self._queue: queue.SimpleQueue[Call | object] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Call | list[Call] | object] = queue.SimpleQueue()
+        self._waiting = 0
+        """Calls queued and not yet taken by the thread (guarded by ``pending_guard``)."""
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._closed: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -236,7 +287,31 @@ class Worker:
     @property
     def queued(self) -> int:
         """Operations waiting for the thread (for tests)."""
-        return self._queue.qsize()
+        return self._waiting
+
+    def borrow(self) -> sqlite3.Connection | None:
+        """The connection for a direct run on the calling thread, set up not to wait and
+        not to checkpoint; None when the thread (or another borrower) is using it, or it is
+        not open. The borrower gives it back with ``conn_lock.release()``.
+
+        Raises:
+            sqlite3.Error: setting it up failed (nothing is borrowed).
+        """
+        if not self.conn_lock.acquire(blocking=False):
+            return None
+        conn = self._conn
+        if conn is None:
+            self.conn_lock.release()
+            return None
+        if not self._lent:
+            try:
+                conn.execute("PRAGMA busy_timeout = 0")
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
+            except BaseException:
+                self.conn_lock.release()
+                raise
+            self._lent = True
+        return conn
 
     def write_lock(self) -> threading.Lock:
         """The file's in-process write lock (looked up once: realpath costs a few system
@@ -254,7 +329,15 @@ class Worker:
         """Queue ``call``; the thread starts on the first one."""
         with self.pending_guard:
             call.pending.count += 1
-        self._queue.put(call)
+        self.enqueue([call])
+
+    def enqueue(self, calls: list[Call]) -> None:
+        """Queue ``calls``, already counted in their handles' :class:`Pending`, for one
+        batch (lists longer than :data:`MAX_BATCH` in several)."""
+        with self.pending_guard:
+            self._waiting += len(calls)
+        for start in range(0, len(calls), MAX_BATCH):
+            self._queue.put(calls[start : start + MAX_BATCH])
         if self._thread is None:
             self._start()
 
@@ -297,11 +380,13 @@ class Worker:
                 if item is _CHECKPOINT:
                     checkpoint = True
                 else:
-                    batch.append(cast(Call, item))
+                    batch.extend(cast(list[Call], item))
                 if len(batch) >= MAX_BATCH or empty():
                     break
                 item = take()
             if batch:
+                with self.pending_guard:
+                    self._waiting -= len(batch)
                 self._run(batch)
             if checkpoint:
                 self._checkpoint()
@@ -320,9 +405,19 @@ class Worker:
         without end); the write that starts the WAL over syncs its header, on this thread
         rather than in some caller's event loop.
         """
-        conn = self._conn
-        if conn is None:
-            return
+        with self.conn_lock:
+            conn = self._conn
+            if conn is None:
+                return
+            try:
+                self._take_back(conn)
+            except sqlite3.Error as exc:
+                logger.warning("checkpointing SQLite file %s failed: %s", self.path, exc)
+                return
+            self._checkpoint_on(conn)
+
+    def _checkpoint_on(self, conn: sqlite3.Connection) -> None:
+        """:meth:`_checkpoint` on the connection (the caller holds :attr:`conn_lock`)."""
         lock = self.write_lock()
         if not lock.acquire(timeout=self.busy_timeout.total_seconds()):
             return  # the next one catches up
@@ -340,7 +435,8 @@ class Worker:
 
     def _run(self, batch: list[Call]) -> None:
         try:
-            self._run_batch(batch)
+            with self.conn_lock:
+                self._run_batch(batch)
         except BaseException as exc:  # noqa: BLE001 -- a bug here must not strand callers
             for call in batch:
                 if not call.settled:
@@ -359,6 +455,7 @@ class Worker:
             return
         try:
             conn = self._connection()
+            self._take_back(conn)
         except BaseException as exc:  # noqa: BLE001 -- every caller gets it
             for call in calls:
                 call.fail(self.error(exc))
@@ -436,7 +533,8 @@ class Worker:
             sqlite3.Error: ``BEGIN IMMEDIATE`` failed (another process held the file).
         """
         lock = self.write_lock()
-        rest = self.direct_done_at + DIRECT_WRITE_SPACING - time.monotonic()
+        now = time.monotonic()
+        rest = self.direct_done_at + DIRECT_WRITE_SPACING - now
         if rest > 0:  # just after a direct commit: leave other processes their gap
             time.sleep(rest)
         seconds = self.busy_timeout.total_seconds()
@@ -535,7 +633,16 @@ class Worker:
             self._conn = open_worker_connection(self.path, self.busy_timeout, self.synchronous)
         return self._conn
 
+    def _take_back(self, conn: sqlite3.Connection) -> None:
+        """Set the connection up for the thread again after direct runs borrowed it (the
+        caller holds :attr:`conn_lock`): it waits for locks and checkpoints as usual."""
+        if self._lent:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout.total_seconds() * 1000)}")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
+            self._lent = False
+
     def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        with self.conn_lock:  # after a direct run under way
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

@@ -1,0 +1,144 @@
+"""Where the SQLite backend runs an operation (issue #8): on the caller's thread, on the
+worker's own connection borrowed while the worker is idle, or on the worker thread.
+
+* A lone writer's back-to-back writes run directly, but for one in every
+  ``DIRECT_BURST + 1``, which goes to the thread to leave other processes' writers a gap;
+  once another writer has been found holding the file, every back-to-back write does.
+* Direct runs and the worker share one connection (one page cache): a direct write never
+  runs while the worker uses it, a direct read then takes the spare connection, and every
+  result is the same as if each had run on the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from tiermem.store.backends.sqlite._connection import SQLiteDatabase
+from tiermem.store.backends.sqlite._worker import DIRECT_BURST, DIRECT_WRITE_SPACING
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[SQLiteDatabase]:
+    handle = SQLiteDatabase(tmp_path / "tiermem.db", role="durable")
+
+    def create(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE t (n INTEGER NOT NULL)")
+
+    await handle.write(create)  # the worker opens and migrates the file
+    yield handle
+    await handle.aclose()
+
+
+Seen = tuple[int, list[int]]
+"""The thread an operation ran on, and the table as it saw it."""
+
+
+def insert(n: int) -> Callable[[sqlite3.Connection], Seen]:
+    """An operation inserting ``n``."""
+
+    def op(conn: sqlite3.Connection) -> Seen:
+        conn.execute("INSERT INTO t (n) VALUES (?)", (n,))
+        return threading.get_ident(), [row[0] for row in conn.execute("SELECT n FROM t")]
+
+    return op
+
+
+async def test_a_lone_writer_writes_back_to_back_directly_but_for_the_gaps(
+    db: SQLiteDatabase,
+) -> None:
+    me = threading.get_ident()
+    threads = []
+    for n in range(50):  # mostly quicker than DIRECT_WRITE_SPACING apart
+        ran_on, seen = await db.write(insert(n), direct=db.alone("s-1"))
+        threads.append(ran_on)
+        assert seen == list(range(n + 1))  # committed, in order
+    handed_over = sum(ran_on != me for ran_on in threads)
+    # One in DIRECT_BURST + 1 at most (fewer when writes came further apart): a gap after
+    # every direct commit would have sent every other write to the thread.
+    assert handed_over <= 50 // (DIRECT_BURST + 1) + 1
+    assert threads[:DIRECT_BURST] == [me] * DIRECT_BURST
+
+
+async def test_once_another_writer_holds_the_file_direct_writes_leave_it_gaps(
+    db: SQLiteDatabase, tmp_path: Path
+) -> None:
+    me = threading.get_ident()
+    other = sqlite3.connect(tmp_path / "tiermem.db", isolation_level=None, timeout=0)
+    with closing(other):
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        pending = asyncio.ensure_future(db.write(insert(0), direct=True))
+        await asyncio.sleep(0.05)
+        assert not pending.done()  # busy: sent to the worker, which waits for the file
+        other.execute("COMMIT")
+        ran_on, _ = await pending
+        assert ran_on != me
+    # Found contended: a write right after a direct commit goes to the thread (which
+    # waits out DIRECT_WRITE_SPACING), so a writer of another process can get in.
+    ran_on, _ = await db.write(insert(1), direct=True)
+    assert ran_on == me  # the last commit was the thread's: no gap owed
+    ran_on, seen = await db.write(insert(2), direct=True)
+    assert ran_on != me
+    assert seen == [0, 1, 2]
+    await asyncio.sleep(2 * DIRECT_WRITE_SPACING)
+    ran_on, _ = await db.write(insert(3), direct=True)
+    assert ran_on == me  # after the gap, directly again
+
+
+async def test_direct_runs_wait_for_the_worker_s_connection_or_use_the_spare_one(
+    db: SQLiteDatabase,
+) -> None:
+    me = threading.get_ident()
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(conn: sqlite3.Connection) -> int:
+        conn.execute("INSERT INTO t (n) VALUES (100)")
+        inside.set()
+        release.wait(5)
+        return threading.get_ident()
+
+    other_handle = SQLiteDatabase(db.path, role="index")  # another store on the file
+    try:
+        busy = asyncio.ensure_future(other_handle.write(slow))
+        await asyncio.to_thread(inside.wait, 5)
+        # The worker holds the connection (mid-transaction): a direct read runs on the
+        # spare connection and sees only what is committed; a direct write goes to the
+        # thread, behind the running batch.
+        read_on, seen = await db.read(
+            lambda conn: (threading.get_ident(), [r[0] for r in conn.execute("SELECT n FROM t")]),
+            direct=True,
+        )
+        assert (read_on, seen) == (me, [])
+        write = asyncio.ensure_future(db.write(insert(1), direct=True))
+        await asyncio.sleep(0.05)
+        assert not write.done()
+        release.set()
+        worker = await busy
+        written_on, seen = await write
+        assert worker != me
+        assert written_on == worker
+        assert seen == [100, 1]
+        # The worker idle again: the next direct write borrows its connection.
+        written_on, seen = await db.write(insert(2), direct=True)
+        assert written_on == me
+        assert seen == [100, 1, 2]
+    finally:
+        release.set()
+        await other_handle.aclose()
+
+
+async def test_writes_made_in_one_turn_of_the_loop_reach_the_worker_as_one_batch(
+    db: SQLiteDatabase,
+) -> None:
+    before = db.transactions
+    results = await asyncio.gather(*(db.write(insert(n)) for n in range(20)))
+    # One wake-up of the thread, one group transaction, each call in the order made.
+    assert db.transactions == before + 1
+    assert [seen for _, seen in results] == [list(range(n + 1)) for n in range(20)]
+    assert db.queued == 0
