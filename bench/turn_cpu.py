@@ -9,7 +9,9 @@ wall time on a shared machine. Writes ``bench/results/turn_cpu.json``::
 Pairings: ``memory+memory`` (both tiers in-process) and ``embedded`` (in-process hot tier +
 SQLite file: the default). A quick probe for profiling the Python path; the full picture
 (every pairing, redis-server CPU, round trips, 1/50/500 sessions) is ``bench/turns.py``.
-Automatic summaries are off here, as there: they are their own background work.
+Automatic summaries are off by default; ``--summaries`` turns them on, as ``bench/turns.py``
+does by default (a default service summarises as it goes, so that is part of a turn's cost).
+``--pass-every N`` measures the summary passes alone, one through every N-th turn.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ def _service(pairing: str, tmp: Path, *, summaries: bool = False) -> MemoryServi
     return MemoryService.from_settings(settings, auto_summarize=summaries)
 
 
-async def measure(pairing: str, turns: int) -> dict[str, Any]:
+async def measure(pairing: str, turns: int, *, summaries: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        async with _service(pairing, Path(tmp)) as memory:
+        async with _service(pairing, Path(tmp), summaries=summaries) as memory:
             session = await memory.session(user_id="bench-user")
             for i in range(50):  # warm caches, compile regexes, open the file
                 await session.add_turn("user", MESSAGES[i % len(MESSAGES)])
@@ -54,9 +56,38 @@ async def measure(pairing: str, turns: int) -> dict[str, Any]:
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     return {
         "pairing": pairing,
+        "summaries": summaries,
         "turns": turns,
         "cpu_us_per_turn": round(cpu / turns * 1e6, 1),
         "turns_per_s": round(turns / wall, 1),
+    }
+
+
+async def measure_passes(pairing: str, turns: int, every: int) -> dict[str, Any]:
+    """Summary passes alone: ``turns`` turns added with automatic summaries off, then a
+    pass through every ``every``-th turn run inline (as the background would at that
+    cadence: about 400 turns on memory+memory, whose background runs rarely during a
+    back-to-back loop; about 20 on SQLite, whose awaits let it run). CPU of the passes
+    only, per turn."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with _service(pairing, Path(tmp)) as memory:
+            session = await memory.session(user_id="bench-passes")
+            for i in range(turns):
+                role = "user" if i % 2 == 0 else "assistant"
+                await session.add_turn(role, MESSAGES[i % len(MESSAGES)])
+            await memory.drain()
+            cpu = 0.0
+            for through in range(every - 1, turns - 6, every):  # 6: the turns kept raw
+                cpu0 = time.process_time()
+                await memory.summaries.run(session.id, through=through)
+                cpu += time.process_time() - cpu0
+    return {
+        "pairing": pairing,
+        "summaries": "passes only",
+        "pass_every": every,
+        "turns": turns,
+        "cpu_us_per_turn": round(cpu / turns * 1e6, 1),
+        "turns_per_s": None,
     }
 
 
@@ -64,15 +95,33 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=2000)
     parser.add_argument("--pairing", action="append")
+    parser.add_argument(
+        "--summaries", action="store_true", help="automatic summaries on (as in bench/turns.py)"
+    )
+    parser.add_argument(
+        "--pass-every",
+        type=int,
+        help="measure summary passes alone, one through every N-th turn (measure_passes)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "turn_cpu.json")
     args = parser.parse_args()
-    results = [await measure(p, args.turns) for p in args.pairing or ["memory+memory", "embedded"]]
+    pairings = args.pairing or ["memory+memory", "embedded"]
+    if args.pass_every:
+        results = [await measure_passes(p, args.turns, args.pass_every) for p in pairings]
+    else:
+        results = [await measure(p, args.turns, summaries=args.summaries) for p in pairings]
     for r in results:
         print(
-            f"{r['pairing']:>14}: {r['cpu_us_per_turn']:8.1f} µs CPU/turn, "
-            f"{r['turns_per_s']:7.1f} turns/s"
+            f"{r['pairing']:>14} summaries={_label(r['summaries'])}: "
+            f"{r['cpu_us_per_turn']:8.1f} µs CPU/turn, {r['turns_per_s']} turns/s"
         )
     await asyncio.to_thread(write_results, args.out, results)
+
+
+def _label(summaries: bool | str) -> str:
+    if isinstance(summaries, bool):
+        return "on" if summaries else "off"
+    return summaries
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Protocol
@@ -122,6 +122,11 @@ class EntityRule:
         text = view.folded if self.folded else view.normal
         if self.requires and not any(map(text.__contains__, self.requires)):
             return []
+        return self._scan(text)
+
+    def _scan(self, text: str) -> list[tuple[int, int, str]]:
+        """:meth:`find` in the text this rule reads, its gate already passed (the
+        extractor tests every rule's gate strings at once)."""
         value = self.value
         return [
             (match.start(), match.end(), found)
@@ -154,10 +159,10 @@ class PhraseRule:
     def __repr__(self) -> str:
         return f"PhraseRule({self.kind!r}, {len(self._values)} names)"
 
-    def find(self, view: TextView) -> Iterator[tuple[int, int, str]]:
+    def find(self, view: TextView) -> list[tuple[int, int, str]]:
         """``(start, end, value)`` of each name in ``view``."""
-        for start, end, key in self._index.find(view):
-            yield start, end, self._values[key]
+        values = self._values
+        return [(start, end, values[key]) for start, end, key in self._index.find(view)]
 
 
 # ---------------------------------------------------------------- value functions
@@ -354,14 +359,18 @@ class RuleEntityExtractor:
         # One pass over the gate strings of every rule, then only the rules that can
         # match run: most turns hold none of "ord-", "B0", "@", "$", "vol"... and a
         # rule call costs more than a substring test.
+        # A gate string found in the normal text is keyed apart from one found in the
+        # folded text (``_NORMAL`` first), so a rule is selected exactly when its own gate
+        # test passes, in the form of the text it reads.
         gated = [r for r in self._rules if isinstance(r, EntityRule) and r.requires]
         self._folded_gates = tuple({t for r in gated if r.folded for t in r.requires})
-        self._normal_gates = tuple({t for r in gated if not r.folded for t in r.requires})
-        self._plan = tuple(
-            (r, frozenset(r.requires) if isinstance(r, EntityRule) and r.requires else None)
-            for r in self._rules
+        self._normal_gates = tuple(
+            {(t, _NORMAL + t) for r in gated if not r.folded for t in r.requires}
         )
+        self._plan = tuple((r, _gate_keys(r)) for r in self._rules)
         self._ungated = tuple(r for r, gate in self._plan if gate is None)
+        # The rules to run for a set of gate strings found: few distinct sets occur.
+        self._selected: dict[frozenset[str], tuple[EntityRule | PhraseRule, ...]] = {}
 
     def extract(self, text: str | TurnText) -> tuple[Entity, ...]:
         """The entities in ``text``, each ``(kind, value)`` once, by first appearance.
@@ -370,19 +379,16 @@ class RuleEntityExtractor:
         :mod:`tiermem.policies.turn_text`): entities in the middle of a long paste are not
         reported.
         """
+        found = self.find(text)
+        if not found:
+            return ()
         seen: set[tuple[str, str]] = set()
         out: list[Entity] = []
-        for _, _, kind, value in self.find(text):
-            if (kind, value) not in seen:
-                seen.add((kind, value))
-                # Strings, from the rules: nothing left to validate on this path, which
-                # runs for every turn (a custom rule returning anything else is validated).
-                entity = (
-                    Entity.trusted({"kind": kind, "value": value})
-                    if type(kind) is str and type(value) is str
-                    else Entity(kind=kind, value=value)
-                )
-                out.append(entity)
+        for _, _, kind, value in found:
+            pair = (kind, value)
+            if pair not in seen:
+                seen.add(pair)
+                out.append(_entity(kind, value))
         return tuple(out)
 
     def find(self, text: str | TurnText) -> list[tuple[int, int, str, str]]:
@@ -399,15 +405,16 @@ class RuleEntityExtractor:
         starts = [start for start, _, _ in titles]
         folded, normal = view.folded, view.normal
         present = {t for t in self._folded_gates if t in folded}
-        present.update(t for t in self._normal_gates if t in normal)
+        present.update(key for t, key in self._normal_gates if t in normal)
         # Only the rules one of whose strings is in the text run (the others cannot match).
-        rules = (
-            [rule for rule, gate in self._plan if gate is None or not gate.isdisjoint(present)]
-            if present
-            else self._ungated
-        )
+        rules = self._rules_for(frozenset(present)) if present else self._ungated
         for rule in rules:
-            for start, end, value in rule.find(view):
+            if isinstance(rule, EntityRule):
+                # Its gate passed above (an ungated rule has none).
+                matches = rule._scan(folded if rule.folded else normal)
+            else:
+                matches = rule.find(view)
+            for start, end, value in matches:
                 i = bisect_right(starts, start) - 1 if starts else -1
                 if i < 0 or titles[i][1] < end:  # not inside a title
                     found.append((start, len(found), end, rule.kind, value))
@@ -415,6 +422,55 @@ class RuleEntityExtractor:
             return []
         found.sort()
         return [(start, end, kind, value) for start, _, end, kind, value in found]
+
+    def _rules_for(self, present: frozenset[str]) -> tuple[EntityRule | PhraseRule, ...]:
+        """The rules with no gate or a gate key in ``present``, in order; kept per set
+        (bounded: a text can only hold so many of the gate strings, most hold none)."""
+        rules = self._selected.get(present)
+        if rules is None:
+            rules = tuple(
+                rule for rule, gate in self._plan if gate is None or not gate.isdisjoint(present)
+            )
+            if len(self._selected) >= _SELECTIONS:
+                self._selected.clear()
+            self._selected[present] = rules
+        return rules
+
+
+_NORMAL = "\x00"
+
+
+def _gate_keys(rule: EntityRule | PhraseRule) -> frozenset[str] | None:
+    """The keys of ``rule``'s gate strings in the extractor's set of those found (None:
+    no gate, the rule always runs)."""
+    if not isinstance(rule, EntityRule) or not rule.requires:
+        return None
+    return frozenset(rule.requires if rule.folded else (_NORMAL + t for t in rule.requires))
+
+
+_SELECTIONS = 1_024
+"""Gate-string sets whose rule selection an extractor keeps."""
+_ENTITY_CACHE = 8_192
+"""Entities kept for reuse (:func:`_entity`)."""
+_ENTITIES: dict[tuple[str, str], Entity] = {}
+
+
+def _entity(kind: str, value: str) -> Entity:
+    """``Entity(kind=kind, value=value)``; the same frozen instance for the same strings
+    while it is kept (a session names the same series and volumes turn after turn)."""
+    if type(kind) is not str or type(value) is not str:
+        # A custom rule returning something else: validated.
+        return Entity(kind=kind, value=value)
+    key = (kind, value)
+    entity = _ENTITIES.get(key)
+    if entity is None:
+        # Strings, from the rules: nothing left to validate on this path, which runs for
+        # every turn.
+        entity = Entity.trusted({"kind": kind, "value": value})
+        if len(_ENTITIES) >= _ENTITY_CACHE:
+            _ENTITIES.clear()
+        _ENTITIES[key] = entity
+    return entity
 
 
 _DEFAULT_EXTRACTOR = RuleEntityExtractor()

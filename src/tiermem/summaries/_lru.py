@@ -62,12 +62,18 @@ class Lru(Generic[K, V]):
 
     def get(self, key: K, compute: Callable[[], V]) -> V:
         data = self._data
-        with self._lock:
-            entry = data.get(key)
-            if entry is not None:
-                self.hits += 1
+        # A hit takes no lock: each OrderedDict call is atomic under the GIL (keys are
+        # strings, bytes and tuples of them), and an entry another thread drops meanwhile
+        # still held a right value (values are pure). ``hits`` may miss a count in a race.
+        entry = data.get(key)
+        if entry is not None:
+            self.hits += 1
+            try:
                 data.move_to_end(key)
+            except KeyError:  # dropped by another thread since: still a right value
                 return entry[0]
+            return entry[0]
+        with self._lock:
             self.misses += 1
         value = compute()  # outside the lock: pure, so a race computes it twice at worst
         weight = self._weigh(value) if self._weigh is not None else 1

@@ -50,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -631,11 +631,14 @@ class SummaryJobs:
         await self._advance(session_id, target, effective.through_index, adjusted)
         if self.recall is not None:
             await asyncio.sleep(0)  # stage boundary: committed; indexing is the last stage
+            recall = self.recall
             await self._refresh_lines(
-                session_id, self.recall.lines(tiers, effective), turns=by_index, force=False
+                session_id, lambda: recall.lines(tiers, effective), turns=by_index, force=False
             )
         self._count(quality, compression, adjusted)
-        left = sum(t.token_count or self.tokens.count(t.text) for t in turns if t.index > target)
+        # The turns after the pass's target: at most the few kept raw, not all those read.
+        after = (by_index[i] for i in range(target + 1, last + 1) if i in by_index)
+        left = sum(t.token_count or self.tokens.count(t.text) for t in after)
         self._remember(session_id, _Known(target, adjusted, left, last))
         return JobOutcome.COMMITTED
 
@@ -676,17 +679,18 @@ class SummaryJobs:
             return
         current = await self.current_for_recall(session_id, True)
         lines = self.recall.lines(current.tiers, current.structured)
-        await self._refresh_lines(session_id, lines, turns={}, force=True)
+        await self._refresh_lines(session_id, lambda: lines, turns={}, force=True)
 
     async def _refresh_lines(
         self,
         session_id: str,
-        lines: Sequence[SummaryLine],
+        current_lines: Callable[[], Sequence[SummaryLine]],
         *,
         turns: Mapping[int, Turn],
         force: bool,
     ) -> None:
-        """Index ``lines`` (the session's current summary lines) for recall when it is due:
+        """Index ``current_lines()`` (the session's current summary lines; made only when
+        due, as most passes write none) for recall when it is due:
         forced, never done, :data:`LINES_REFRESH` (or an eighth of the records' retention)
         since the last time, or this session's last attempt failed. Between times a pass
         writes nothing to the index: its lines' turns are still searchable themselves, and
@@ -712,7 +716,10 @@ class SummaryJobs:
                 or session_id in self._unindexed
                 or now - renewed_at >= self._refresh_every()
             )
-            if not due or (not lines and not claimed):
+            if not due:
+                return
+            lines = current_lines()
+            if not lines and not claimed:
                 return
             ref = await self.durable.get_session(session_id)
             if ref is None:

@@ -41,6 +41,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from tiermem.errors import ValidationError
 from tiermem.longterm.detect import split_sentences
@@ -76,6 +77,12 @@ _RECENCY = 2.0
 _ROLE_WEIGHT = {"user": 1.0, "assistant": 0.5, "tool": 0.25}
 LINE_CACHE = 32_768
 """Lines whose token count a summarizer keeps (a line is at most ``max_sentence_chars``)."""
+TURN_CACHE = 16_384
+"""Text blocks whose candidate lines a summarizer keeps. A turn is ranked by about three
+passes (its recent tier, the middle tier, the ancient tier it rolls into), from the same
+text, index and role each time: its lines, scores and token counts are computed once."""
+TURN_CACHE_CHARS = 8_000_000
+"""Characters of kept candidate lines, at most (a line is at most ``max_sentence_chars``)."""
 
 
 @dataclass(slots=True)
@@ -85,9 +92,29 @@ class _Candidate:
     order: int
     line: str
     score: float
-    slots: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """slot → (value key, value as written) stated by the line (user statements only)."""
+    slots: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """slot → (value key, value as written) stated by the line (user statements only).
+    Shared with the summarizer's kept lines (:meth:`ExtractiveSummarizer._text_lines`):
+    read, never changed."""
     wrong: tuple[str, ...] = ()
+    kept: _TextLine | None = None
+    """The kept line this candidate was made from (None: a tool call's or result's line)."""
+
+
+@dataclass(slots=True)
+class _TextLine:
+    """A candidate line of one text block of one turn, as every pass would make it again
+    (kept per summarizer: :data:`TURN_CACHE`). Only ``tokens`` changes, once: counted when
+    a pass first needs it (most lines of a tier are dropped as stale before the budget)."""
+
+    line: str
+    score: float
+    slots: Mapping[str, tuple[str, str]]
+    wrong: tuple[str, ...]
+    body: str
+    """What was said, without the ``- [i] Who:`` prefix."""
+    tokens: int = -1
+    """Tokens of the line and its newline (-1: not counted yet)."""
 
 
 class ExtractiveSummarizer:
@@ -126,6 +153,12 @@ class ExtractiveSummarizer:
         self._max_chars = max_sentence_chars
         self._max_results = max_result_sentences
         self._line_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
+        self._text_cache: Lru[tuple[int, str, str | bytes], tuple[_TextLine, ...]] = Lru(
+            TURN_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_lines_chars
+        )
+        self._carried_lines: Lru[str | bytes, tuple[int, _TextLine]] = Lru(
+            LINE_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_carried_chars
+        )
 
     async def summarize(
         self,
@@ -171,35 +204,42 @@ class ExtractiveSummarizer:
             line = raw.strip()
             if not line:
                 continue
-            match = _LINE.match(line)
-            if match is None:
-                text = line[2:] if line.startswith("- ") else line
-                stated = _SLOT_LINE.match(text)
-                slots = {}
-                if stated:
-                    slot, value = stated.group("slot"), stated.group("value").strip()
-                    slots[slot] = (value_key(value, slot=slot), value)
-                score = _SLOT if stated else _CARRIED_UNINDEXED
-                out.append(_Candidate(_UNINDEXED, len(out), f"- {text}", score, slots=slots))
-                continue
-            who, text = match.group("who"), match.group("text")
-            role = "user" if who == "User" else "assistant"
-            weight = _ROLE_WEIGHT["tool" if who.startswith(("Result of", "Assistant called"))
-                                  else role]  # fmt: skip
-            readings = self._reader.read(text, role=role) if not who.startswith("Result") else []
-            reading = _merge(readings)
-            score = _score(reading, weight) if reading else _TOOL_CALL
+            index, kept = self._carried_lines.get(text_key(line), partial(self._carried_line, line))
             out.append(
-                _Candidate(
-                    int(match.group("index")),
-                    len(out),
-                    line,
-                    max(score, _TOOL_CALL),
-                    slots=_slot_keys(reading),
-                    wrong=reading.wrong if reading else (),
-                )
+                _Candidate(index, len(out), kept.line, kept.score, kept.slots, kept.wrong, kept)
             )
         return out
+
+    def _carried_line(self, line: str) -> tuple[int, _TextLine]:
+        """One line of a prior summary as a candidate: its turn index and kept line. A pure
+        function of the line (and this summarizer's reader), so kept: a tier's lines are
+        carried again by the next passes."""
+        match = _LINE.match(line)
+        if match is None:
+            text = line[2:] if line.startswith("- ") else line
+            stated = _SLOT_LINE.match(text)
+            slots = {}
+            if stated:
+                slot, value = stated.group("slot"), stated.group("value").strip()
+                slots[slot] = (value_key(value, slot=slot), value)
+            score = _SLOT if stated else _CARRIED_UNINDEXED
+            carried = f"- {text}"
+            return _UNINDEXED, _TextLine(carried, score, slots, (), _body_of(carried))
+        who, text = match.group("who"), match.group("text")
+        role = "user" if who == "User" else "assistant"
+        weight = _ROLE_WEIGHT["tool" if who.startswith(("Result of", "Assistant called"))
+                              else role]  # fmt: skip
+        readings = self._reader.read(text, role=role) if not who.startswith("Result") else []
+        reading = _merge(readings)
+        score = _score(reading, weight) if reading else _TOOL_CALL
+        kept = _TextLine(
+            line,
+            max(score, _TOOL_CALL),
+            _slot_keys(reading),
+            reading.wrong if reading else (),
+            text,
+        )
+        return int(match.group("index")), kept
 
     def _from_turns(self, turns: Sequence[Turn], *, start: int) -> list[_Candidate]:
         out: list[_Candidate] = []
@@ -210,12 +250,18 @@ class ExtractiveSummarizer:
             who = "User" if turn.role == "user" else "Assistant"
             for block in turn.content:
                 if isinstance(block, TextBlock):
-                    for reading in self._reader.read(block.text, role=turn.role):
-                        score = _score(reading, _ROLE_WEIGHT[turn.role])
-                        if score > 0:
-                            out.append(
-                                self._candidate(turn.index, start + len(out), who, reading, score)
+                    for kept in self._text_lines(turn.index, turn.role, who, block.text):
+                        out.append(
+                            _Candidate(
+                                turn.index,
+                                start + len(out),
+                                kept.line,
+                                kept.score,
+                                slots=kept.slots,
+                                wrong=kept.wrong,
+                                kept=kept,
                             )
+                        )
                 elif isinstance(block, ToolUseBlock):
                     tool_names[block.tool_use_id] = block.name
                     args = json.dumps(block.input, ensure_ascii=False, default=str, sort_keys=True)
@@ -234,6 +280,23 @@ class ExtractiveSummarizer:
                             self._candidate(turn.index, start + len(out), label, reading, score)
                         )
         return out
+
+    def _text_lines(self, index: int, role: str, who: str, text: str) -> tuple[_TextLine, ...]:
+        """The candidate lines of one text block of turn ``index`` said by ``role``: a pure
+        function of those (and of this summarizer's reader, cut and counter), so kept."""
+        key = (index, role, text_key(text))
+        return self._text_cache.get(key, partial(self._read_lines, index, role, who, text))
+
+    def _read_lines(self, index: int, role: str, who: str, text: str) -> tuple[_TextLine, ...]:
+        out = []
+        weight = _ROLE_WEIGHT[role]
+        for reading in self._reader.read(text, role=role):
+            score = _score(reading, weight)
+            if score > 0:
+                body = self._cut(reading.text)
+                line = f"- [{index}] {who}: {body}"
+                out.append(_TextLine(line, score, _slot_keys(reading), reading.wrong, body))
+        return tuple(out)
 
     def _candidate(
         self, index: int, order: int, who: str, reading: SentenceReading, score: float
@@ -267,7 +330,11 @@ class ExtractiveSummarizer:
         used = sum(self._line_tokens(line) for line in kept_items)
         chosen: list[_Candidate] = []
         for candidate in sorted(candidates, key=lambda c: (-c.score, -c.index, -c.order)):
-            cost = self._line_tokens(candidate.line)
+            kept = candidate.kept
+            if kept is None:
+                cost = self._line_tokens(candidate.line)
+            elif (cost := kept.tokens) < 0:
+                cost = kept.tokens = self._line_tokens(candidate.line)
             if used + cost <= target:
                 chosen.append(candidate)
                 used += cost
@@ -366,7 +433,7 @@ def _drop_stale(candidates: list[_Candidate]) -> list[_Candidate]:
             if any(latest[slot] is candidate for slot in slots):
                 kept.append(candidate)
             continue  # else a later line states the same values again
-        if not candidate.wrong and _mentions_stale(_body(candidate.line), stale, current):
+        if not candidate.wrong and stale and _mentions_stale(_body(candidate), stale, current):
             continue
         kept.append(candidate)
     return kept
@@ -382,9 +449,23 @@ def _mentions_stale(body: str, stale: dict[str, str], current: dict[str, tuple[s
     return False
 
 
-def _body(line: str) -> str:
+def _body(candidate: _Candidate) -> str:
+    if candidate.kept is not None:
+        return candidate.kept.body
+    return _body_of(candidate.line)
+
+
+def _body_of(line: str) -> str:
     match = _LINE.match(line)
     return match.group("text") if match else line
+
+
+def _lines_chars(lines: tuple[_TextLine, ...]) -> int:
+    return 64 + sum(len(kept.line) for kept in lines)
+
+
+def _carried_chars(carried: tuple[int, _TextLine]) -> int:
+    return 64 + len(carried[1].line)
 
 
 def _add_recency(candidates: list[_Candidate]) -> None:

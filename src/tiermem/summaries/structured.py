@@ -111,7 +111,6 @@ _NAMED_KINDS = frozenset({"series", "language", "genre", "email", "order_id", "a
 _DIGIT_COMMA = re.compile(r"(?<=[0-9]),(?=[0-9]{3})")
 _COMMA_MASK = "\x00"
 _SPACES = re.compile(r"\s+")
-_LATIN_EDGE = "0-9a-z\u00c0-\u024f"
 READ_CACHE = 16_384
 """Texts whose sentence readings an extractor keeps (a pass re-reads its tiers' turns)."""
 VALUE_CACHE = 16_384
@@ -151,7 +150,10 @@ class SentenceReading:
 
 def turn_said(turn: Turn) -> str:
     """The text a speaker wrote in ``turn``: its text blocks (not tool calls or results)."""
-    return "\n".join(b.text for b in turn.content if isinstance(b, TextBlock))
+    content = turn.content
+    if len(content) == 1 and type(content[0]) is TextBlock:
+        return content[0].text  # most turns
+    return "\n".join(b.text for b in content if isinstance(b, TextBlock))
 
 
 class RuleStructuredExtractor:
@@ -211,17 +213,19 @@ class RuleStructuredExtractor:
                 through = max(through, turn.index)
                 continue
             through = max(through, turn.index)
-            for reading in self.read(turn_said(turn), role=turn.role):
+            for reading in self._readings_of(turn_said(turn), turn.role == "user"):
                 if reading.switch:
                     for slot in SUBJECT_SLOTS:
                         entities.pop(slot, None)
                 for slot_value in reading.slots:
                     target = entities if slot_value.entity else facts
                     _set(target, slot_value.slot, slot_value.value, turn.index)
-                for kind, flag in (("decision", reading.decision), ("goal", reading.goal),
-                                   ("unresolved", reading.unresolved)):  # fmt: skip
-                    if flag:
-                        _add_item(items[kind], reading.text, turn.index)
+                if reading.decision:
+                    _add_item(items["decision"], reading.text, turn.index)
+                if reading.goal:
+                    _add_item(items["goal"], reading.text, turn.index)
+                if reading.unresolved:
+                    _add_item(items["unresolved"], reading.text, turn.index)
         # An item that names a value since superseded ("I want the Japanese edition" after
         # "make it the French edition") would present the old value as current: it goes.
         superseded = [
@@ -260,9 +264,12 @@ class RuleStructuredExtractor:
 
         A reading is a pure function of the text and the role, and every pass reads the
         turns of its tiers again: the last :data:`READ_CACHE` texts' readings are kept."""
-        user = role == "user"
+        return list(self._readings_of(text, role == "user"))
+
+    def _readings_of(self, text: str, user: bool) -> tuple[SentenceReading, ...]:
+        """:meth:`read`'s readings, as kept (not copied: they are read, never changed)."""
         key = (user, 0, text_key(text))
-        return list(self._readings.get(key, lambda: self._read(text, user=user)))
+        return self._readings.get(key, partial(self._read, text, user=user))
 
     def read_salient(self, text: str, *, role: str, limit: int) -> list[SentenceReading]:
         """The first ``limit`` salient sentences of ``text`` (:meth:`read`'s readings whose
@@ -598,10 +605,7 @@ def stated_in(
             return False
         if haystack is None:
             haystack = _haystack(text)
-        if needle not in haystack:
-            return False
-        pattern = rf"(?<![{_LATIN_EDGE}]){re.escape(needle)}(?![{_LATIN_EDGE}])"
-        return re.search(pattern, haystack) is not None
+        return _found_whole(needle, haystack)
 
     return check
 
@@ -619,9 +623,30 @@ def _states_value(text: str, value: str, slot: str | None, reader: RuleEntityExt
         needle = _SPACES.sub(" ", normal_form(value).casefold()).strip()
     if not needle:
         return False
-    haystack = _haystack(text)
-    pattern = rf"(?<![{_LATIN_EDGE}]){re.escape(needle)}(?![{_LATIN_EDGE}])"
-    return re.search(pattern, haystack) is not None
+    return _found_whole(needle, _haystack(text))
+
+
+def _found_whole(needle: str, haystack: str) -> bool:
+    """Whether ``needle`` occurs in ``haystack`` touching no Latin letter or digit
+    (:func:`_is_edge`) on either side: what ``(?<![edge])needle(?![edge])`` finds,
+    without compiling a pattern per needle (validation asks this of every slot value)."""
+    size = len(needle)
+    end = len(haystack)
+    at = haystack.find(needle)
+    while at >= 0:
+        after = at + size
+        if (at == 0 or not _is_edge(haystack[at - 1])) and (
+            after >= end or not _is_edge(haystack[after])
+        ):
+            return True
+        at = haystack.find(needle, at + 1)
+    return False
+
+
+def _is_edge(char: str) -> bool:
+    """``char`` is a folded Latin letter or digit, ``[0-9a-z\u00c0-\u024f]``: what a value
+    found as written may not touch."""
+    return "0" <= char <= "9" or "a" <= char <= "z" or "\u00c0" <= char <= "\u024f"
 
 
 def readable_value(slot: str, value: str) -> str:

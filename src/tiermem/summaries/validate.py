@@ -31,7 +31,7 @@ import asyncio
 import re
 import unicodedata
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -181,7 +181,14 @@ def lost_slots(summary: str, items: Sequence[SlotItem]) -> list[SlotItem]:
     :func:`~tiermem.summaries.structured.states_value` (the rule
     :func:`~tiermem.summaries.quality.lost_items` and quality measurements use), decisions
     and intentions by their words (:func:`mentions`)."""
-    stated = stated_in(summary)
+    return _lost(stated_in(summary), summary, items)
+
+
+def _lost(
+    stated: Callable[[str, str | None], bool], summary: str, items: Sequence[SlotItem]
+) -> list[SlotItem]:
+    """:func:`lost_slots` with ``stated`` = ``stated_in(summary)`` already made (a pass
+    asks it of one text for its slots and for the drift)."""
     words: frozenset[str] | None = None
     lost = []
     for item in items:
@@ -290,18 +297,24 @@ def _joined(tiers: Sequence[BuiltTier]) -> str:
 
 
 def _drift(
-    previous_text: str | None, first_text: str, structured: StructuredMemory
+    previous_text: str | None,
+    first_text: str,
+    first_stated: Callable[[str, str | None], bool],
+    structured: StructuredMemory,
 ) -> float | None:
-    if not previous_text:
+    """Share of the entity values ``previous_text`` states that ``first_text`` does not
+    (``first_stated``: its :func:`stated_in`). Each text is read once for every value."""
+    if not previous_text or not structured.entities:
         return None
-    values = [
+    previous = stated_in(previous_text)
+    before = [
         SlotItem("entity", k, f.value, f.turn_index, exact=True)
         for k, f in structured.entities.items()
+        if previous(f.value, k)
     ]
-    before = [v for v in values if mentions(previous_text, v)]
     if not before:
         return None
-    return len(lost_slots(first_text, before)) / len(before)
+    return len(_lost(first_stated, first_text, before)) / len(before)
 
 
 async def validated_pass(
@@ -327,9 +340,11 @@ async def validated_pass(
     first, stale = _without_stale(builder, built, structured, extractor)
     through = max(s.through for s in spans)
     items = slot_items(structured, through) if check else []
-    lost = lost_slots(_joined(first), items)
+    first_text = _joined(first)
+    first_stated = stated_in(first_text)
+    lost = _lost(first_stated, first_text, items)
     previous_text = "\n".join(p.text for p in prev) or None
-    drift = _drift(previous_text, _joined(first), structured)
+    drift = _drift(previous_text, first_text, first_stated, structured)
     final = first
     retried: list[str] = []
     appended: list[str] = []
@@ -347,11 +362,13 @@ async def validated_pass(
             stale += more
             retried = [t.value for t in retry]
             await asyncio.sleep(0)
-        still = lost_slots(_joined(final), lost)
+        still = lost if final is first else lost_slots(_joined(final), lost)
         if still:
             final = _append(builder, final, spans, still)
             appended = [i.text for i in still]
-    kept_after = len(items) - len(lost_slots(_joined(final), items))
+    # The first attempt's text, unchanged, lost what it lost: no need to read it again.
+    lost_final = lost if final is first else lost_slots(_joined(final), items)
+    kept_after = len(items) - len(lost_final)
     # A rolled ancient tier read only the turns rolled into it: the ratio is of the tiers
     # built from all their raw turns.
     built_raw = [b for b in final if b.from_raw and not b.rolled]
