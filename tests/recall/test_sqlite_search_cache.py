@@ -118,26 +118,3 @@ async def test_cached_vector_search_equals_the_file_and_follows_writes(tmp_path:
         await cached.aclose()
         await plain.aclose()
         await other.aclose()
-
-
-def test_the_vector_cache_is_bounded_in_entries_and_bytes() -> None:
-    from tiermem.longterm.index_sqlite import _VectorCache, _Vectors
-    from tiermem.longterm.vectors import pack_vector, packed_matrix
-
-    clock = FakeClock(T0)
-    cache = _VectorCache(max_entries=3, ttl=timedelta(minutes=5), clock=clock, max_bytes=100)
-
-    def entry(n: int) -> _Vectors:
-        blobs = [pack_vector((1.0, 0.0, 0.0)) for _ in range(n)]
-        keys = [str(i) for i in range(n)]
-        matrix = packed_matrix(blobs, 3)
-        return _Vectors(keys, dict.fromkeys(keys, "turn"), matrix, T0, None)
-
-    cache.put(("u1", 3, ("turn",)), entry(2))  # 48 bytes as float64 (24 as blobs)
-    cache.put(("u2", 3, ("turn",)), entry(2))
-    assert cache.get(("u1", 3, ("turn",)), 0) is not None
-    cache.put(("u3", 3, ("turn",)), entry(3))  # over 100 bytes: the least recent goes
-    assert cache.nbytes <= 100 or len(list(cache._entries)) == 1
-    assert cache.get(("u2", 3, ("turn",)), 0) is None
-    cache.drop_users({"u1", "u3"})
-    assert cache.nbytes == 0

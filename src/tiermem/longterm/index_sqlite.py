@@ -33,19 +33,21 @@ both searches; each ``upsert`` transaction deletes up to
 first, through the partial index: no scan), and :meth:`SQLiteIndex.collect_expired`
 deletes more.
 
-Vector search reads the user's vectors of the asked kinds and computes cosine in Python
-(numpy when installed): O(documents × dimensions) per query, about 60 ms for 10,000
-384-dimension vectors with numpy (40 ms of it reading 15 MB of blobs), and 1.5 s without;
-see ``docs/recall.md``.
+Vector search is exact (brute-force cosine) over the user's vectors, read from the file
+once into an in-process float32 matrix (:mod:`tiermem.longterm.vector_cache`) and reused
+by the user's next queries until this index writes for them or the TTL passes.
 
 The index shares the file's worker thread and connection with the stores of this process
 on the same file (:class:`~tiermem.store.backends.sqlite._connection.SQLiteDatabase`): its
-work never blocks the event loop, and its writes join the durable store's group commits
-instead of taking turns at the write lock. Its migrations run on that connection before
-its first operation; opening the connection applies the store's: either may open a new
-file first. A document written again with the same terms (a summary's chunks, rewritten
-on every pass with new dates) keeps its full-text row: only its kind, dates and vector
-are rewritten, which spares FTS5 a delete and an insert.
+writes join the durable store's group commits instead of taking turns at the write lock,
+and only a small upsert (a few turns' documents, :data:`_DIRECT_DOCS`) may run directly on
+the caller's thread when the file is idle, holding its event loop for a fraction of a
+millisecond; larger work never blocks the event loop. An upsert adds to each user's
+statistics once per transaction, not once per document. Its migrations run on that
+connection before its first operation; opening the connection applies the store's: either
+may open a new file first. A document written again with the same terms (a summary's
+chunks, rewritten on every pass with new dates) keeps its full-text row: only its kind,
+dates and vector are rewritten, which spares FTS5 a delete and an insert.
 """
 
 from __future__ import annotations
@@ -55,11 +57,10 @@ import hashlib
 import logging
 import os
 import sqlite3
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import cast
 
 from tiermem.clock import Clock, SystemClock
 from tiermem.errors import BackendError
@@ -80,7 +81,8 @@ from tiermem.longterm.index_memory import (
     collect_budget,
 )
 from tiermem.longterm.text import bm25_idf, bm25_term, query_terms
-from tiermem.longterm.vectors import cosine_top, pack_vector, packed_matrix, unit_vector
+from tiermem.longterm.vector_cache import UserVectors, VectorCache, VectorRow, VectorWrite
+from tiermem.longterm.vectors import pack_vector, unit_vector
 from tiermem.store.backends.sqlite._connection import (
     DEFAULT_BUSY_TIMEOUT,
     SQLiteDatabase,
@@ -135,6 +137,13 @@ INDEX_MIGRATIONS: tuple[tuple[str, ...], ...] = (
 
 _INSERT_BATCH = 500
 """Documents per write transaction: a warm-up of thousands never holds the lock for long."""
+
+_DIRECT_DOCS = 16
+"""Documents an upsert may write directly, on the caller's thread, when the file is idle
+(:meth:`~tiermem.store.backends.sqlite._connection.SQLiteDatabase.write`): a turn's or a
+few turns' documents, about 20 µs each plus the commit. Handing them to the worker thread
+instead cost more CPU than writing them (the hand-off, and the caller's caches gone cold
+by the time it resumes); larger upserts go to the thread."""
 
 _Row = tuple[IndexedDoc, str, int, bytes | None, int, int, int | None]
 """doc, space-separated tokens, length, packed unit vector, dimensions, created_at µs,
@@ -193,8 +202,10 @@ def _set_up_index(conn: sqlite3.Connection, path: str) -> None:
     apply_index_migrations(conn, path=path)
 
 
+@functools.lru_cache(maxsize=4096)
 def _owner_token(user_id: str) -> str:
     # Letters and digits only, so unicode61 keeps it whole; a hash, so any id fits.
+    # Cached: every document written and every query of a user needs it.
     return "u" + hashlib.sha256(user_id.encode()).hexdigest()[:32]
 
 
@@ -245,77 +256,6 @@ class _SearchCache:
         return await self.index.search(user_id, query, kinds=kinds, limit=limit)
 
 
-@dataclass(frozen=True, slots=True)
-class _Vectors:
-    keys: list[str]
-    kinds: dict[str, str]
-    matrix: Any
-    """What :func:`~tiermem.longterm.vectors.packed_matrix` made of the rows' vectors."""
-    loaded_at: datetime
-    valid_until_us: int | None
-    """The earliest expiry among them: past it, a document in the matrix may have expired."""
-
-
-class _VectorCache:
-    """The vectors of the recently queried users, in process, for vector search.
-
-    Why: vector search otherwise reads every vector of the user from the file on each query
-    (10,000 turns + 10,000 memories of 384 dimensions: 30 MB of rows, ~130 ms). An entry
-    is a float64 matrix per user, dimension and kinds (8 bytes per value: 61 MB for those
-    20,000 vectors); at most ``max_entries`` stay and at most ``max_bytes`` of matrices in
-    all (least recently used evicted first); this index's writes for a user drop
-    that user's entries, an entry is read again after ``ttl`` (another process's writes on
-    the same file are seen within it) and once its earliest document expiry has passed.
-    """
-
-    def __init__(
-        self, max_entries: int, ttl: timedelta, clock: Clock, max_bytes: int = 256 << 20
-    ) -> None:
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self._ttl = ttl
-        self._clock = clock
-        self._entries: OrderedDict[tuple[str, int, tuple[str, ...]], _Vectors] = OrderedDict()
-
-    def get(self, key: tuple[str, int, tuple[str, ...]], now_us: int) -> _Vectors | None:
-        found = self._entries.get(key)
-        if found is None:
-            return None
-        stale = self._clock.now() - found.loaded_at >= self._ttl or (
-            found.valid_until_us is not None and found.valid_until_us <= now_us
-        )
-        if stale:
-            del self._entries[key]
-            return None
-        self._entries.move_to_end(key)
-        return found
-
-    def put(self, key: tuple[str, int, tuple[str, ...]], value: _Vectors) -> None:
-        self._entries[key] = value
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries or (
-            len(self._entries) > 1 and self.nbytes > self.max_bytes
-        ):
-            self._entries.popitem(last=False)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the cached matrices (the blobs' size without numpy)."""
-        return sum(_nbytes(v.matrix) for v in self._entries.values())
-
-    def drop_users(self, user_ids: Collection[str]) -> None:
-        for key in [k for k in self._entries if k[0] in user_ids]:
-            del self._entries[key]
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-
-def _nbytes(matrix: Any) -> int:
-    size = getattr(matrix, "nbytes", None)
-    return int(size) if size is not None else sum(len(blob) for blob in matrix)
-
-
 class SQLiteIndex:
     """BM25 (FTS5 over pre-tokenized text) and cosine over float32 blobs, in a SQLite file.
 
@@ -352,9 +292,9 @@ class SQLiteIndex:
             if cache_users > 0
             else None
         )
-        # Vector search cache (see _VectorCache); 0 users: every vector search reads the file.
+        # Vector search cache (see VectorCache); 0 users: every vector search reads the file.
         self._vectors = (
-            _VectorCache(2 * cache_users, cache_ttl, self._clock) if cache_users > 0 else None
+            VectorCache(cache_users, cache_ttl, self._clock) if cache_users > 0 else None
         )
 
     @property
@@ -385,6 +325,9 @@ class SQLiteIndex:
         now_us = to_epoch_us(self._clock.now(), what="now")
 
         def op(conn: sqlite3.Connection, chunk: list[_Row]) -> None:
+            # Each user's statistics take one upsert per chunk, not one per document;
+            # written before anything that reads or lowers them (a delete, collection).
+            added: dict[str, list[int]] = {}
             for doc, tokens, length, blob, dims, created_us, expires_us in chunk:
                 held = _held_doc(conn, doc.user_id, doc.doc_id)
                 expired = expires_us is not None and expires_us <= now_us
@@ -395,6 +338,7 @@ class SQLiteIndex:
                     _refresh_doc(conn, held[0], doc, created_us, expires_us, blob, dims)
                     continue
                 if held is not None:
+                    _add_to_users(conn, added)
                     _delete_row(conn, doc.user_id, held[0], held[1])
                 if expired:
                     continue  # expired already: removing the old version is all there is
@@ -415,19 +359,19 @@ class SQLiteIndex:
                         "VALUES (?, ?, ?, ?)",
                         (rowid, doc.user_id, dims, blob),
                     )
-                conn.execute(
-                    "INSERT INTO recall_users (user_id, docs, total_length) VALUES (?, 1, ?) "
-                    "ON CONFLICT (user_id) DO UPDATE SET docs = docs + 1, "
-                    "total_length = total_length + excluded.total_length",
-                    (doc.user_id, length),
-                )
+                counts = added.setdefault(doc.user_id, [0, 0])
+                counts[0] += 1
+                counts[1] += length
+            _add_to_users(conn, added)
             _collect(conn, now_us, collect_budget(len(chunk)))
 
         for start in range(0, len(rows), _INSERT_BATCH):
             chunk = rows[start : start + _INSERT_BATCH]
-            await self._db.write(functools.partial(op, chunk=chunk))
+            await self._db.write(
+                functools.partial(op, chunk=chunk), direct=len(chunk) <= _DIRECT_DOCS
+            )
         if self._vectors is not None:
-            self._vectors.drop_users({doc.user_id for doc in docs})
+            _apply_vector_writes(self._vectors, rows)
         if self._cache is not None:
             await self._cache.index.upsert(docs)
 
@@ -455,7 +399,7 @@ class SQLiteIndex:
 
         await self._db.write(op)
         if self._vectors is not None:
-            self._vectors.drop_users({user_id})
+            self._vectors.apply(user_id, [(doc_id, "", None, 0, None) for doc_id in ids])
         if self._cache is not None:
             await self._cache.index.remove(user_id, ids)
 
@@ -535,42 +479,39 @@ class SQLiteIndex:
         self, user_id: str, vector: Sequence[float], *, kinds: Collection[DocKind], limit: int
     ) -> list[SearchHit]:
         check_search_args(user_id, kinds, limit)
-        wanted = sorted(set(kinds))
-        if not wanted or not vector:
+        if not kinds or not vector:
             return []
-        query = list(vector)
+        dims = len(vector)
         now_us = to_epoch_us(self._clock.now(), what="now")
-        key = (user_id, len(query), tuple(wanted))
-        found = self._vectors.get(key, now_us) if self._vectors is not None else None
+        cache = self._vectors
+        found = cache.get(user_id, dims) if cache is not None else None
         if found is None:
             loaded_at = self._clock.now()
 
-            def op(conn: sqlite3.Connection) -> list[tuple[str, str, bytes, int | None]]:
-                # Three kinds exist: pad the list so the statement stays one literal.
-                padded = (wanted * 3)[:3]
+            def op(conn: sqlite3.Connection) -> list[VectorRow]:
+                # Every kind and expired rows too: the matrix serves any kinds and masks
+                # expiries per query, so it stays valid as documents expire.
                 return conn.execute(
                     "SELECT d.doc_id, d.kind, v.vector, d.expires_at_us FROM recall_vectors AS v "
                     "CROSS JOIN recall_docs AS d ON d.id = v.id "
-                    "WHERE v.user_id = ? AND v.dims = ? AND d.kind IN (?, ?, ?) "
-                    "AND (d.expires_at_us IS NULL OR d.expires_at_us > ?)",
-                    (user_id, len(query), *padded, now_us),
+                    "WHERE v.user_id = ? AND v.dims = ?",
+                    (user_id, dims),
                 ).fetchall()
 
-            rows = await self._db.read(op)
-            expiries = [r[3] for r in rows if r[3] is not None]
-            found = _Vectors(
-                keys=[r[0] for r in rows],
-                kinds={r[0]: r[1] for r in rows},
-                matrix=packed_matrix([r[2] for r in rows], len(query)),
-                loaded_at=loaded_at,
-                valid_until_us=min(expiries, default=None),
-            )
-            if self._vectors is not None:
-                self._vectors.put(key, found)
-        if not found.keys:
-            return []
-        top = cosine_top(query, found.keys, found.matrix, limit)
-        return [SearchHit(doc_id=d, kind=cast("DocKind", found.kinds[d]), score=s) for d, s in top]
+            if cache is None:
+                found = UserVectors(await self._db.read(op), dims)
+            else:
+                # Not kept if this index writes for the user during the read (see
+                # VectorCache.begin_load).
+                cache.begin_load(user_id)
+                try:
+                    found = UserVectors(await self._db.read(op), dims)
+                finally:
+                    cache.end_load(user_id, found, loaded_at)
+        return [
+            SearchHit(doc_id=doc_id, kind=cast("DocKind", kind), score=score)
+            for doc_id, kind, score in found.top(vector, kinds, now_us, limit)
+        ]
 
     async def purge_user(self, user_id: str) -> None:
         validate_id(user_id, what="user_id")
@@ -599,6 +540,28 @@ class SQLiteIndex:
         if self._cache is not None:
             await self._cache.index.aclose()
         await self._db.aclose()
+
+
+def _add_to_users(conn: sqlite3.Connection, added: dict[str, list[int]]) -> None:
+    """Add the documents and lengths counted in ``added`` (user → [docs, length]) to the
+    users' statistics, and empty it."""
+    for user_id, (docs, length) in added.items():
+        conn.execute(
+            "INSERT INTO recall_users (user_id, docs, total_length) VALUES (?, ?, ?) "
+            "ON CONFLICT (user_id) DO UPDATE SET docs = docs + excluded.docs, "
+            "total_length = total_length + excluded.total_length",
+            (user_id, docs, length),
+        )
+    added.clear()
+
+
+def _apply_vector_writes(cache: VectorCache, rows: Sequence[_Row]) -> None:
+    """Apply an upsert's written documents to the cached vectors of their users."""
+    by_user: dict[str, list[VectorWrite]] = {}
+    for doc, _, _, blob, dims, _, expires_us in rows:
+        by_user.setdefault(doc.user_id, []).append((doc.doc_id, doc.kind, blob, dims, expires_us))
+    for user_id, writes in by_user.items():
+        cache.apply(user_id, writes)
 
 
 def _held_doc(conn: sqlite3.Connection, user_id: str, doc_id: str) -> tuple[int, int, str] | None:

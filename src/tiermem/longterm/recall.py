@@ -52,7 +52,7 @@ from tiermem.longterm.recall_dates import turn_date_terms
 from tiermem.longterm.records import is_hidden
 from tiermem.longterm.text import query_terms
 from tiermem.longterm.types import MemoryTypeRegistry, is_internal_type
-from tiermem.longterm.vectors import cosine
+from tiermem.longterm.vectors import cosines
 from tiermem.models import REDACTED_TEXT, MemoryRecord, Provenance, Turn
 from tiermem.policies.recall import RecallPolicy, RecallSignals, rank_candidates
 from tiermem.store.codec import check_aware
@@ -825,22 +825,28 @@ class Recaller:
         embedding when it has the query's dimension, else by embedding the text (one call)."""
         model = embedder.model_id
         missing: list[_Candidate] = []
+        scored: list[_Candidate] = []
+        stored_vectors: list[Sequence[float]] = []
         for c in kept:
             if c.cosine is not None:
                 continue
             stored = c.memory.embedding if c.memory is not None else None
             same_model = c.memory is not None and c.memory.embedding_model in (None, model)
             if stored is not None and same_model and len(stored) == len(vector):
-                c.cosine = cosine(vector, stored)
+                scored.append(c)
+                stored_vectors.append(stored)
             else:
                 missing.append(c)
+        # One call for all: the query is normalised once (see vectors.cosines).
+        for c, value in zip(scored, cosines(vector, stored_vectors), strict=True):
+            c.cosine = value
         if not missing or not embed_missing:
             return
         embedded = await self._embed(embedder, [_text(c) for c in missing])
         if embedded is None:
             return
-        for c, doc_vector in zip(missing, embedded, strict=True):
-            c.cosine = cosine(vector, doc_vector)
+        for c, value in zip(missing, cosines(vector, embedded), strict=True):
+            c.cosine = value
 
     def _repair(self, user_id: str, stale: list[tuple[DocKind, str]]) -> None:
         """Remove documents whose record has gone, off the request path."""
