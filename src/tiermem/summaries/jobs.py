@@ -37,6 +37,16 @@ Callers that need their writes summarized await :meth:`SummaryJobs.wait_through`
 (``await session.summaries(wait_through=N)``), which runs the job inline if it has not run
 yet (not counted in the bound: the caller is waiting for it).
 
+**Round trips** (issue #8): a background pass starts from what this process last read or
+wrote -- the three records (and the recall claim), the turns its previous pass summarized
+(valid only over the summary version that pass wrote) and the turn count the session's
+appends reported -- so a steady session's pass makes one archive read (the turns after the
+summaries) and its three compare-and-set writes. Those caches are bounded and only ever
+stale, never wrong: another process's pass or redaction changes the versions, so the stale
+pass's compare-and-set fails, the cache is dropped, and the pass reads afresh (a decision
+"not due" taken from a stale record only waits for the next trigger, as the in-process
+watermark always did). A failed pass drops them too.
+
 **Recall** (:mod:`tiermem.summaries.recall_docs`, when :meth:`SummaryJobs.index_for_recall`
 attached a long-term memory): a committed pass indexes the session's summary lines and
 structured items, and removes the previous version's other lines, in the job (so off the
@@ -118,7 +128,35 @@ COMMIT_ATTEMPTS = 3
 """Passes a job recomputes after losing a race to a different (shorter) commit."""
 KNOWN_SESSIONS = 10_000
 """Sessions whose watermark is remembered in process (least recently used dropped)."""
+RECORD_CACHE_SESSIONS = 1_000
+"""Sessions whose last read or written records (summary, structured, watermarks, claim) a
+process keeps, so that a pass need not read them again (least recently used dropped; a few
+kilobytes each)."""
+TURN_CACHE_AGE = timedelta(minutes=10)
+"""How long the turns a pass summarized stay usable by the session's next pass in this
+process (an active session's next pass comes within minutes; the archive keeps turns for
+hours, so they are alive then)."""
+TURN_CACHE_TURNS = 96
+"""At most this many of a pass's newest summarized turns are kept for the next pass (it
+re-reads those rolled from the middle tier into the ancient one)."""
+TURN_CACHE_CHARS = 16_000_000
+"""Bound on the text of all kept turns together (least recently kept sessions dropped
+first): large turns must not make the session bound a gigabyte one."""
 _TIER_ORDER = (SummaryTier.ANCIENT, SummaryTier.MIDDLE, SummaryTier.RECENT)
+
+
+@dataclass(frozen=True, slots=True)
+class _PassTurns:
+    """Turns a committed pass summarized, valid for the next pass only over the summary
+    record this process wrote (``summary_version``): any other write of it (a redaction,
+    another process's pass) changes the version, and then the turns are read again."""
+
+    summary_version: int
+    read_at: datetime
+    """When the first-read of them was read from the archive."""
+    turns: Mapping[int, Turn]
+    chars: int
+    """Characters of text the turns hold (for :data:`TURN_CACHE_CHARS`)."""
 
 
 @dataclass
@@ -309,6 +347,17 @@ class SummaryJobs:
         self.stats = SummaryJobStats()
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._queued: set[str] = set()
+        self._next_seen: dict[str, int] = {}
+        """Per queued session, the turn count its appends reported: the pass reads the
+        turns up to it, with no ``next_index`` round trip."""
+        self._records: OrderedDict[str, dict[str, SessionRecord | None]] = OrderedDict()
+        """Per session, the records (by kind; None: absent) as this process last read or
+        wrote them. A pass starts from them instead of reading them again; another process's
+        write makes them stale, which costs the pass a compare-and-set conflict and a fresh
+        read (every commit is compare-and-set on the version), never a wrong commit."""
+        self._pass_turns: OrderedDict[str, _PassTurns] = OrderedDict()
+        self._pass_turn_chars = 0
+        """Per session, the turns its last pass here summarized (bounded like ``_records``)."""
         self._unindexed: OrderedDict[str, None] = OrderedDict()
         """Sessions whose last summary-line indexing failed: their next pass indexes every
         line again (bounded like ``_known``)."""
@@ -375,6 +424,14 @@ class SummaryJobs:
             self.durable.get_record(session_id, STRUCTURED_RECORD),
             self.durable.get_record(session_id, WATERMARKS_RECORD),
         )
+        self._keep(
+            session_id,
+            {
+                SUMMARY_RECORD: summary_rec,
+                STRUCTURED_RECORD: structured_rec,
+                WATERMARKS_RECORD: marks_rec,
+            },
+        )
         structured = _structured(structured_rec)
         tiers = self._current(_tiers(summary_rec), structured)
         marks = _watermarks(marks_rec)
@@ -429,6 +486,7 @@ class SummaryJobs:
         count of the tokens added since (no I/O); an unknown session queues a job that
         reads and decides."""
         if session_id in self._queued:
+            self._next_seen[session_id] = max(self._next_seen.get(session_id, 0), next_index)
             return
         known = self._known.get(session_id)
         if known is not None:
@@ -444,6 +502,7 @@ class SummaryJobs:
                 and known.pending_tokens <= compression.trigger_tokens
             ):
                 return
+        self._next_seen[session_id] = next_index
         await self._submit(user_id, session_id)
 
     async def _submit(self, user_id: str, session_id: str) -> asyncio.Future[None] | None:
@@ -466,15 +525,16 @@ class SummaryJobs:
         async with self._pass_slots():
             self._queued.discard(session_id)  # turns added from now on may queue another
             self.stats.queued = len(self._queued)
-            await self._guarded(session_id)
+            await self._guarded(session_id, self._next_seen.pop(session_id, None))
 
-    async def _guarded(self, session_id: str) -> None:
+    async def _guarded(self, session_id: str, next_index: int | None) -> None:
         """One background pass; a TierMemError is logged and counted, and retried later."""
         try:
-            await self.run(session_id)
+            await self.run(session_id, next_index=next_index)
         except TierMemError as exc:
             self.stats.failures += 1
             self._known.pop(session_id, None)  # the next add_turns checks again: a retry
+            self._records.pop(session_id, None)  # and reads the records again
             logger.warning(
                 "summarizing session %s failed; the previous summary stays and the job "
                 "runs again on the next turn: %s",
@@ -504,9 +564,13 @@ class SummaryJobs:
         await self.run(session_id, through=through)
         return await self.read(session_id)
 
-    async def run(self, session_id: str, *, through: int | None = None) -> JobOutcome:
+    async def run(
+        self, session_id: str, *, through: int | None = None, next_index: int | None = None
+    ) -> JobOutcome:
         """One pass: through ``through`` if given (a caller waiting), else through what the
-        trigger plans. Idempotent (module docstring).
+        trigger plans, over the turns before ``next_index`` if given (the count the
+        session's appends reported; None: every archived turn). Idempotent (module
+        docstring).
 
         Raises:
             ModelFailedError: an engine failed; nothing was written.
@@ -515,7 +579,7 @@ class SummaryJobs:
         """
         self.stats.jobs += 1
         for _ in range(COMMIT_ATTEMPTS):
-            outcome = await self._attempt(session_id, through)
+            outcome = await self._attempt(session_id, through, next_index)
             if outcome is not None:
                 return outcome
         raise ConflictError(
@@ -523,19 +587,22 @@ class SummaryJobs:
             "passes; try again"
         )
 
-    async def _attempt(self, session_id: str, through: int | None) -> JobOutcome | None:
-        summary_rec, structured_rec, marks_rec = await asyncio.gather(
-            self.durable.get_record(session_id, SUMMARY_RECORD),
-            self.durable.get_record(session_id, STRUCTURED_RECORD),
-            self.durable.get_record(session_id, WATERMARKS_RECORD),
+    async def _attempt(
+        self, session_id: str, through: int | None, next_index: int | None
+    ) -> JobOutcome | None:
+        summary_rec, structured_rec, marks_rec = await self._records_of(
+            session_id, (SUMMARY_RECORD, STRUCTURED_RECORD, WATERMARKS_RECORD)
         )
         current = _tiers(summary_rec)
         done = summarized_through(current)
         compression = _watermarks(marks_rec).compression or self.policy.base_compression()
-        next_index = await self.durable.next_index(session_id)
-        last = next_index - 1
+        read_at = self.clock.now()
         if through is None:
+            # The turns after the summaries, up to the count the appends reported (else to
+            # the last): the last one read is the last turn (turns expire oldest first),
+            # so no ``next_index`` round trip.
             pending = await self.durable.get_turns(session_id, done + 1, next_index)
+            last = pending[-1].index if pending else done
             counts = [(t.index, t.token_count or self.tokens.count(t.text)) for t in pending]
             target = plan_pass(counts, done, compression, last=last)
             if target is None:
@@ -544,6 +611,8 @@ class SummaryJobs:
                 self._remember(session_id, _Known(done, compression, tokens, last))
                 return JobOutcome.NOT_DUE
         else:
+            pending = None
+            last = await self.durable.next_index(session_id) - 1
             target = min(through, last)
             if target <= done:
                 self.stats.already_done += 1
@@ -566,10 +635,20 @@ class SummaryJobs:
             turns=source,
         )
         start = min(builder.first_needed(spans, current), structured.through_index + 1)
-        # One archive read for the whole pass: the turns the tiers are built from (a
-        # verbatim engine's ancient tier needs only those rolled into it) and those to
-        # extract from.
-        turns = await self.durable.get_turns(session_id, start, next_index)
+        # The turns the tiers are built from (a verbatim engine's ancient tier needs only
+        # those rolled into it) and those to extract from: the planning read's, and one
+        # more read only for turns before it.
+        if pending is None:
+            turns = await self.durable.get_turns(session_id, start, last + 1)
+        elif start <= done:
+            held = self._earlier_turns(session_id, summary_rec, start, done)
+            if held is None:
+                earlier = await self.durable.get_turns(session_id, start, done + 1)
+            else:
+                earlier, read_at = held[0], min(read_at, held[1])
+            turns = [*earlier, *pending]
+        else:
+            turns = [t for t in pending if t.index >= start]
         by_index = {t.index: t for t in turns}
 
         fresh_structured: StructuredMemory | None = None
@@ -594,14 +673,18 @@ class SummaryJobs:
         expires_at = self.record_expiry()
         if fresh_structured is not None:
             try:
-                await self.durable.put_record(
+                written = await self.durable.put_record(
                     session_id,
                     STRUCTURED_RECORD,
                     fresh_structured.model_dump(mode="json"),
                     expected_version=structured_rec.version if structured_rec else 0,
                     expires_at=expires_at,
                 )
+                self._keep(session_id, {STRUCTURED_RECORD: written})
             except ConflictError:
+                # Another writer (or a stale cache): what this process holds is not to be
+                # trusted any more; the rest of the pass and the next ones read afresh.
+                self._records.pop(session_id, None)
                 latest = _structured(await self.durable.get_record(session_id, STRUCTURED_RECORD))
                 if latest.through_index < last:
                     return None  # someone committed less than we need: recompute
@@ -614,14 +697,17 @@ class SummaryJobs:
             "quality": quality.model_dump(mode="json"),
         }
         try:
-            await self.durable.put_record(
+            written = await self.durable.put_record(
                 session_id,
                 SUMMARY_RECORD,
                 record,
                 expected_version=summary_rec.version if summary_rec else 0,
                 expires_at=expires_at,
             )
+            self._keep(session_id, {SUMMARY_RECORD: written})
+            self._keep_turns(session_id, written.version, by_index, target, read_at)
         except ConflictError:
+            self._records.pop(session_id, None)
             latest_tiers = _tiers(await self.durable.get_record(session_id, SUMMARY_RECORD))
             if summarized_through(latest_tiers) >= target:
                 self.stats.lost_races += 1
@@ -645,9 +731,14 @@ class SummaryJobs:
     async def _advance(
         self, session_id: str, summarized: int, extracted: int, compression: Compression
     ) -> None:
-        """Raise the watermarks (never lower them) and store the compression in force."""
+        """Raise the watermarks (never lower them) and store the compression in force. The
+        first attempt writes over the record this process last saw, if it has it (a
+        conflict reads it again)."""
         for attempt in range(CAS_ATTEMPTS):
-            rec = await self.durable.get_record(session_id, WATERMARKS_RECORD)
+            if attempt == 0:
+                (rec,) = await self._records_of(session_id, (WATERMARKS_RECORD,))
+            else:
+                rec = await self.durable.get_record(session_id, WATERMARKS_RECORD)
             held = _watermarks(rec)
             new = Watermarks(
                 summarized_through=max(held.summarized_through, summarized),
@@ -657,15 +748,17 @@ class SummaryJobs:
                 updated_at=self.clock.now(),
             )
             try:
-                await self.durable.put_record(
+                written = await self.durable.put_record(
                     session_id,
                     WATERMARKS_RECORD,
                     new.model_dump(mode="json"),
                     expected_version=rec.version if rec else 0,
                     expires_at=self.record_expiry(),
                 )
+                self._keep(session_id, {WATERMARKS_RECORD: written})
                 return
             except ConflictError:
+                self._records.pop(session_id, None)
                 await pause(attempt)
         raise ConflictError(f"the watermarks of session {session_id!r} kept changing; try again")
 
@@ -707,7 +800,11 @@ class SummaryJobs:
         if recall is None:
             return
         try:
-            claim_rec = await self.durable.get_record(session_id, LINES_RECORD)
+            # Whether it is due is judged from the claim this process last saw: another
+            # writer only renews it (later: due later), or resets it together with the
+            # summary record, whose compare-and-set then fails and drops what is cached.
+            fresh = session_id not in self._records or LINES_RECORD not in self._records[session_id]
+            (claim_rec,) = await self._records_of(session_id, (LINES_RECORD,))
             claimed, renewed_at = _claim(claim_rec)
             now = self.clock.now()
             due = (
@@ -718,6 +815,10 @@ class SummaryJobs:
             )
             if not due:
                 return
+            if not fresh:  # act on the claim as it is now
+                claim_rec = await self.durable.get_record(session_id, LINES_RECORD)
+                self._keep(session_id, {LINES_RECORD: claim_rec})
+                claimed, _renewed = _claim(claim_rec)
             lines = current_lines()
             if not lines and not claimed:
                 return
@@ -780,7 +881,7 @@ class SummaryJobs:
             "renewed_at": renewed_at.isoformat() if renewed_at else None,
         }
         try:
-            return await self.durable.put_record(
+            written = await self.durable.put_record(
                 session_id,
                 LINES_RECORD,
                 data,
@@ -788,7 +889,10 @@ class SummaryJobs:
                 expires_at=self.record_expiry(),
             )
         except ConflictError:
+            self._records.get(session_id, {}).pop(LINES_RECORD, None)
             return None
+        self._keep(session_id, {LINES_RECORD: written})
+        return written
 
     def _refresh_every(self) -> timedelta:
         retention = self.policy.record_retention
@@ -835,8 +939,86 @@ class SummaryJobs:
             self._known.popitem(last=False)
 
     def forget(self, session_id: str) -> None:
-        """Drop the in-process watermark of a cleared session."""
+        """Drop the in-process watermark, records and turns of a cleared (or redacted)
+        session."""
         self._known.pop(session_id, None)
+        self._records.pop(session_id, None)
+        self._drop_pass_turns(session_id)
+
+    def _keep_turns(
+        self,
+        session_id: str,
+        version: int,
+        by_index: Mapping[int, Turn],
+        target: int,
+        read_at: datetime,
+    ) -> None:
+        """Keep the newest turns a pass committed (through ``target``) for the next pass;
+        ``read_at``: when the oldest-read of them was read from the archive."""
+        kept = {i: t for i, t in by_index.items() if target - TURN_CACHE_TURNS < i <= target}
+        chars = sum(len(t.text) for t in kept.values())
+        self._drop_pass_turns(session_id)
+        if chars > TURN_CACHE_CHARS:
+            return
+        self._pass_turns[session_id] = _PassTurns(version, read_at, kept, chars)
+        self._pass_turn_chars += chars
+        while (
+            len(self._pass_turns) > RECORD_CACHE_SESSIONS
+            or self._pass_turn_chars > TURN_CACHE_CHARS
+        ):
+            _, dropped = self._pass_turns.popitem(last=False)
+            self._pass_turn_chars -= dropped.chars
+
+    def _drop_pass_turns(self, session_id: str) -> _PassTurns | None:
+        held = self._pass_turns.pop(session_id, None)
+        if held is not None:
+            self._pass_turn_chars -= held.chars
+        return held
+
+    def _earlier_turns(
+        self, session_id: str, summary_rec: SessionRecord | None, start: int, done: int
+    ) -> tuple[list[Turn], datetime] | None:
+        """Turns ``start..done`` as this process's last pass had them, and when they were
+        read, if they are all held and still valid (:class:`_PassTurns`: at most
+        :data:`TURN_CACHE_AGE` since read); None: read them."""
+        held = self._drop_pass_turns(session_id)  # one use: the pass keeps its own
+        if (
+            held is None
+            or summary_rec is None
+            or held.summary_version != summary_rec.version
+            or self.clock.now() - held.read_at > TURN_CACHE_AGE
+        ):
+            return None
+        turns = [held.turns.get(i) for i in range(start, done + 1)]
+        if any(t is None for t in turns):
+            return None
+        return [t for t in turns if t is not None], held.read_at
+
+    async def _records_of(
+        self, session_id: str, kinds: Sequence[str]
+    ) -> list[SessionRecord | None]:
+        """The session's records of ``kinds``: as this process last saw them, reading (at
+        once) only those it does not hold."""
+        held = self._records.get(session_id)
+        if held is not None:
+            self._records.move_to_end(session_id)
+        missing = [k for k in kinds if held is None or k not in held]
+        if missing:
+            read = await asyncio.gather(*(self.durable.get_record(session_id, k) for k in missing))
+            held = self._keep(session_id, dict(zip(missing, read, strict=True)))
+        assert held is not None
+        return [held[k] for k in kinds]
+
+    def _keep(
+        self, session_id: str, records: Mapping[str, SessionRecord | None]
+    ) -> dict[str, SessionRecord | None]:
+        """Remember records as just read or written (bounded: :data:`RECORD_CACHE_SESSIONS`)."""
+        held = self._records.setdefault(session_id, {})
+        held.update(records)
+        self._records.move_to_end(session_id)
+        while len(self._records) > RECORD_CACHE_SESSIONS:
+            self._records.popitem(last=False)
+        return held
 
     async def redacted(self, session_id: str, index: int) -> bool:
         """Turn ``index`` was redacted: if the summaries or structured memory already cover
