@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 __all__ = ["Clock", "FakeClock", "IdFactory", "SystemClock", "UlidFactory"]
@@ -24,8 +25,9 @@ class Clock(Protocol):
 class SystemClock:
     """The wall clock."""
 
-    def now(self) -> datetime:
-        return datetime.now(UTC)
+    now = staticmethod(partial(datetime.now, UTC))
+    """The current time, timezone-aware, in UTC (``datetime.now(UTC)`` called directly: the
+    turn path reads the clock several times per turn, and a method frame costs a third)."""
 
 
 class FakeClock:

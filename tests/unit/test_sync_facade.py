@@ -41,6 +41,7 @@ from tiermem.models import (
 )
 from tiermem.session import TurnInput
 from tiermem.settings import TierMemSettings
+from tiermem.store.backends.memory import MemoryDurableStore
 from tiermem.sync import SyncMemory
 
 EMBEDDED = TierMemSettings(hot_backend="memory", durable_backend="memory")
@@ -305,6 +306,14 @@ ARGS: dict[str, Callable[[World], Call]] = {
     # MemoryHotStore
     "MemoryHotStore.aclose": lambda w: a(),
     "MemoryHotStore.append_turns": lambda w: a("s-1", [w.new_turn], window=20, expires_at=w.later),
+    "MemoryHotStore.append_through": lambda w: a(
+        MemoryDurableStore(),
+        "s-9",
+        [w.new_turn],
+        window=20,
+        hot_expires_at=w.later,
+        durable_expires_at=None,
+    ),
     "MemoryHotStore.claim_expired": lambda w: a(owner="walker", lease=timedelta(seconds=30)),
     "MemoryHotStore.copy_state": lambda w: a(
         "s-1", w.session.get_state("cart"), expires_at=w.later

@@ -78,11 +78,20 @@ class FrozenModel(BaseModel):
         instance's ``__dict__``). It sets what pydantic's ``model_construct`` sets, minus
         the per-field default handling that makes that one several times slower.
         """
-        if cls.__private_attributes__:
-            raise TypeError(f"{cls.__name__} has private attributes; use model_construct")
-        model: Self = object.__new__(cls)
-        object.__setattr__(model, "__dict__", values)
-        object.__setattr__(model, "__pydantic_fields_set__", fields_set or set(values))
-        object.__setattr__(model, "__pydantic_extra__", None)
-        object.__setattr__(model, "__pydantic_private__", None)
+        if cls not in _PLAIN_MODELS:  # a class attribute lookup costs more than this set's
+            if cls.__private_attributes__:
+                raise TypeError(f"{cls.__name__} has private attributes; use model_construct")
+            _PLAIN_MODELS.add(cls)
+        model: Self = _new(cls)
+        _set(model, "__dict__", values)
+        _set(model, "__pydantic_fields_set__", fields_set or set(values))
+        _set(model, "__pydantic_extra__", None)
+        _set(model, "__pydantic_private__", None)
         return model
+
+
+_PLAIN_MODELS: set[type[FrozenModel]] = set()
+"""Model classes :meth:`FrozenModel.trusted` has seen to have no private attributes."""
+
+_new = object.__new__
+_set = object.__setattr__

@@ -28,30 +28,47 @@ MAX_JSON_DEPTH = 64
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+_LEAVES = frozenset({int, float, bool, type(None), bytes})
+"""Types that hold nothing to walk (checked by exact type: the common case, no isinstance)."""
+
+
 def check_shape(value: Any, *, what: str) -> None:
     """Raise :class:`ValidationError` if ``value`` nests deeper than :data:`MAX_JSON_DEPTH`
-    or holds a string with a lone surrogate. Walks models, mappings and sequences."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            if not item.isascii() and _SURROGATE.search(item):
+    or holds a string with a lone surrogate. Walks models, mappings and sequences.
+
+    Level by level, so a flat value (a turn's text blocks, its metadata) costs one pass
+    over its items and no per-item bookkeeping."""
+    if type(value) is dict and not value:  # a turn's usual metadata
+        return
+    level: list[Any] = [value]
+    depth = 0
+    while level:
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is str or isinstance(item, str):
+                if not item.isascii() and _SURROGATE.search(item):
+                    raise ValidationError(
+                        f"{what} holds a lone surrogate ({_SURROGATE.search(item)!r}), "
+                        "which cannot be stored as UTF-8; decode your input with "
+                        "errors='replace'"
+                    )
+                continue
+            if kind in _LEAVES:
+                continue
+            if isinstance(item, BaseModel):
+                below += item.__dict__.values()
+            elif isinstance(item, dict):
+                below += item.keys()
+                below += item.values()
+            elif isinstance(item, list | tuple):
+                below += item
+            else:
+                continue
+            if depth > MAX_JSON_DEPTH:
                 raise ValidationError(
-                    f"{what} holds a lone surrogate ({_SURROGATE.search(item)!r}), which "
-                    "cannot be stored as UTF-8; decode your input with errors='replace'"
+                    f"{what} nests deeper than {MAX_JSON_DEPTH} levels; flatten it or store "
+                    "it by reference (a document id) instead of inline"
                 )
-            continue
-        if isinstance(item, BaseModel):
-            children: Any = item.__dict__.values()
-        elif isinstance(item, dict):
-            children = [*item.keys(), *item.values()]
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        if depth > MAX_JSON_DEPTH:
-            raise ValidationError(
-                f"{what} nests deeper than {MAX_JSON_DEPTH} levels; flatten it or store it "
-                "by reference (a document id) instead of inline"
-            )
-        stack.extend((child, depth + 1) for child in children)
+        level = below
+        depth += 1

@@ -18,6 +18,7 @@ __all__ = ["REDACTED_TEXT", "Entity", "NewTurn", "Turn"]
 
 REDACTED_TEXT = "[redacted]"
 TURN_SCHEMA_VERSION = 1
+_INDEX = frozenset({"index"})
 
 
 class Entity(FrozenModel):
@@ -55,11 +56,11 @@ class NewTurn(FrozenModel):
     def with_index(self, index: int) -> Turn:
         """This turn as the archive's turn ``index`` (a validated turn is copied as it is,
         without validating it again)."""
-        if not isinstance(index, int) or index < 0:
+        if type(index) is not int or index < 0:
             fields = self.model_dump(exclude={"schema_version", "index"}, round_trip=True)
-            return Turn(index=index, **fields)  # raises the usual validation error
+            return Turn(index=index, **fields)  # validated: raises the usual error
         values = {**self.__dict__, "schema_version": TURN_SCHEMA_VERSION, "index": index}
-        return Turn.trusted(values, self.model_fields_set | {"index"})
+        return Turn.trusted(values, self.__pydantic_fields_set__ | _INDEX)
 
 
 class Turn(NewTurn):

@@ -21,7 +21,7 @@ whatever the event, so a session never lives forever by accident.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
 
 from tiermem.errors import ValidationError
@@ -71,6 +71,35 @@ def _positive(value: timedelta, what: str) -> None:
 
 
 def _check(
+    *,
+    now: datetime,
+    created_at: datetime,
+    turn_count: int,
+    user_tier: UserTier,
+    event: str,
+    current_expires_at: datetime | None,
+) -> UserTier:
+    """The checked tier of a policy call, or ValidationError naming the bad argument."""
+    try:
+        if (  # what the tiers pass on every read and write, tested without a call
+            now.tzinfo is UTC
+            and created_at.tzinfo is UTC
+            and (current_expires_at is None or current_expires_at.tzinfo is UTC)
+            and type(user_tier) is UserTier
+            and type(turn_count) is int
+            and turn_count >= 0
+            and (event == "write" or event == "read")
+        ):
+            return user_tier
+    except AttributeError:  # not a datetime: the full checks say what is wrong
+        pass
+    return _check_fully(
+        now=now, created_at=created_at, turn_count=turn_count, user_tier=user_tier,
+        event=event, current_expires_at=current_expires_at,
+    )  # fmt: skip
+
+
+def _check_fully(
     *,
     now: datetime,
     created_at: datetime,
@@ -222,19 +251,24 @@ class TierTtlTable:
     vip: TierTtl = field(
         default_factory=lambda: TierTtl(timedelta(seconds=3600), timedelta(seconds=7200), 5)
     )
+    _rows: dict[UserTier, TierTtl] = field(init=False, repr=False, compare=False)
+    """The rows by tier, built once: looked up on every read and write."""
 
     def __post_init__(self) -> None:
+        rows: dict[UserTier, TierTtl] = {}
         for tier in UserTier:
             row = getattr(self, tier.value, None)
             if not isinstance(row, TierTtl):
                 raise ValidationError(f"TierTtlTable.{tier.value} must be a TierTtl, got {row!r}")
+            rows[tier] = row
+        object.__setattr__(self, "_rows", rows)
 
     def ttl_for(self, user_tier: UserTier, turn_count: int) -> timedelta:
         """The window for a session of ``user_tier`` with ``turn_count`` turns.
 
         Raises :class:`~tiermem.errors.ValidationError` for an unknown tier.
         """
-        row: TierTtl = getattr(self, _tier(user_tier).value)
+        row = self._rows[user_tier if type(user_tier) is UserTier else _tier(user_tier)]
         return row.ttl_for(turn_count)
 
 

@@ -20,13 +20,17 @@ Layout::
     └── memories: user_id → {memory_id → MemoryRecord}
 
 Every method finishes without awaiting, so under one event loop each call is atomic; a
-lock guards against use from several threads (the sync facade).
+lock guards against use from several threads (the sync facade). The hot store also writes
+a turn to both tiers in one step (``append_through``, the write-through path of
+memory+memory): checked once, numbered once, both locks held.
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+import math
+import re
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -71,6 +75,7 @@ from tiermem.store.contract import (
     MAX_RECORD_BYTES,
     MAX_TURN_BYTES,
     Capability,
+    DurableStore,
     EntityChange,
     HotAppendResult,
 )
@@ -82,25 +87,25 @@ _GC_PER_WRITE = 64
 """Most expired sessions one write collects (both stores)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _HotSession:
     expires_at: datetime
     version: int = 0
     next_index: int = 0
-    turns: list[Turn] = field(default_factory=list)
+    turns: tuple[Turn, ...] = ()  # immutable: a snapshot shares it, no copy per read
     metadata: SessionMetadata | None = None
     entities: dict[str, ActiveEntity] = field(default_factory=dict)
     state: dict[str, StateBlob] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Activity:
     expires_at: datetime
     lease_owner: str | None = None
     lease_until: datetime | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Shared:
     blob: StateBlob
     expires_at: datetime | None
@@ -136,12 +141,11 @@ class MemoryHotStore:
             heapq.heappush(self._by_expiry, (expires_at, session_id))
             self._queued.add(session_id)
 
-    def _collect_some(self) -> None:
+    def _collect_some(self, now: datetime) -> None:
         """Amortised garbage collection, as a native TTL would do: each write drops up to
         :data:`_GC_PER_WRITE` sessions past expiry + grace, oldest first. Sessions that are
         never touched again are still collected, at that rate, by writes to other sessions.
         """
-        now = self._clock.now()
         heap = self._by_expiry
         for _ in range(_GC_PER_WRITE):
             if not heap or heap[0][0] + self._gc_grace > now:
@@ -158,11 +162,13 @@ class MemoryHotStore:
             else:
                 heapq.heappush(heap, (session.expires_at, sid))
 
-    def _live(self, session_id: str, *, include_expired: bool = False) -> _HotSession | None:
+    def _live(
+        self, session_id: str, now: datetime, *, include_expired: bool = False
+    ) -> _HotSession | None:
+        """The session as of ``now`` (one clock reading per store call), or None."""
         session = self._sessions.get(session_id)
         if session is None:
             return None
-        now = self._clock.now()
         if now >= session.expires_at + self._gc_grace:
             # Past the grace period: collect it, as a native TTL would.
             del self._sessions[session_id]
@@ -171,17 +177,17 @@ class MemoryHotStore:
             return None
         return session
 
-    def _write_target(self, session_id: str) -> _HotSession | None:
+    def _write_target(self, session_id: str, now: datetime) -> _HotSession | None:
         """The live session, or None; an expired one is dropped so a write starts afresh."""
-        session = self._live(session_id)
+        session = self._live(session_id, now)
         if session is None:
             self._sessions.pop(session_id, None)
         return session
 
-    def _write(self, session_id: str, expires_at: datetime) -> _HotSession:
+    def _write(self, session_id: str, expires_at: datetime, now: datetime) -> _HotSession:
         """The live session (created if absent) after one more write."""
-        self._collect_some()
-        session = self._write_target(session_id) or _HotSession(expires_at=expires_at)
+        self._collect_some(now)
+        session = self._write_target(session_id, now) or _HotSession(expires_at=expires_at)
         self._sessions[session_id] = session
         self._queue_expiry(session_id, expires_at)
         session.version += 1
@@ -215,7 +221,8 @@ class MemoryHotStore:
         check_append(session_id, turns, window=window, first_index=first_index)
         _check_change(entities)
         with self._lock:
-            current = self._live(session_id)
+            now = self._clock.now()
+            current = self._live(session_id, now)
             self._check_version(current, expected_version, session_id)
             start = current.next_index if current else (first_index or 0)
             if current is not None and first_index is not None and first_index != start:
@@ -227,36 +234,108 @@ class MemoryHotStore:
             indexed = _numbered(turns, start)
             for turn in indexed:
                 _check_turn_size(turn)  # before anything changes
-            session = self._write(session_id, expires_at)
-            session.turns = [*session.turns, *indexed][-window:]
-            session.next_index = start + len(indexed)
-            if metadata is not None:
-                session.metadata = metadata
-            if entities is not None:
-                for kind in entities.remove:
-                    session.entities.pop(kind, None)
-                session.entities.update(entities.upsert)
-            return HotAppendResult.trusted(
-                {
-                    "turns": tuple(indexed),
-                    "version": session.version,
-                    "next_index": session.next_index,
-                }
+            return self._append_checked(
+                session_id, indexed, window, expires_at, now, metadata=metadata, entities=entities
             )
+
+    def _append_checked(
+        self,
+        session_id: str,
+        indexed: list[Turn],
+        window: int,
+        expires_at: datetime,
+        now: datetime,
+        *,
+        metadata: SessionMetadata | None = None,
+        entities: EntityChange | None = None,
+    ) -> HotAppendResult:
+        """Append turns already numbered from the session's next index and checked (sizes,
+        entity kinds, versions): the write half of :meth:`append_turns`, under the lock."""
+        session = self._write(session_id, expires_at, now)
+        session.turns = (*session.turns, *indexed)[-window:]
+        session.next_index = indexed[-1].index + 1
+        if metadata is not None:
+            session.metadata = metadata
+        if entities is not None:
+            for kind in entities.remove:
+                session.entities.pop(kind, None)
+            session.entities.update(entities.upsert)
+        return HotAppendResult.trusted(
+            {"turns": tuple(indexed), "version": session.version, "next_index": session.next_index}
+        )
+
+    # -- CombinedAppend ---------------------------------------------------------------------
+
+    def can_append_through(self, durable: DurableStore) -> bool:
+        """True for a :class:`MemoryDurableStore`: both live in this process, so one call
+        holding both locks writes both tiers atomically. Subclasses on either side are
+        refused: they may override ``append_turns`` (a test's fault injection, a store of
+        an older contract), which this path would go around."""
+        return type(self) is MemoryHotStore and type(durable) is MemoryDurableStore
+
+    async def append_through(
+        self,
+        durable: DurableStore,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        window: int,
+        hot_expires_at: datetime,
+        durable_expires_at: datetime | None,
+        idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
+        first_index: int | None = None,
+    ) -> tuple[list[Turn], HotAppendResult | None]:
+        """Archive ``turns`` in ``durable`` and append them to the hot session in one atomic
+        step (:class:`~tiermem.store.contract.CombinedAppend`). The turns are checked once,
+        by the durable half; the hot half appends the very turns the archive numbered.
+
+        Raises:
+            ValidationError: as either tier's ``append_turns``, or ``durable`` is not one
+                :meth:`can_append_through` accepts.
+            ConflictError: ``first_index`` is not the archive's next index; nothing was
+                written.
+        """
+        if not self.can_append_through(durable):
+            raise ValidationError(
+                "append_through needs a MemoryDurableStore (not a subclass); check "
+                "can_append_through first"
+            )
+        assert isinstance(durable, MemoryDurableStore)
+        check_append(session_id, turns, window=window, first_index=first_index)
+        key = check_idempotency_key(idempotency_key)
+        check_aware(hot_expires_at, what="hot_expires_at")
+        check_aware(durable_expires_at, what="durable_expires_at")
+        _check_change(entities)
+        with durable._lock, self._lock:
+            stored, repeat = durable._append_checked(
+                session_id, turns, first_index, durable_expires_at, key, entities
+            )
+            if repeat or not stored:
+                return stored, None
+            now = self._clock.now()
+            current = self._live(session_id, now)
+            if current is not None and current.next_index != stored[0].index:
+                return stored, None  # the hot tier lost turns: the caller rebuilds it
+            result = self._append_checked(
+                session_id, stored, window, hot_expires_at, now, entities=entities
+            )
+            return stored, result
 
     async def load(
         self, session_id: str, *, include_expired: bool = False
     ) -> SessionSnapshot | None:
         validate_id(session_id, what="session_id")
         with self._lock:
-            session = self._live(session_id, include_expired=include_expired)
+            now = self._clock.now()
+            session = self._live(session_id, now, include_expired=include_expired)
             if session is None:
                 return None
             # Everything in it was validated on the way in: no second validation.
             return SessionSnapshot.trusted(
                 {
                     "session_id": session_id,
-                    "turns": tuple(session.turns),
+                    "turns": session.turns,
                     "metadata": session.metadata,
                     "entities": dict(session.entities),
                     "state": dict(session.state),
@@ -276,8 +355,9 @@ class MemoryHotStore:
     ) -> int:
         validate_id(session_id, what="session_id")
         with self._lock:
-            self._check_version(self._live(session_id), expected_version, session_id)
-            session = self._write(session_id, expires_at)
+            now = self._clock.now()
+            self._check_version(self._live(session_id, now), expected_version, session_id)
+            session = self._write(session_id, expires_at, now)
             session.metadata = metadata
             return session.version
 
@@ -293,9 +373,10 @@ class MemoryHotStore:
         for kind in [*upsert, *remove]:
             check_kind(kind, what="entity kind")
         with self._lock:
-            if self._live(session_id) is None:
+            now = self._clock.now()
+            if self._live(session_id, now) is None:
                 return None
-            session = self._write(session_id, expires_at)
+            session = self._write(session_id, expires_at, now)
             for kind in remove:
                 session.entities.pop(kind, None)
             session.entities.update(upsert)
@@ -305,7 +386,8 @@ class MemoryHotStore:
         validate_id(session_id, what="session_id")
         check_kind(name, what="state name")
         with self._lock:
-            session = self._live(session_id)
+            now = self._clock.now()
+            session = self._live(session_id, now)
             return session.state.get(name) if session else None
 
     async def put_state(
@@ -322,7 +404,8 @@ class MemoryHotStore:
         # A JSON round trip gives the store its own copy, as a real backend would.
         copy = json.loads(encode_data(data, what=f"state {name!r}"))
         with self._lock:
-            current = self._live(session_id)
+            now = self._clock.now()
+            current = self._live(session_id, now)
             blob = current.state.get(name) if current else None
             actual = blob.version if blob else 0
             if expected_version is not None and expected_version != actual:
@@ -332,8 +415,8 @@ class MemoryHotStore:
                     expected=expected_version,
                     actual=actual,
                 )
-            session = self._write(session_id, expires_at)
-            new = StateBlob(name=name, data=copy, version=actual + 1, updated_at=self._clock.now())
+            session = self._write(session_id, expires_at, now)
+            new = StateBlob(name=name, data=copy, version=actual + 1, updated_at=now)
             session.state[name] = new
             return new
 
@@ -359,15 +442,16 @@ class MemoryHotStore:
         for turn in turns:
             encode_turn(turn)
         with self._lock:
-            current = self._live(session_id)
+            now = self._clock.now()
+            current = self._live(session_id, now)
             self._check_version(current, expected_version, session_id)
             version = (current.version if current else 0) + 1
-            self._collect_some()
+            self._collect_some(now)
             self._sessions[session_id] = _HotSession(
                 expires_at=expires_at,
                 version=version,
                 next_index=next_index,
-                turns=list(turns)[-window:],
+                turns=tuple(turns)[-window:],
                 metadata=metadata,
                 entities=dict(entities),
                 state=dict(state),
@@ -381,20 +465,22 @@ class MemoryHotStore:
         check_kind(blob.name, what="state name")
         encode_data(blob.data, what=f"state {blob.name!r}")
         with self._lock:
-            current = self._live(session_id)
+            now = self._clock.now()
+            current = self._live(session_id, now)
             if current is None:
                 return False
             held = current.state.get(blob.name)
             if held is not None and held.version >= blob.version:
                 return False
-            session = self._write(session_id, expires_at)
+            session = self._write(session_id, expires_at, now)
             session.state[blob.name] = blob
             return True
 
     async def touch(self, session_id: str, *, expires_at: datetime) -> bool:
         validate_id(session_id, what="session_id")
         with self._lock:
-            session = self._live(session_id)
+            now = self._clock.now()
+            session = self._live(session_id, now)
             if session is None:
                 return False
             session.expires_at = expires_at
@@ -556,10 +642,11 @@ class MemoryDurableStore:
     def _next_index(self, session_id: str) -> int:
         return self._next.get(session_id, 0)
 
-    def _header(self, session_id: str) -> _Header | None:
-        """The session's header while it lives; a dead one is collected on sight."""
+    def _header(self, session_id: str, now: datetime) -> _Header | None:
+        """The session's header while it lives; a dead one is collected on sight. ``now``
+        is the store call's one clock reading, as in every helper here."""
         header = self._headers.get(session_id)
-        if header is not None and not is_live(header.lifetime, self._clock.now()):
+        if header is not None and not is_live(header.lifetime, now):
             self._drop(session_id)
             return None
         return header
@@ -573,10 +660,10 @@ class MemoryDurableStore:
         self._records.pop(session_id, None)
         self._entity_sizes.pop(session_id, None)
 
-    def _extend(self, session_id: str, expires_at: datetime | None) -> _Header:
+    def _extend(self, session_id: str, expires_at: datetime | None, now: datetime) -> _Header:
         """The live header with its lifetime raised to at least ``expires_at``."""
-        self._collect_some()
-        header = self._header(session_id)
+        self._collect_some(now)
+        header = self._header(session_id, now)
         if header is None:
             header = self._headers[session_id] = _Header(lifetime=expires_at)
         else:
@@ -586,10 +673,9 @@ class MemoryDurableStore:
             self._queued.add(session_id)
         return header
 
-    def _collect_some(self) -> None:
+    def _collect_some(self, now: datetime) -> None:
         """Amortised collection of dead sessions (oldest lifetime first) and of expired
         turns of the sessions it looks at; at most :data:`_GC_PER_WRITE` per write."""
-        now = self._clock.now()
         heap = self._by_lifetime
         for _ in range(_GC_PER_WRITE):
             if not heap or heap[0][0] > now:
@@ -620,43 +706,61 @@ class MemoryDurableStore:
     ) -> list[Turn]:
         check_append(session_id, turns, first_index=first_index)
         key = check_idempotency_key(idempotency_key)
+        check_aware(expires_at, what="expires_at")
         _check_change(entities)
         with self._lock:
-            header = self._header(session_id)
-            if key is not None and header is not None and key in header.keys:
-                start, count = header.keys[key]
-                visible = self._visible(session_id)
-                return [visible[i] for i in range(start, start + count) if i in visible]
-            start = self._next_index(session_id)
-            if first_index is not None and first_index != start:
-                raise ConflictError(
-                    f"session {session_id!r}: next archived turn index is {start}, "
-                    f"not {first_index}",
-                    expected=first_index,
-                    actual=start,
-                )
-            indexed = _numbered(turns, start)
-            for turn in indexed:
-                _check_turn_size(turn)
-            merged = self._merged_entities(session_id, entities)  # size check first too
-            header = self._extend(session_id, expires_at)
-            if merged is not None:
-                data, sizes = merged
-                record = self._set_record(session_id, ENTITIES_RECORD, data, header)
-                if sizes is None:
-                    self._entity_sizes.pop(session_id, None)
-                else:
-                    self._entity_sizes[session_id] = _EntitySizes(record=record, sizes=sizes)
-            if key is not None:
-                header.keys[key] = (start, len(indexed))
-            archive = self._turns.setdefault(session_id, {})
-            for turn in indexed:
-                archive[turn.index] = (turn, expires_at)
-            self._next[session_id] = start + len(indexed)
-            return indexed
+            stored, _ = self._append_checked(
+                session_id, turns, first_index, expires_at, key, entities
+            )
+            return stored
+
+    def _append_checked(
+        self,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        first_index: int | None,
+        expires_at: datetime | None,
+        key: str | None,
+        entities: EntityChange | None,
+    ) -> tuple[list[Turn], bool]:
+        """:meth:`append_turns` after its argument checks, under the lock; also says
+        whether the append was a recognised retry (its turns as first stored, if live).
+        The turns' sizes are checked here, before anything changes."""
+        now = self._clock.now()
+        header = self._header(session_id, now)
+        if key is not None and header is not None and key in header.keys:
+            start, count = header.keys[key]
+            visible = self._visible(session_id, now)
+            return [visible[i] for i in range(start, start + count) if i in visible], True
+        start = self._next_index(session_id)
+        if first_index is not None and first_index != start:
+            raise ConflictError(
+                f"session {session_id!r}: next archived turn index is {start}, not {first_index}",
+                expected=first_index,
+                actual=start,
+            )
+        indexed = _numbered(turns, start)
+        for turn in indexed:
+            _check_turn_size(turn)
+        merged = self._merged_entities(session_id, entities, now)  # size check first too
+        header = self._extend(session_id, expires_at, now)
+        if merged is not None:
+            data, sizes = merged
+            record = self._set_record(session_id, ENTITIES_RECORD, data, header, now)
+            if sizes is None:
+                self._entity_sizes.pop(session_id, None)
+            else:
+                self._entity_sizes[session_id] = _EntitySizes(record=record, sizes=sizes)
+        if key is not None:
+            header.keys[key] = (start, len(indexed))
+        archive = self._turns.setdefault(session_id, {})
+        for turn in indexed:
+            archive[turn.index] = (turn, expires_at)
+        self._next[session_id] = start + len(indexed)
+        return indexed, False
 
     def _merged_entities(
-        self, session_id: str, change: EntityChange | None
+        self, session_id: str, change: EntityChange | None, now: datetime
     ) -> tuple[dict[str, JsonValue], dict[str, int] | None] | None:
         """The ``entities`` record's data with ``change`` merged in, and the serialized
         size of each of its members (None: no change).
@@ -670,7 +774,7 @@ class MemoryDurableStore:
         """
         if change is None or (not change.upsert and not change.remove):
             return None
-        self._header(session_id)  # a dead session's records are dropped first
+        self._header(session_id, now)  # a dead session's records are dropped first
         current = self._records.get(session_id, {}).get(ENTITIES_RECORD)
         data: dict[str, JsonValue] = dict(current.data) if current is not None else {}
         cached = self._entity_sizes.get(session_id)
@@ -701,7 +805,12 @@ class MemoryDurableStore:
         return data, sizes
 
     def _set_record(
-        self, session_id: str, kind: str, data: dict[str, JsonValue], header: _Header
+        self,
+        session_id: str,
+        kind: str,
+        data: dict[str, JsonValue],
+        header: _Header,
+        now: datetime,
     ) -> SessionRecord:
         """Store a record one version up (the caller checked versions and extended the
         header in the same locked step)."""
@@ -710,12 +819,12 @@ class MemoryDurableStore:
             "kind": kind,
             "data": data,
             "version": (current.version if current else 0) + 1,
-            "updated_at": self._clock.now(),
+            "updated_at": now,
             "expires_at": header.lifetime,
         }
         # Checked kind, the store's own data: validation would only normalise the times to
         # UTC, so it runs only when one is not UTC already (a caller's other timezone).
-        utc = all(t is None or t.tzinfo is UTC for t in (values["updated_at"], header.lifetime))
+        utc = now.tzinfo is UTC and (header.lifetime is None or header.lifetime.tzinfo is UTC)
         record = SessionRecord.trusted(values) if utc else SessionRecord(**values)
         self._records.setdefault(session_id, {})[kind] = record
         return record
@@ -725,8 +834,7 @@ class MemoryDurableStore:
         with self._lock:
             return self._next_index(session_id)
 
-    def _visible(self, session_id: str) -> dict[int, Turn]:
-        now = self._clock.now()
+    def _visible(self, session_id: str, now: datetime) -> dict[int, Turn]:
         archive = self._turns.get(session_id, {})
         return {i: turn for i, (turn, exp) in archive.items() if is_live(exp, now)}
 
@@ -745,7 +853,7 @@ class MemoryDurableStore:
         validate_id(session_id, what="session_id")
         check_range(start, end)
         with self._lock:
-            visible = self._visible(session_id)
+            visible = self._visible(session_id, self._clock.now())
         return [visible[i] for i in sorted(visible) if i >= start and (end is None or i < end)]
 
     async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
@@ -753,7 +861,7 @@ class MemoryDurableStore:
         if count < 0:
             raise ValidationError(f"count must be >= 0, got {count}")
         with self._lock:
-            visible = self._visible(session_id)
+            visible = self._visible(session_id, self._clock.now())
         return [visible[i] for i in sorted(visible)[-count:]] if count else []
 
     async def redact_turn(self, session_id: str, index: int) -> Turn:
@@ -773,11 +881,12 @@ class MemoryDurableStore:
         validate_id(ref.user_id, what="user_id")
         check_aware(expires_at, what="expires_at")
         with self._lock:
-            header = self._header(ref.session_id)
+            now = self._clock.now()
+            header = self._header(ref.session_id, now)
             holder = header.owner if header is not None else None
             if holder is not None and holder.user_id != ref.user_id:
                 return holder
-            header = self._extend(ref.session_id, expires_at)
+            header = self._extend(ref.session_id, expires_at, now)
             if holder is None:
                 # A previous owner whose session died leaves its list entry behind (lists
                 # are the user's history); the id now belongs to ``ref.user_id``.
@@ -788,7 +897,7 @@ class MemoryDurableStore:
     async def get_session(self, session_id: str) -> SessionRef | None:
         validate_id(session_id, what="session_id")
         with self._lock:
-            header = self._header(session_id)
+            header = self._header(session_id, self._clock.now())
             return header.owner if header is not None else None
 
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
@@ -803,7 +912,7 @@ class MemoryDurableStore:
         validate_id(session_id, what="session_id")
         check_kind(kind)
         with self._lock:
-            if self._header(session_id) is None:
+            if self._header(session_id, self._clock.now()) is None:
                 return None
             return self._records.get(session_id, {}).get(kind)
 
@@ -830,8 +939,9 @@ class MemoryDurableStore:
                     expected=expected_version,
                     actual=actual,
                 )
-            header = self._extend(session_id, expires_at)
-            return self._set_record(session_id, kind, copy, header)
+            now = self._clock.now()
+            header = self._extend(session_id, expires_at, now)
+            return self._set_record(session_id, kind, copy, header, now)
 
     async def delete_session(self, session_id: str) -> None:
         validate_id(session_id, what="session_id")
@@ -930,7 +1040,14 @@ class MemoryDurableStore:
 
 def _member_size(kind: str, value: JsonValue) -> int | None:
     """UTF-8 bytes of ``"kind":value`` as :func:`encode_data` writes it inside an object;
-    None if it cannot be written (the caller lets :func:`encode_data` say why)."""
+    None if it cannot be written (the caller lets :func:`encode_data` say why).
+
+    An entity (a flat object of plain strings and numbers) is measured by arithmetic,
+    exact for what it accepts; anything else is serialized."""
+    key = _string_size(kind)
+    size = _flat_size(value) if key >= 0 else -1
+    if size >= 0:
+        return key + 1 + size
     try:
         member = json.dumps(
             {kind: value}, ensure_ascii=False, separators=(",", ":"), allow_nan=False
@@ -938,6 +1055,77 @@ def _member_size(kind: str, value: JsonValue) -> int | None:
         return len(member.encode()) - 2  # without the braces
     except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
         return None
+
+
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
+"""What ``json.dumps(ensure_ascii=False)`` escapes in a string."""
+
+
+def _string_size(text: str) -> int:
+    """UTF-8 bytes of ``text`` as a JSON string, quotes included, if it needs no escape;
+    -1 otherwise (or if it is not encodable)."""
+    if type(text) is not str:
+        return -1
+    if text.isascii():
+        # isprintable() also refuses DEL, which needs no escape: measured the slow way.
+        ok = text.isprintable() and '"' not in text and "\\" not in text
+        return len(text) + 2 if ok else -1
+    if _NEEDS_ESCAPE.search(text):
+        return -1
+    try:
+        return len(text.encode()) + 2
+    except UnicodeEncodeError:
+        return -1
+
+
+def _scalar_size(value: JsonValue) -> int:
+    """Bytes of a string, int, float, bool or None in JSON; -1 for anything else."""
+    kind = type(value)
+    if kind is str:
+        return _string_size(value)
+    if kind is int:
+        return len(repr(value))
+    if kind is bool:
+        return 4 if value else 5
+    if value is None:
+        return 4
+    if kind is float and math.isfinite(value):
+        return len(repr(value))  # what json writes: float.__repr__
+    return -1
+
+
+def _flat_size(value: JsonValue) -> int:
+    """Bytes of a scalar, or of an object of scalars under string keys, as compact JSON;
+    -1 for anything else (the caller serializes it)."""
+    if type(value) is not dict:
+        return _scalar_size(value)
+    # Braces, a colon per member and a comma between members.
+    total = 2 * len(value) + 1 if value else 2
+    for key, item in value.items():
+        # The usual members inline (this runs on every entity change): printable ASCII
+        # without quotes or backslashes is written as it is, in quotes.
+        if type(key) is str and key.isascii() and key.isprintable() and _plain(key):
+            total += len(key) + 2
+        else:
+            key_size = _string_size(key)
+            if key_size < 0:
+                return -1
+            total += key_size
+        kind = type(item)
+        if kind is str and item.isascii() and item.isprintable() and _plain(item):
+            total += len(item) + 2
+        elif kind is int:
+            total += len(repr(item))
+        else:
+            item_size = _scalar_size(item)
+            if item_size < 0:
+                return -1
+            total += item_size
+    return total
+
+
+def _plain(text: str) -> bool:
+    return '"' not in text and "\\" not in text
 
 
 def _member_sizes(data: Mapping[str, JsonValue]) -> dict[str, int] | None:
@@ -984,12 +1172,16 @@ def _check_turn_size(turn: Turn) -> None:
     """The contract's size limit (and UTF-8 check), without serializing the common turn:
     plain text blocks and flat metadata, whose JSON size is bounded by their characters.
     Anything else is serialized, which raises what the contract says."""
-    strings: list[str] = [block.text for block in turn.content if type(block) is TextBlock]
-    if len(strings) != len(turn.content):
+    content = turn.content
+    strings: list[str] = [block.text for block in content if type(block) is TextBlock]
+    if len(strings) != len(content):
         encode_turn(turn)
         return
     numbers = 0
     for key, value in turn.metadata.items():
+        if type(key) is not str:
+            encode_turn(turn)
+            return
         strings.append(key)
         if isinstance(value, str):
             strings.append(value)
@@ -998,9 +1190,13 @@ def _check_turn_size(turn: Turn) -> None:
         else:
             encode_turn(turn)
             return
-    strings += [e.kind + e.value for e in turn.entities]
-    strings += [turn.agent_name or "", turn.intent or ""]
-    if sum(map(len, strings)) + 32 * numbers > _SMALL_TEXT or not all(map(_utf8, strings)):
+    for entity in turn.entities:
+        strings += (entity.kind, entity.value)
+    strings += (turn.agent_name or "", turn.intent or "")
+    # One string to measure and test: Python's UTF-8 codec refuses every surrogate,
+    # paired or not, so joining cannot hide a lone one.
+    text = "".join(strings)
+    if len(text) + 32 * numbers > _SMALL_TEXT or not _utf8(text):
         encode_turn(turn)
 
 
