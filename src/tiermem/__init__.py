@@ -18,6 +18,7 @@ from tiermem.errors import (
     UnsupportedCapabilityError,
     ValidationError,
 )
+from tiermem.runtime import freeze_startup_heap
 from tiermem.settings import TierMemSettings
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "UnknownModelError",
     "UnsupportedCapabilityError",
     "ValidationError",
+    "freeze_startup_heap",
 ]

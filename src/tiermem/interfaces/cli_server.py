@@ -8,6 +8,7 @@ from rich.table import Table
 from tiermem.errors import TierMemError
 from tiermem.interfaces.cli_common import console, err_console, fail
 from tiermem.interfaces.tenancy import KeyStore, check_bind_allowed
+from tiermem.runtime import freeze_startup_heap
 from tiermem.settings import TierMemSettings
 
 __all__ = ["create_key", "list_keys", "revoke_key", "serve_api", "serve_mcp"]
@@ -35,6 +36,7 @@ def serve_mcp(settings: TierMemSettings, *, http: bool, host: str, port: int, te
         from tiermem.interfaces import mcp_http, mcp_server
     except ImportError as exc:
         fail(f"the MCP server needs the 'mcp' extra: pip install 'tiermem[mcp]' ({exc})")
+    freeze_startup_heap()  # imports done: full collections walk only what serving adds
     try:
         if http:
             keys = KeyStore.from_settings(settings)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tiermem.interfaces.tenancy import KeyStore, check_bind_allowed, is_loopback_host
+from tiermem.runtime import freeze_startup_heap
 from tiermem.settings import TierMemSettings
 
 if TYPE_CHECKING:
@@ -51,4 +52,5 @@ def run_server(
     keystore = KeyStore.from_settings(settings)
     check_bind_allowed(host, keystore)
     app = create_app(settings, keystore=keystore, allow_anonymous=is_loopback_host(host))
+    freeze_startup_heap()
     build_server(app, host, port, log_level=log_level).run()
