@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -39,14 +40,23 @@ from tiermem.longterm.index import (
     terms_of,
 )
 from tiermem.longterm.postings import (
+    HAS_NUMPY,
     POSTING_SHIFT,
+    DenseList,
     bm25_scores,
     bm25_top,
+    bm25_top_dense,
     top_scores,
 )
 from tiermem.longterm.text import query_terms
 from tiermem.longterm.vectors import cosine_top, matrix_of, unit_vector
 from tiermem.store.keys import validate_id
+
+_np: Any
+try:
+    import numpy as _np
+except ImportError:  # pragma: no cover - exercised where numpy is absent
+    _np = None
 
 __all__ = [
     "COLLECT_PER_WRITE",
@@ -71,6 +81,12 @@ COLLECT_PER_WRITE = 2
 :data:`MIN_COLLECT_PER_WRITE`): more than one, so writes outpace expiry and expired
 documents never pile up while anyone writes."""
 MIN_COLLECT_PER_WRITE = 32
+
+
+DENSE_TERMS = 3
+"""Queries of at least this many known terms are scored with numpy
+(:func:`~tiermem.longterm.postings.bm25_top_dense`); fewer, by
+:func:`~tiermem.longterm.postings.bm25_top`, which is faster for one or two terms."""
 
 
 def collect_budget(written: int) -> int:
@@ -145,15 +161,50 @@ class _UserIndex:
     expiring: int = 0
     """How many of ``docs`` have an expiry (for the heap's compaction)."""
     matrix_cache: dict[tuple[int, frozenset[str]], _Matrix] = field(default_factory=dict)
+    slots: dict[str, int] = field(default_factory=dict)
+    """doc id → its slot, a small number for numpy scoring (:meth:`dense`)."""
+    keys: list[str | None] = field(default_factory=list)
+    """slot → doc id (None: a removed document's slot, until :meth:`renumber`)."""
+    dense_cache: dict[str, tuple[array[int], array[int]]] = field(default_factory=dict)
+    """term → (slots, packed values) of its posting list, built on the term's first dense
+    query; :meth:`add` appends to it, :meth:`remove` drops it (rare: rewrites, expiry)."""
+
+    def dense(self, term: str) -> DenseList:
+        """The term's posting list as numpy arrays (copies: the cache may grow later)."""
+        cached = self.dense_cache.get(term)
+        posting = self.postings[term]
+        if cached is None:
+            slots = self.slots
+            cached = self.dense_cache[term] = (
+                array("I", [slots[doc_id] for doc_id in posting]),
+                array("Q", posting.values()),
+            )
+        numbers, values = cached
+        return (
+            len(posting),
+            _np.frombuffer(numbers, dtype=f"=u{numbers.itemsize}").copy(),
+            _np.frombuffer(values, dtype=f"=u{values.itemsize}").copy(),
+        )
+
+    def renumber(self) -> None:
+        """Give the live documents consecutive slots (after many removals)."""
+        live = list(self.docs)
+        self.slots = {doc_id: slot for slot, doc_id in enumerate(live)}
+        self.keys = list[str | None](live)
+        self.dense_cache.clear()
 
     def remove(self, doc_id: str) -> None:
         doc = self.docs.pop(doc_id, None)
         if doc is None:
             return
+        self.keys[self.slots.pop(doc_id)] = None
+        dense_cache = self.dense_cache
         if doc.expires_at is not None:
             self.expiring -= 1
         self.total_length -= doc.length
         for term in doc.terms:
+            if dense_cache:
+                dense_cache.pop(term, None)
             posting = self.postings.get(term)
             if posting is None:
                 continue
@@ -173,6 +224,11 @@ class _UserIndex:
         doc_id = doc.doc_id
         if doc_id in self.docs:  # a rewrite (most writes are new documents)
             self.remove(doc_id)
+        if len(self.keys) > 2 * len(self.docs) + 1024:
+            self.renumber()
+        slot = self.slots[doc_id] = len(self.keys)
+        self.keys.append(doc_id)
+        dense_cache = self.dense_cache
         counts = terms_of(doc)
         vector = unit_vector(doc.embedding) if doc.embedding else None
         length = sum(counts.values())
@@ -194,6 +250,11 @@ class _UserIndex:
             else:
                 by_value = groups[term]
             posting[doc_id] = packed + tf
+            if dense_cache:
+                cached = dense_cache.get(term)
+                if cached is not None:
+                    cached[0].append(slot)
+                    cached[1].append(packed + tf)
             holders = by_value.get(packed + tf)
             if holders is None:
                 by_value[packed + tf] = {doc_id}
@@ -286,7 +347,6 @@ class InProcessIndex:
         count = len(user.docs)
         postings, groups = user.postings, user.groups
         found = [term for term in terms if term in postings]
-        lists = [(len(postings[term]), postings[term]) for term in found]
         wanted = set(kinds)
         docs = user.docs
 
@@ -294,9 +354,13 @@ class InProcessIndex:
             doc = docs[doc_id]
             return doc.kind in wanted and not doc.expired(now)
 
-        top = bm25_top(
-            lists, count, user.total_length / count, limit, keep, [groups[t] for t in found]
-        )
+        average = user.total_length / count
+        if HAS_NUMPY and len(found) >= DENSE_TERMS:
+            dense = [user.dense(term) for term in found]
+            top = bm25_top_dense(dense, count, average, limit, keep, user.keys)
+        else:
+            lists = [(len(postings[term]), postings[term]) for term in found]
+            top = bm25_top(lists, count, average, limit, keep, [groups[t] for t in found])
         return [
             SearchHit(doc_id=doc_id, kind=docs[doc_id].kind, score=score) for doc_id, score in top
         ]

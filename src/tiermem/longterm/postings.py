@@ -31,6 +31,7 @@ __all__ = [
     "VALUE_BYTES",
     "bm25_scores",
     "bm25_top",
+    "bm25_top_dense",
     "bm25_top_packed",
     "pack_numbers",
     "pack_values",
@@ -328,3 +329,77 @@ def bm25_top_packed(
     else:
         chosen = np.nonzero(scores > -np.inf)[0]
     return list(zip(found[chosen].tolist(), scores[chosen].tolist(), strict=True))
+
+
+DenseList = tuple[int, Any, Any]
+"""One posting list as numpy arrays: (df of its term, slot numbers (u32), packed values
+(u64)); a slot is a document's small number, an index into the caller's ``keys``."""
+
+
+def bm25_top_dense(
+    lists: Sequence[DenseList],
+    docs: int,
+    average: float,
+    count: int,
+    keep: Callable[[str], bool],
+    keys: Sequence[str | None],
+) -> list[tuple[str, float]]:
+    """``top_scores(bm25_scores(...), count, keep)`` with numpy, for the in-process index:
+    ``lists`` in query order, each document by its slot (``keys[slot]`` is its id).
+
+    Why: when a query's terms are all about equally common (Japanese split into two-
+    character terms, each in an eighth of the documents), :func:`bm25_top` cannot prune
+    and walks every list in Python; here each list is one gather and all of them one
+    ``bincount`` over the slots (sums in query order from 0.0, so they equal
+    :func:`bm25_scores` to the bit), and ``keep`` and the tie order by id run on the
+    candidates only, as in :func:`top_scores`. Slower than :func:`bm25_top` for one or two
+    terms (fixed numpy costs); needs numpy (callers check :data:`HAS_NUMPY`).
+    """
+    np = _np
+    slots, weights = [], []
+    for df, numbers, values in lists:
+        if not len(numbers):
+            continue
+        distinct, which = np.unique(values, return_inverse=True)
+        idf = bm25_idf(docs, df)
+        part = np.fromiter(
+            (
+                bm25_term(idf, v % POSTING_SHIFT, v // POSTING_SHIFT, average)
+                for v in distinct.tolist()
+            ),
+            dtype=np.float64,
+            count=len(distinct),
+        )
+        slots.append(numbers)
+        weights.append(part[which])
+    if not slots:
+        return []
+    every = np.concatenate(slots)
+    # bincount adds each slot's weights in input order: query order, from 0.0.
+    scores = np.bincount(every, weights=np.concatenate(weights), minlength=len(keys))
+    matched = np.unique(every)
+    found = scores[matched]
+    wanted = 2 * count
+    if len(matched) > wanted:
+        # top_scores' rule: ``keep`` on the best 2 * count and their ties first.
+        floor = np.partition(found, len(found) - wanted)[len(found) - wanted]
+        chosen = np.nonzero(found >= floor)[0]
+        ranked = [
+            (key, score)
+            for slot, score in zip(matched[chosen].tolist(), found[chosen].tolist(), strict=True)
+            if keep(key := keys[slot])
+        ]
+        if len(ranked) >= count:
+            ranked.sort(key=lambda pair: (-pair[1], pair[0]))
+            return ranked[:count]
+    ranked = [
+        (key, score)
+        for slot, score in zip(matched.tolist(), found.tolist(), strict=True)
+        if keep(key := keys[slot])
+    ]
+    ranked.sort(key=lambda pair: (-pair[1], pair[0]))
+    return ranked[:count]
+
+
+HAS_NUMPY = _np is not None
+"""Whether :func:`bm25_top_dense` can run (numpy is installed)."""

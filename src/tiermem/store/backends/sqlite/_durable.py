@@ -776,7 +776,9 @@ class SQLiteDurableStore:
     async def get_memories(
         self, user_id: str, memory_ids: Collection[str]
     ) -> dict[str, MemoryRecord]:
-        """One executor call: one ``SELECT ... IN (...)`` per 500 ids, in one transaction."""
+        """One ``SELECT ... IN (...)`` per 500 ids, in one transaction; a small read (at
+        most ``_DIRECT_ROWS`` ids, a recall's) runs on the calling thread, as
+        :meth:`get_turns` does, sparing the executor hop."""
         ids = check_memory_ids(user_id, memory_ids)
         if not ids:
             return {}
@@ -796,7 +798,7 @@ class SQLiteDurableStore:
                 ).fetchall()
             return rows
 
-        rows = await self._db.read(op)
+        rows = await self._db.read(op, direct=len(ids) <= _DIRECT_ROWS)
         return {memory_id: decode_memory(payload) for memory_id, payload in rows}
 
     async def query_memories(
