@@ -301,18 +301,8 @@ def bm25_top_packed(
             values, held = values[live], held[live]
             if not len(values):
                 continue
-        distinct, which = np.unique(values, return_inverse=True)
-        idf = bm25_idf(docs, df)
-        part = np.fromiter(
-            (
-                bm25_term(idf, v % POSTING_SHIFT, v // POSTING_SHIFT, average)
-                for v in distinct.tolist()
-            ),
-            dtype=np.float64,
-            count=len(distinct),
-        )
         numbers.append(held)
-        parts.append(part[which])
+        parts.append(_term_weights(values, docs, df, average))
     if not numbers:
         return []
     found, slot = np.unique(np.concatenate(numbers), return_inverse=True)
@@ -329,6 +319,20 @@ def bm25_top_packed(
     else:
         chosen = np.nonzero(scores > -np.inf)[0]
     return list(zip(found[chosen].tolist(), scores[chosen].tolist(), strict=True))
+
+
+def _term_weights(values: Any, docs: int, df: int, average: float) -> Any:
+    """One term's BM25 weight per posting (numpy, float64), from its packed values: the
+    weight is computed once per distinct (frequency, length) pair and gathered back."""
+    np = _np
+    distinct, which = np.unique(values, return_inverse=True)
+    idf = bm25_idf(docs, df)
+    part = np.fromiter(
+        (bm25_term(idf, v % POSTING_SHIFT, v // POSTING_SHIFT, average) for v in distinct.tolist()),
+        dtype=np.float64,
+        count=len(distinct),
+    )
+    return part[which]
 
 
 DenseList = tuple[int, Any, Any]
@@ -360,18 +364,8 @@ def bm25_top_dense(
     for df, numbers, values in lists:
         if not len(numbers):
             continue
-        distinct, which = np.unique(values, return_inverse=True)
-        idf = bm25_idf(docs, df)
-        part = np.fromiter(
-            (
-                bm25_term(idf, v % POSTING_SHIFT, v // POSTING_SHIFT, average)
-                for v in distinct.tolist()
-            ),
-            dtype=np.float64,
-            count=len(distinct),
-        )
         slots.append(numbers)
-        weights.append(part[which])
+        weights.append(_term_weights(values, docs, df, average))
     if not slots:
         return []
     every = np.concatenate(slots)

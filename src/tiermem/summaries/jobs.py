@@ -72,6 +72,7 @@ from tiermem.errors import ConflictError, TierMemError, ValidationError
 from tiermem.extraction.entities import RuleEntityExtractor
 from tiermem.models import ActiveEntity, JsonValue, SessionRecord, Turn
 from tiermem.models.base import FrozenModel, UtcDatetime
+from tiermem.models.content import TextBlock, text_of
 from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.contract import DurableStore
 from tiermem.store.keys import validate_id
@@ -143,6 +144,15 @@ TURN_CACHE_CHARS = 16_000_000
 """Bound on the text of all kept turns together (least recently kept sessions dropped
 first): large turns must not make the session bound a gigabyte one."""
 _TIER_ORDER = (SummaryTier.ANCIENT, SummaryTier.MIDDLE, SummaryTier.RECENT)
+
+
+def _chars(turn: Turn) -> int:
+    """Characters of a turn's text (what :data:`TURN_CACHE_CHARS` bounds), without joining
+    plain text blocks (a pass keeps up to 96 turns: this runs on every pass)."""
+    return sum(
+        len(block.text) if type(block) is TextBlock else len(text_of((block,)))
+        for block in turn.content
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -956,7 +966,7 @@ class SummaryJobs:
         """Keep the newest turns a pass committed (through ``target``) for the next pass;
         ``read_at``: when the oldest-read of them was read from the archive."""
         kept = {i: t for i, t in by_index.items() if target - TURN_CACHE_TURNS < i <= target}
-        chars = sum(len(t.text) for t in kept.values())
+        chars = sum(map(_chars, kept.values()))
         self._drop_pass_turns(session_id)
         if chars > TURN_CACHE_CHARS:
             return
