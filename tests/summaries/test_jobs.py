@@ -113,10 +113,15 @@ async def test_count_trigger_runs_a_pass_at_twenty_unsummarized_turns(
     assert memory.summaries.stats.jobs == 2
     assert memory.summaries.stats.committed == 1
     durable = memory.tiers.durable
-    for kind in (SUMMARY_RECORD, STRUCTURED_RECORD, WATERMARKS_RECORD):
+    for kind in (SUMMARY_RECORD, STRUCTURED_RECORD):
         record = await durable.get_record(session.id, kind)
         assert record is not None
         assert record.version == 1
+    # The watermarks ride in the summary record: no record of their own is written.
+    assert await durable.get_record(session.id, WATERMARKS_RECORD) is None
+    summary = await durable.get_record(session.id, SUMMARY_RECORD)
+    assert summary is not None
+    assert summary.data[WATERMARKS_RECORD]["summarized_through"] == 13  # type: ignore[index]
 
 
 async def test_token_trigger_runs_a_pass_before_twenty_turns(clock: FakeClock) -> None:
@@ -302,9 +307,7 @@ async def test_concurrent_jobs_for_one_turn_commit_once(clock: FakeClock) -> Non
         record = await durable.get_record(session.id, SUMMARY_RECORD)
         assert record is not None
         assert record.version == 1
-        marks = await durable.get_record(session.id, WATERMARKS_RECORD)
-        assert marks is not None
-        assert marks.data["passes"] == 1
+        assert record.data[WATERMARKS_RECORD]["passes"] == 1  # type: ignore[index]
         # Run again: already done, nothing written.
         assert await workers[0].run(session.id, through=13) is JobOutcome.ALREADY_DONE
     finally:
@@ -468,5 +471,55 @@ async def test_300_turns_with_planted_facts_and_corrections_end_to_end() -> None
         )
         for tier in found.tiers:  # bounded whatever the length
             assert tier.tokens <= memory.summaries.policy.targets.of(tier.tier)
+    finally:
+        await memory.aclose()
+
+
+async def test_watermarks_stored_in_their_own_record_are_still_read(clock: FakeClock) -> None:
+    """Sessions summarized before the watermarks moved into the summary record (or by a
+    process of an older version) keep their pass count and compression in force: read from
+    the ``watermarks`` record until the next pass writes them with the summary; and a
+    redaction resets that record too."""
+    memory = service(clock, auto_summarize=False)
+    try:
+        session = await memory.session("s-layout", user_id="u-1")
+        await add(memory, session, 0, 20)
+        await session.summaries(wait_through=13)
+        durable = memory.tiers.durable
+        summary = await durable.get_record(session.id, SUMMARY_RECORD)
+        assert summary is not None
+        # The old layout: the summary without watermarks, and a record of their own.
+        old = {k: v for k, v in summary.data.items() if k != WATERMARKS_RECORD}
+        await durable.put_record(session.id, SUMMARY_RECORD, old, expected_version=1)
+        base = STEADY.base_compression()
+        held = base.model_copy(update={"keep_hot": 10})
+        marks = {"summarized_through": 13, "extracted_through": 19, "passes": 7,
+                 "compression": held.model_dump(mode="json")}  # fmt: skip
+        await durable.put_record(session.id, WATERMARKS_RECORD, marks, expected_version=0)
+        other = service(clock, durable=durable)  # a process that has not seen the records
+        try:
+            found = await other.summaries.read(session.id)
+            assert found.watermarks.passes == 7
+            assert found.compression == held
+            for i in range(20, 34):
+                await session.add_turn("user" if i % 2 == 0 else "assistant", line(i))
+            assert await other.summaries.run(session.id, next_index=34) is JobOutcome.COMMITTED
+            after = await other.summaries.read(session.id)
+            assert after.watermarks.passes == 8
+            assert after.watermarks.summarized_through == 33 - 10  # the held keep_hot
+            assert after.compression == held  # carried into the summary record
+            stored = await durable.get_record(session.id, WATERMARKS_RECORD)
+            assert stored is not None
+            assert stored.version == 1  # not written by the pass
+            await session.redact_turn(2)
+            assert await other.summaries.redacted(session.id, 2) is False  # already reset
+            reset = await other.summaries.read(session.id)
+            assert reset.watermarks.summarized_through == -1
+            assert reset.watermarks.passes == 8
+            stored = await durable.get_record(session.id, WATERMARKS_RECORD)
+            assert stored is not None
+            assert stored.data["summarized_through"] == -1
+        finally:
+            await other.aclose()
     finally:
         await memory.aclose()

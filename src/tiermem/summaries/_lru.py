@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Lru", "counted", "text_key"]
+__all__ = ["Lru", "counted", "keep_count", "text_key"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -89,6 +89,20 @@ class Lru(Generic[K, V]):
                 self._weight -= dropped
         return value
 
+    def held(self, key: K) -> V | None:
+        """The value kept for ``key`` (a hit, as in :meth:`get`), or None when it is not
+        kept: nothing is computed (for a caller that may not need the value at all)."""
+        data = self._data
+        entry = data.get(key)
+        if entry is None:
+            return None
+        self.hits += 1
+        try:
+            data.move_to_end(key)
+        except KeyError:  # dropped by another thread since: still a right value
+            return entry[0]
+        return entry[0]
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
@@ -108,13 +122,29 @@ COUNT_CACHE = 4_096
 engine, in the builder and after validation: the same text)."""
 
 
-def counted(counter: _Counter, text: str) -> int:
-    """``counter.count(text)``, kept per counter (LRU) when the counter can be weakly
-    referenced (a counter is pure: the same text has the same count)."""
+def _counts_of(counter: _Counter) -> Lru[str | bytes, int] | None:
     try:
         cache = _COUNTS.get(counter)
         if cache is None:
             cache = _COUNTS[counter] = Lru(COUNT_CACHE)
-    except TypeError:  # not weakly referenceable: count every time
+    except TypeError:  # not weakly referenceable: nothing is kept
+        return None
+    return cache
+
+
+def counted(counter: _Counter, text: str) -> int:
+    """``counter.count(text)``, kept per counter (LRU) when the counter can be weakly
+    referenced (a counter is pure: the same text has the same count)."""
+    cache = _counts_of(counter)
+    if cache is None:
         return counter.count(text)
     return cache.get(text_key(text), partial(counter.count, text))
+
+
+def keep_count(counter: _Counter, text: str, count: int) -> None:
+    """Keep ``count`` as ``counter.count(text)`` (known without counting: see
+    :meth:`~tiermem.summaries.offline.ExtractiveSummarizer._joined_tokens`), for
+    :func:`counted` to find."""
+    cache = _counts_of(counter)
+    if cache is not None:
+        cache.get(text_key(text), lambda: count)

