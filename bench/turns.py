@@ -322,6 +322,7 @@ async def measure_load(
             for i in range(per_session):
                 latencies.append(await turn(session, i))
 
+        redis0 = await servers.redis_cpu_s() if "redis" in pairing else None
         threads = ThreadCpu()
         with GcPauses() as pauses:
             cpu0, start = time.process_time(), time.perf_counter()
@@ -329,6 +330,10 @@ async def measure_load(
             await memory.drain()
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
         by_thread = threads.per_turn_us(len(latencies))
+        redis1 = await servers.redis_cpu_s() if "redis" in pairing else None
+    server: dict[str, Any] = {}
+    if redis0 is not None and redis1 is not None:
+        server["redis_server_cpu_us_per_turn"] = round((redis1 - redis0) / len(latencies) * 1e6, 1)
     return {
         "concurrency": concurrency,
         "turns": len(latencies),
@@ -338,6 +343,7 @@ async def measure_load(
         "turns_per_s": round(len(latencies) / wall, 1),
         "cpu_us_per_turn": round(cpu / len(latencies) * 1e6, 1),
         "cpu_us_per_turn_by_thread": by_thread,
+        **server,
         "gc": pauses.report(),
     }
 
@@ -434,7 +440,12 @@ async def collect(args: argparse.Namespace) -> list[dict[str, Any]]:
                     f"{'':15s} {load['concurrency']:4d} sessions: p50 {load['p50_ms']:8.2f} ms"
                     f"  p99 {load['p99_ms']:8.2f} ms  {load['turns_per_s']:8.1f} turns/s"
                     f"  {load['cpu_us_per_turn']:7.1f} µs CPU/turn"
-                    f"  full GCs {full['collections']} (longest {full['max_ms']} ms)",
+                    + (
+                        f" (+{load['redis_server_cpu_us_per_turn']} µs redis-server)"
+                        if "redis_server_cpu_us_per_turn" in load
+                        else ""
+                    )
+                    + f"  full GCs {full['collections']} (longest {full['max_ms']} ms)",
                     flush=True,
                 )
     return runs

@@ -15,6 +15,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from tests.conftest import server_url
@@ -24,8 +25,10 @@ from tiermem.store.backends.redis_scripts import (
     DirectLane,
     LuaScript,
     RedisIO,
+    blocks,
     client_from_url,
     cluster_client_from_url,
+    pack_commands,
     redis_boundary,
 )
 from tiermem.testing.round_trips import RoundTrips
@@ -234,3 +237,121 @@ async def test_a_command_larger_than_the_socket_buffer_is_sent_whole(client: Red
     big = "x" * (16 * 1024 * 1024)
     assert await io.call(length, [], [big]) == len(big)
     assert await io.call(length, [], ["abc"]) == 3
+
+
+# -- coalescing: calls made while another is in flight share one write ---------------------
+
+FAIL = LuaScript("test_fail", "return redis.error_reply('boom')")
+
+
+async def test_concurrent_calls_share_one_write_and_each_gets_its_own_reply(
+    client: Redis,
+) -> None:
+    io = RedisIO(client)
+    lane = io._direct
+    assert lane is not None
+    k = key()
+    await io.call(ECHO_KEYS, [k], ["warm"])  # the script is loaded: no NOSCRIPT resend
+    before = lane.writes
+    trips = RoundTrips()
+    with trips.counting():
+        results = await asyncio.gather(
+            *(io.call(ECHO_KEYS, [f"{k}:{i}"], [str(i)]) for i in range(30))
+        )
+    assert results == [[f"{k}:{i}".encode(), str(i).encode(), 1] for i in range(30)]
+    # The first call goes alone (nothing in flight); the 29 made meanwhile go together.
+    assert lane.writes - before == 2
+    assert trips.counts["redis"] == 30  # round trips are still counted per call
+
+
+async def test_an_error_reply_fails_only_its_own_call(client: Redis) -> None:
+    io = RedisIO(client)
+    k = key()
+    await io.call(ECHO_KEYS, [k], ["warm"])
+    await io.call(ECHO_KEYS, [k], ["warm"])
+    with pytest.raises(Exception, match="boom"):
+        await io.call(FAIL, [], [])
+    calls = [io.call(ECHO_KEYS, [k], [str(i)]) for i in range(5)]
+    calls.insert(3, io.call(FAIL, [], []))
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert isinstance(results[3], Exception)
+    assert "boom" in str(results[3])
+    assert [r for i, r in enumerate(results) if i != 3] == [
+        [k.encode(), str(i).encode(), 1] for i in range(5)
+    ]
+
+
+async def test_a_call_cancelled_before_the_write_is_not_sent(client: Redis) -> None:
+    io = RedisIO(client)
+    lane = io._direct
+    assert lane is not None
+    blocked, counter = key(), key()
+    try:
+        # A blocking pop keeps one of the lane's round trips in flight.
+        holder = asyncio.create_task(
+            lane.roundtrip(pack_commands([("BLPOP", blocked, "0.3")]), 1, coalesce=False)
+        )
+        await asyncio.sleep(0.05)
+        queued = asyncio.create_task(io.execute("INCR", counter))
+        await asyncio.sleep(0)  # it runs up to its queued write ...
+        queued.cancel()  # ... and is cancelled before the loop writes it
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert await holder == [None]
+        assert await client.get(counter) is None
+        # The lane is in step afterwards.
+        assert await io.execute("INCR", counter) == 1
+    finally:
+        await client.delete(counter)
+
+
+async def test_blocking_commands_are_never_coalesced(client: Redis) -> None:
+    """WAIT (the lane takes it; the blocking pops have redis-py callbacks and go its way)
+    holds its connection: each goes alone, or the calls written after it would wait too."""
+    io = RedisIO(client)
+    lane = io._direct
+    assert lane is not None
+    assert blocks("WAIT")
+    assert blocks("blpop")
+    assert not blocks("EVALSHA")
+    before = lane.writes
+    # No replica on the test server: WAIT 0 answers 0 at once.
+    results = await asyncio.gather(*(io.execute("WAIT", 0, 0) for _ in range(4)))
+    assert results == [0] * 4
+    assert lane.writes - before == 4
+
+
+async def test_a_connection_lost_under_a_coalesced_write_fails_each_of_its_calls(
+    client: Redis,
+) -> None:
+    """Every call of the write raises a connection error (each may or may not have run,
+    as for a lone call whose reply is lost), and the lane reconnects for the next call."""
+    io = RedisIO(client)
+    lane = io._direct
+    assert lane is not None
+    admin = Redis.from_url(server_url("redis"))
+    blocked = key()
+    try:
+        # One call keeps a round trip in flight, so the next five are coalesced; blocking
+        # pops (sent here by hand: the lane never coalesces them itself) hold their write
+        # on the server until the connections are killed.
+        holder = asyncio.create_task(
+            lane.roundtrip(pack_commands([("BLPOP", blocked, "2")]), 1, coalesce=False)
+        )
+        await asyncio.sleep(0.05)
+        before = lane.writes
+        calls = [
+            asyncio.create_task(lane.roundtrip(pack_commands([("BLPOP", blocked, "2")]), 1))
+            for _ in range(5)
+        ]
+        await asyncio.sleep(0.2)
+        assert lane.writes - before == 1
+        for conn in list(client.connection_pool._in_use_connections):  # this client's only
+            host, port = conn._writer.get_extra_info("sockname")[:2]
+            await admin.execute_command("CLIENT", "KILL", "ADDR", f"{host}:{port}")
+        results = await asyncio.gather(holder, *calls, return_exceptions=True)
+        assert all(isinstance(r, RedisConnectionError) for r in results), results
+        assert await io.execute("INCR", blocked + ":n") == 1
+    finally:
+        await admin.delete(blocked + ":n")
+        await admin.aclose()

@@ -822,7 +822,8 @@ async def test_native_ttls_cover_the_logical_expiry(env: Env) -> None:
     grace_ms = GRACE // timedelta(milliseconds=1)
     for key in env.hot.keys.hot_session(sid):
         ttl = await env.admin.pttl(key)
-        assert HOUR_MS < ttl <= HOUR_MS + grace_ms, key
+        # At least the logical expiry + grace; at most the slack (1/TTL_SLACK) more.
+        assert HOUR_MS < ttl <= _slack(HOUR_MS + grace_ms), key
 
     await env.durable.put_record(sid, "summary", {"x": 1}, expires_at=_later(env, 3600))
     archive, records, dmeta, idem = env.durable.keys.durable_session(sid)
@@ -837,6 +838,56 @@ async def test_native_ttls_cover_the_logical_expiry(env: Env) -> None:
 
 
 # -- durable session lifetime and ownership -----------------------------------------------
+
+
+def _slack(ttl_ms: int) -> int:
+    """The longest native TTL a write may give for a need of ``ttl_ms``."""
+    return ttl_ms + ttl_ms // redis_append.TTL_SLACK
+
+
+async def test_native_ttls_are_reset_only_when_due_and_cover_new_keys(env: Env) -> None:
+    """A hot append inside the slack leaves the TTLs as they are (no PEXPIRE), yet a key
+    it creates (the entities hash) gets the deadline of the others; an append past the
+    deadline re-sets all of them; an expiry moved earlier than the slack allows re-sets
+    them shorter. The durable tier likewise, with a key it creates (idempotency keys)."""
+    sid = fresh_id("s")
+    meta, turns, ent, _state = env.hot.keys.hot_session(sid)
+    archive, _records, dmeta, idem = env.durable.keys.durable_session(sid)
+    grace_ms = GRACE // timedelta(milliseconds=1)
+    await env.hot.append_turns(sid, [text_turn("a")], window=5, expires_at=_later(env, 3600))
+    await env.durable.append_turns(sid, [text_turn("a")], expires_at=_later(env, 3600))
+    first = await env.admin.hget(meta, "d")
+    first_durable = await env.admin.hget(dmeta, "t")
+    assert first is not None
+    assert first_durable is not None
+    env.clock.advance(60)  # the need moves 1 minute: well inside the slack
+    change = EntityChange(
+        upsert={"k": ActiveEntity(kind="k", value="v", updated_at=env.clock.now())}
+    )
+    await env.hot.append_turns(
+        sid, [text_turn("b")], window=5, expires_at=_later(env, 3600), entities=change
+    )
+    await env.durable.append_turns(
+        sid, [text_turn("b")], expires_at=_later(env, 3600), idempotency_key="k1"
+    )
+    assert await env.admin.hget(meta, "d") == first  # not re-set
+    assert await env.admin.hget(dmeta, "t") == first_durable
+    need_ms = HOUR_MS + grace_ms
+    for key in (meta, turns, ent, archive, dmeta, idem):
+        ttl = await env.admin.pttl(key)
+        assert need_ms < ttl <= _slack(need_ms), key  # the new keys have a TTL too
+    # Past the slack: re-set, the deadline moves on.
+    env.clock.advance(3600 // 4)
+    await env.hot.append_turns(sid, [text_turn("c")], window=5, expires_at=_later(env, 3600))
+    assert await env.admin.hget(meta, "d") != first
+    for key in (meta, turns, ent):
+        ttl = await env.admin.pttl(key)
+        assert need_ms < ttl <= _slack(need_ms), key
+    # An expiry moved much earlier: the TTLs shrink with it.
+    await env.hot.append_turns(sid, [text_turn("d")], window=5, expires_at=_later(env, 60))
+    for key in (meta, turns, ent):
+        ttl = await env.admin.pttl(key)
+        assert 60_000 + grace_ms < ttl <= _slack(60_000 + grace_ms), key
 
 
 async def _durable_ttls(env: Env, session_id: str) -> dict[bytes, int]:
@@ -863,7 +914,7 @@ async def test_session_keys_live_as_long_as_a_long_lived_session(env: Env) -> No
     env.clock.advance(28 * 86400)
     await env.durable.append_turns(sid, [text_turn("b")], expires_at=_later(env, 7 * 86400))
     for key, ttl in (await _durable_ttls(env, sid)).items():
-        assert 7 * day_ms < ttl <= 7 * day_ms + grace_ms, key
+        assert 7 * day_ms < ttl <= _slack(7 * day_ms + grace_ms), key
     env.clock.advance(6 * 86400)
     record = await env.durable.get_record(sid, "summary")
     assert record is not None

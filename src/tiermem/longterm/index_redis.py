@@ -145,6 +145,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Collection, Sequence
+from itertools import chain
 from typing import Any, Self
 
 from tiermem.clock import Clock, SystemClock
@@ -364,15 +365,14 @@ class RedisIndex:
                 for doc in chunk:
                     live = doc.expires_at is None or doc.expires_at > now
                     counts = terms_of(doc) if live else {}
-                    args += [
+                    args += (
                         doc.doc_id,
                         doc.kind,
                         sum(counts.values()),
                         optional_us(doc.expires_at),
                         len(counts),
-                    ]
-                    for term, tf in counts.items():
-                        args += [term, tf]
+                    )
+                    args.extend(chain.from_iterable(counts.items()))
                 commands.append(INDEX_UPSERT.command(keys, args))
             expiries = [d.expires_at for d in user_docs if d.expires_at and d.expires_at > now]
             if expiries and self._due_mark_needed(user_id, to_us(min(expiries)), now_us):

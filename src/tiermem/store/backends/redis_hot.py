@@ -143,9 +143,10 @@ HOT_PUT_METADATA = LuaScript(
 local live = hot_live(tonumber(ARGV[1]))
 local version = hot_version(live)
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= version then return {'conflict', version} end
+local deadline = hot_deadline(live)
 hot_begin(live, ARGV[6])
 redis.call('HSET', KEYS[1], 'm', ARGV[5])
-hot_commit(version + 1, ARGV[2], ARGV[3])
+hot_commit(version + 1, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), deadline)
 return {'ok', version + 1, live and 0 or 1}
 """,
 )
@@ -160,7 +161,7 @@ HOT_UPDATE_ENTITIES = LuaScript(
 if not hot_live(tonumber(ARGV[1])) then return {'absent'} end
 local version = hot_version(true)
 hot_entities(6, tonumber(ARGV[4]), tonumber(ARGV[5]))
-hot_commit(version + 1, ARGV[2], ARGV[3])
+hot_commit(version + 1, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), hot_deadline(true), 3)
 return {'ok', version + 1}
 """,
 )
@@ -178,10 +179,11 @@ local raw = live and redis.call('HGET', KEYS[4], ARGV[4])
 local actual = 0
 if raw then actual = tonumber(string.match(raw, '^(%d+)|')) end
 if ARGV[5] ~= '' and tonumber(ARGV[5]) ~= actual then return {'conflict', actual} end
+local deadline = hot_deadline(live)
 hot_begin(live, ARGV[8])
 redis.call('HSET', KEYS[4], ARGV[4],
            string.format('%d', actual + 1) .. '|' .. ARGV[6] .. '|' .. ARGV[7])
-hot_commit(version + 1, ARGV[2], ARGV[3])
+hot_commit(version + 1, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), deadline, 4)
 return {'ok', actual + 1, live and 0 or 1}
 """,
 )
@@ -207,7 +209,7 @@ for i = 10, first_entity - 1 do redis.call('RPUSH', KEYS[2], ARGV[i]) end
 for i = first_entity, first_state - 1, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
 for i = first_state, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', KEYS[1], 'n', ARGV[5], 'm', ARGV[6], 'e', ARGV[9])
-hot_commit(version + 1, ARGV[2], ARGV[3])
+hot_commit(version + 1, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), false)
 return {'ok', version + 1}
 """,
 )
@@ -226,7 +228,7 @@ if raw and tonumber(string.match(raw, '^(%d+)|')) >= tonumber(ARGV[5]) then
 end
 local version = hot_version(true)
 redis.call('HSET', KEYS[4], ARGV[4], ARGV[6])
-hot_commit(version + 1, ARGV[2], ARGV[3])
+hot_commit(version + 1, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), hot_deadline(true), 4)
 return {'ok', version + 1}
 """,
 )
@@ -247,9 +249,16 @@ HOT_TOUCH = LuaScript(
     + """
 -- ARGV: 1 now, 2 expires, 3 ttl_ms. Moves the expiry; the version stays. An expired
 -- session is left as it is, for handoff.
-if not hot_live(tonumber(ARGV[1])) then return {'absent'} end
-redis.call('HSET', KEYS[1], 'x', ARGV[2])
-for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
+local now = tonumber(ARGV[1])
+if not hot_live(now) then return {'absent'} end
+local set, until_us = native_ttl(hot_deadline(true), now, tonumber(ARGV[3]))
+if set then
+  redis.call('HSET', KEYS[1], 'x', ARGV[2], 'd', string.format('%d', until_us))
+  local ms = string.format('%d', set)
+  for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ms) end
+else
+  redis.call('HSET', KEYS[1], 'x', ARGV[2])
+end
 return {'ok'}
 """,
 )
