@@ -1,9 +1,10 @@
 """Where the SQLite backend runs an operation (issue #8): on the caller's thread, on the
 worker's own connection borrowed while the worker is idle, or on the worker thread.
 
-* A lone writer's back-to-back writes run directly, but for one in every
-  ``DIRECT_BURST + 1``, which goes to the thread to leave other processes' writers a gap;
-  once another writer has been found holding the file, every back-to-back write does.
+* A lone writer's back-to-back writes run directly. While another process has the file
+  open, one in every ``DIRECT_BURST + 1`` goes to the thread to leave that process's
+  writers a gap; once another writer has been found holding the file, every back-to-back
+  write does.
 * Direct runs and the worker share one connection (one page cache): a direct write never
   runs while the worker uses it, a direct read then takes the spare connection, and every
   result is the same as if each had run on the thread.
@@ -12,16 +13,25 @@ worker's own connection borrowed while the worker is idle, or on the worker thre
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import closing
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
 
+from tiermem.store.backends.sqlite import _connection, _worker
 from tiermem.store.backends.sqlite._connection import SQLiteDatabase
+from tiermem.store.backends.sqlite._sharing import other_process_attached
 from tiermem.store.backends.sqlite._worker import DIRECT_BURST, DIRECT_WRITE_SPACING
+
+needs_proc_locks = pytest.mark.skipif(
+    not os.path.exists("/proc/locks"), reason="tells other processes apart by /proc/locks"
+)
 
 
 @pytest.fixture
@@ -50,9 +60,77 @@ def insert(n: int) -> Callable[[sqlite3.Connection], Seen]:
     return op
 
 
+_HOLD_OPEN = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1])
+conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+print("open", flush=True)
+sys.stdin.readline()
+"""
+
+
+@contextmanager
+def another_process_on(path: Path) -> Iterator[None]:
+    """Another process with the file open (reading, not writing) for the block."""
+    child = subprocess.Popen(  # noqa: S603 -- this interpreter, a constant script
+        [sys.executable, "-c", _HOLD_OPEN, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "open\n"
+        yield
+    finally:
+        child.communicate("done\n", timeout=10)
+
+
+@pytest.fixture
+def wide_gaps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes 50 ms apart count as back to back (so the test's surely do), and whether
+    another process has the file open is looked at on every write."""
+    monkeypatch.setattr(_connection, "DIRECT_WRITE_SPACING", 0.05)
+    monkeypatch.setattr(_worker, "DIRECT_WRITE_SPACING", 0.05)
+    monkeypatch.setattr(_connection, "SHARING_RECHECK", 0.0)
+
+
+@needs_proc_locks
+async def test_a_writer_alone_on_its_file_writes_back_to_back_directly(
+    db: SQLiteDatabase, wide_gaps: None
+) -> None:
+    me = threading.get_ident()
+    for n in range(3 * (DIRECT_BURST + 1)):
+        ran_on, seen = await db.write(insert(n), direct=db.alone("s-1"))
+        assert ran_on == me  # no other process to leave a gap to
+        assert seen == list(range(n + 1))
+
+
+@needs_proc_locks
+async def test_while_another_process_has_the_file_open_direct_writes_leave_gaps(
+    db: SQLiteDatabase, tmp_path: Path, wide_gaps: None
+) -> None:
+    me = threading.get_ident()
+    with another_process_on(tmp_path / "tiermem.db"):
+        threads = []
+        for n in range(2 * (DIRECT_BURST + 1)):
+            ran_on, seen = await db.write(insert(n), direct=db.alone("s-1"))
+            threads.append(ran_on)
+            assert seen == list(range(n + 1))  # committed, in order
+    # DIRECT_BURST back to back directly, then one to the thread (which waits out the gap).
+    assert [ran_on == me for ran_on in threads] == 2 * ([True] * DIRECT_BURST + [False])
+    # The other process gone, no gap is owed any more.
+    ran_on, _ = await db.write(insert(100), direct=True)
+    ran_on_too, _ = await db.write(insert(101), direct=True)
+    ran_on_still, _ = await db.write(insert(102), direct=True)
+    assert [ran_on, ran_on_too, ran_on_still] == [me] * 3
+
+
 async def test_a_lone_writer_writes_back_to_back_directly_but_for_the_gaps(
     db: SQLiteDatabase,
 ) -> None:
+    """Wherever it runs (another process may have the file open, or it cannot be told),
+    at most one write in DIRECT_BURST + 1 goes to the thread."""
     me = threading.get_ident()
     threads = []
     for n in range(50):  # mostly quicker than DIRECT_WRITE_SPACING apart
@@ -60,10 +138,28 @@ async def test_a_lone_writer_writes_back_to_back_directly_but_for_the_gaps(
         threads.append(ran_on)
         assert seen == list(range(n + 1))  # committed, in order
     handed_over = sum(ran_on != me for ran_on in threads)
-    # One in DIRECT_BURST + 1 at most (fewer when writes came further apart): a gap after
-    # every direct commit would have sent every other write to the thread.
+    # A gap after every direct commit would have sent every other write to the thread.
     assert handed_over <= 50 // (DIRECT_BURST + 1) + 1
     assert threads[:DIRECT_BURST] == [me] * DIRECT_BURST
+
+
+@needs_proc_locks
+def test_other_processes_on_a_file_are_told_from_this_one(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    with closing(conn):
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE t (n INTEGER)")
+        assert not other_process_attached(str(path))
+        with another_process_on(path):
+            assert other_process_attached(str(path))
+        assert not other_process_attached(str(path))
+        # When it cannot be told, the answer is "maybe": the gaps are left as before.
+        assert other_process_attached(str(path), locks_file=str(tmp_path / "none"))
+        empty = tmp_path / "locks"
+        empty.write_text("")  # this process's own lock not listed: the listing is no use
+        assert other_process_attached(str(path), locks_file=str(empty))
+    assert other_process_attached(str(tmp_path / "closed.db"))  # no -shm file
 
 
 async def test_once_another_writer_holds_the_file_direct_writes_leave_it_gaps(

@@ -40,9 +40,10 @@ by the user's next queries until this index writes for them or the TTL passes.
 The index shares the file's worker thread and connection with the stores of this process
 on the same file (:class:`~tiermem.store.backends.sqlite._connection.SQLiteDatabase`): its
 writes join the durable store's group commits instead of taking turns at the write lock,
-and only a small upsert (a few turns' documents, :data:`_DIRECT_DOCS`) may run directly on
-the caller's thread when the file is idle, holding its event loop for a fraction of a
-millisecond; larger work never blocks the event loop. An upsert adds to each user's
+and only a small upsert (a few tens of turns' documents, in writes of at most
+:data:`_DIRECT_DOCS`) may run directly on the caller's thread when the file is idle,
+holding its event loop for a fraction of a millisecond at a time; larger work never blocks
+the event loop. An upsert adds to each user's
 statistics once per transaction, not once per document. Its migrations run on that
 connection before its first operation; opening the connection applies the store's: either
 may open a new file first. A document written again with the same terms (a summary's
@@ -139,11 +140,21 @@ _INSERT_BATCH = 500
 """Documents per write transaction: a warm-up of thousands never holds the lock for long."""
 
 _DIRECT_DOCS = 16
-"""Documents an upsert may write directly, on the caller's thread, when the file is idle
-(:meth:`~tiermem.store.backends.sqlite._connection.SQLiteDatabase.write`): a turn's or a
-few turns' documents, about 20 µs each plus the commit. Handing them to the worker thread
-instead cost more CPU than writing them (the hand-off, and the caller's caches gone cold
-by the time it resumes); larger upserts go to the thread."""
+"""Documents one direct write of an upsert holds, on the caller's thread, when the file is
+idle (:meth:`~tiermem.store.backends.sqlite._connection.SQLiteDatabase.write`): a turn's
+or a few turns' documents, about 20 µs each plus the commit. Handing them to the worker
+thread instead cost more CPU than writing them (the hand-off, and the caller's caches gone
+cold by the time it resumes)."""
+_DIRECT_WRITES = 2
+"""Direct writes an upsert may take (each at most :data:`_DIRECT_DOCS` documents, the
+event loop served between them); larger upserts go to the thread, in one transaction (so
+with many sessions writing at once, whose turns' documents come by the fifty, nothing
+changes). The background queue gathers the documents of the turns of a few milliseconds
+into one upsert: one session writing turn after turn gave 15-25, which as one write went
+to the thread, costing more CPU than writing them directly in two (the hand-off, and the
+GIL passed to and fro while the thread writes: about 600 µs of the thread's CPU per
+upsert, ``bench/turns.py``), and held the file's write lock meanwhile, which sent the
+next append to the thread too."""
 
 _Row = tuple[IndexedDoc, str, int, bytes | None, int, int, int | None]
 """doc, space-separated tokens, length, packed unit vector, dimensions, created_at µs,
@@ -312,7 +323,7 @@ class SQLiteIndex:
             rows.append(
                 (
                     doc,
-                    " ".join(term for term, tf in counts.items() for _ in range(tf)),
+                    " ".join([term for term, tf in counts.items() for _ in range(tf)]),
                     sum(counts.values()),
                     None if vector is None else pack_vector(vector),
                     0 if vector is None else len(vector),
@@ -365,11 +376,8 @@ class SQLiteIndex:
             _add_to_users(conn, added)
             _collect(conn, now_us, collect_budget(len(chunk)))
 
-        for start in range(0, len(rows), _INSERT_BATCH):
-            chunk = rows[start : start + _INSERT_BATCH]
-            await self._db.write(
-                functools.partial(op, chunk=chunk), direct=len(chunk) <= _DIRECT_DOCS
-            )
+        for chunk, direct in _chunks(rows):
+            await self._db.write(functools.partial(op, chunk=chunk), direct=direct)
         if self._vectors is not None:
             _apply_vector_writes(self._vectors, rows)
         if self._cache is not None:
@@ -540,6 +548,16 @@ class SQLiteIndex:
         if self._cache is not None:
             await self._cache.index.aclose()
         await self._db.aclose()
+
+
+def _chunks(rows: list[_Row]) -> list[tuple[list[_Row], bool]]:
+    """An upsert's write transactions, each with whether it may run directly: up to
+    :data:`_DIRECT_WRITES` direct ones of at most :data:`_DIRECT_DOCS` documents (of even
+    sizes), else thread ones of :data:`_INSERT_BATCH`."""
+    writes = -(-len(rows) // _DIRECT_DOCS)
+    direct = writes <= _DIRECT_WRITES
+    size = -(-len(rows) // writes) if direct else _INSERT_BATCH
+    return [(rows[start : start + size], direct) for start in range(0, len(rows), size)]
 
 
 def _add_to_users(conn: sqlite3.Connection, added: dict[str, list[int]]) -> None:

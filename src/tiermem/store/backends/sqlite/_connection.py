@@ -44,10 +44,16 @@ busy answer showed another process writing) the process leaves the write lock al
 :data:`~tiermem.store.backends.sqlite._worker.DIRECT_WRITE_SPACING` (the next write goes to
 the thread, which waits out the rest), so that another process, waiting for the file in
 SQLite's busy handler, which polls every few milliseconds, finds it free: without that
-gap, one process writing back to back directly starved the other. A direct run
-never checkpoints either (the thread runs a passive checkpoint every
-:data:`CHECKPOINT_EVERY` direct commits), so the caller's event loop is held only for the
-statements themselves.
+gap, one process writing back to back directly starved the other. The gap is owed only
+while another process has the file open (checked with
+:func:`~tiermem.store.backends.sqlite._sharing.other_process_attached` at most every
+:data:`SHARING_RECHECK`, and taken as yes whenever it cannot be told), or once the file
+was found contended. So a process alone on its file, the embedded default, writes every
+such write directly: the gap's hand-off to the thread, on every third write of a session
+writing turn after turn, cost about 100 µs of CPU per turn on the two threads
+(``bench/turns.py``). A direct run never checkpoints either (the thread runs a passive
+checkpoint every :data:`CHECKPOINT_EVERY` direct commits), so the caller's event loop is
+held only for the statements themselves.
 A direct write is still committed before it returns, then yields once to the event loop.
 ``synchronous=FULL`` never runs directly: its commits wait for the disk.
 """
@@ -75,6 +81,7 @@ from tiermem.store.backends.sqlite._mapping import (
     to_epoch_us,
 )
 from tiermem.store.backends.sqlite._open import open_direct_connection
+from tiermem.store.backends.sqlite._sharing import other_process_attached
 from tiermem.store.backends.sqlite._worker import (
     CONTENDED_FOR,
     DIRECT_BURST,
@@ -104,6 +111,10 @@ T = TypeVar("T")
 TOGETHER_WINDOW = 0.002
 """Seconds within which writes of two different writers (sessions) count as arriving
 together: then they go to the thread, where they share commits (module docstring)."""
+SHARING_RECHECK = 0.25
+"""Seconds for which the answer of :func:`other_process_attached` is reused (reading it
+costs some 30 µs): a process that opens the file meanwhile gets its first gaps within
+this, far inside its busy timeout."""
 CHECKPOINT_EVERY = 256
 """Direct write commits between two checkpoints run on the thread (direct commits never
 checkpoint: a checkpoint may wait on the disk)."""
@@ -134,6 +145,12 @@ class _Engine:
         self._burst = 0
         """Direct writes in a row, each within DIRECT_WRITE_SPACING of the last direct
         commit (races between threads only blur it)."""
+        self._real_path = os.path.realpath(path)
+        """Where SQLite keeps the ``-shm`` file (it resolves symbolic links)."""
+        self._shared = True
+        """Whether another process had the file open when last looked at."""
+        self._shared_until = float("-inf")
+        """Until when (``time.monotonic``) ``_shared`` is reused."""
         self._reader_busy = False
         self._last_writer: str | None = None
         self._last_write_at = float("-inf")
@@ -214,7 +231,10 @@ class _Engine:
         if write:
             now = time.monotonic()
             back_to_back = now - worker.direct_done_at < DIRECT_WRITE_SPACING
-            if back_to_back and (self._burst >= DIRECT_BURST or now < worker.contended_until):
+            if back_to_back and (
+                now < worker.contended_until
+                or (self._burst >= DIRECT_BURST and self._shared_with_others(now))
+            ):
                 return _QUEUE  # leave other processes their gap (module docstring)
         with self._guard:
             if pending.count:
@@ -243,6 +263,14 @@ class _Engine:
         finally:
             with self._guard:
                 pending.count -= 1
+
+    def _shared_with_others(self, now: float) -> bool:
+        """Whether another process may have the file open (module docstring); races
+        between threads only read it twice."""
+        if now >= self._shared_until:
+            self._shared = other_process_attached(self._real_path)
+            self._shared_until = now + SHARING_RECHECK
+        return self._shared
 
     def _spare_read(self, operation: Operation[Any]) -> Any:
         """A direct read while the thread uses its connection: on the spare connection,

@@ -115,7 +115,9 @@ back-to-back direct writes, and after every one while the file is known to be co
 (:data:`CONTENDED_FOR`)."""
 DIRECT_BURST = 2
 """Back-to-back direct writes (each within :data:`DIRECT_WRITE_SPACING` of the last direct
-commit) after which the next goes to the thread for the gap. A gap after every one (as
+commit) after which the next goes to the thread for the gap, while another process has
+the file open (none is owed to no one: see
+:mod:`~tiermem.store.backends.sqlite._connection`). A gap after every one (as
 before) cost a thread hand-off (about 100 µs of CPU, and the caller's caches gone cold) on
 almost every other write of one session writing turn after turn; 2 cut those hand-offs by
 about a third. 4 cut nearly all of them, but then two processes writing one session in a
