@@ -890,6 +890,104 @@ async def test_native_ttls_are_reset_only_when_due_and_cover_new_keys(env: Env) 
         assert 60_000 + grace_ms < ttl <= _slack(60_000 + grace_ms), key
 
 
+async def _check_native_ttls(env: Env, session_id: str, step: str) -> None:
+    """Every key of the session that exists outlives what its tier needs (the hot
+    session's expiry ``x``, the durable lifetime ``h``, + grace) and not by more than the
+    slack; a key whose group lost its header still has a TTL. The fake clock stands
+    still, so the server's PTTL compares with the store's times (5 s of real time may
+    pass between the write and the check)."""
+    now_us = to_us(env.clock.now())
+    grace_ms = GRACE // timedelta(milliseconds=1)
+    meta, *hot_rest = env.hot.keys.hot_session(session_id)
+    archive, records, dmeta, idem = env.durable.keys.durable_session(session_id)
+    x = await env.admin.hget(meta, "x")
+    h = await env.admin.hget(dmeta, "h")
+    groups: list[tuple[list[str], bytes | None]] = [
+        ([meta, *hot_rest], x),
+        ([archive, records, dmeta, idem], h),
+    ]
+    for keys, until in groups:
+        for key in keys:
+            ttl = await env.admin.pttl(key)
+            if ttl == -2:
+                continue  # absent
+            assert ttl != -1 or until == b"inf", (step, key, "no TTL")
+            if until is None or until == b"inf":
+                continue
+            need = -(-(int(until) - now_us) // 1000) + grace_ms
+            assert need - 5_000 < ttl <= _slack(need) + 2, (step, key, ttl, need)
+
+
+async def test_no_session_key_is_left_without_its_native_ttl(env: Env) -> None:
+    """Random writes of both tiers on one session (appends with and without entities and
+    idempotency keys, combined appends, state, metadata, touch, copy_state, records),
+    among losses of single keys (eviction, a partial FLUSH), deletes and expiries moved
+    earlier or later: after each, no key is without its TTL, none expires before its
+    tier needs, none lingers past the slack. Keys re-created by a write that skipped the
+    TTL re-set (the deadline field said the group was covered) are the risk."""
+    rng = random.Random(8)
+    sid = fresh_id("s")
+    keys = env.hot.keys.hot_session(sid) + env.durable.keys.durable_session(sid)
+
+    def change() -> EntityChange | None:
+        if rng.random() < 0.5:
+            return None
+        kind = rng.choice("abc")
+        if rng.random() < 0.3:
+            return EntityChange(remove=(kind,))
+        entity = ActiveEntity(kind=kind, value=str(rng.random()), updated_at=env.clock.now())
+        return EntityChange(upsert={kind: entity})
+
+    for n in range(300):
+        expires = _later(env, rng.choice((3600, 3600, 3500, 60)))
+        op = rng.randrange(11)
+        if op == 0:
+            await env.hot.append_turns(
+                sid, [text_turn(f"h{n}")], window=3, expires_at=expires, entities=change()
+            )
+        elif op == 1:
+            key = f"k{rng.randrange(4)}" if rng.random() < 0.5 else None
+            await env.durable.append_turns(
+                sid,
+                [text_turn(f"d{n}")],
+                expires_at=expires,
+                idempotency_key=key,
+                entities=change(),
+            )
+        elif op == 2:
+            await env.hot.append_through(
+                env.durable,
+                sid,
+                [text_turn(f"t{n}")],
+                window=3,
+                hot_expires_at=expires,
+                durable_expires_at=expires,
+                idempotency_key=f"i{n}",
+                entities=change(),
+            )
+        elif op == 3:
+            await env.hot.put_state(sid, rng.choice("xy"), {"n": n}, expires_at=expires)
+        elif op == 4:
+            await env.hot.update_entities(
+                sid,
+                {"e": ActiveEntity(kind="e", value=str(n), updated_at=env.clock.now())},
+                expires_at=expires,
+            )
+        elif op == 5:
+            await env.hot.put_metadata(sid, _metadata(env, sid), expires_at=expires)
+        elif op == 6:
+            await env.hot.touch(sid, expires_at=expires)
+        elif op == 7:
+            await env.hot.copy_state(sid, _blob(env, version=n, name="z"), expires_at=expires)
+        elif op == 8:
+            await env.durable.put_record(sid, "summary", {"n": n}, expires_at=expires)
+        elif op == 9:
+            await env.admin.delete(rng.choice(keys))  # one key lost
+        elif rng.random() < 0.3:
+            await (env.hot.delete(sid) if rng.random() < 0.5 else env.durable.delete_session(sid))
+        await _check_native_ttls(env, sid, f"{n}: op {op}")
+
+
 async def _durable_ttls(env: Env, session_id: str) -> dict[bytes, int]:
     keys = env.durable.keys.durable_session(session_id)
     return {key.encode(): await env.admin.pttl(key) for key in keys}

@@ -618,11 +618,17 @@ class DirectLane:
     23-43% (``bench/results/turns_redis_coalescing.json``). A lone call
     (nothing in flight, as for one session) is sent at once, as before. Each call's
     commands stay contiguous and in order, so what one call sends (a script and its
-    activity mark) is still one unit. What differs from a call of its own: a failed
-    connection fails every call of the write (each may or may not have run, as for a lone
-    call whose reply is lost), and a caller cancelled before the write is left out of it.
-    Blocking commands and WAIT go alone (``coalesce=False``, :func:`blocks`): they hold
-    their connection, and the calls written after them would wait too.
+    activity mark) is still one unit, and each caller gets its replies as soon as they
+    are read (the first caller of a write does not wait for the others'), no reply waited
+    for longer than ``socket_timeout``. What differs from a call of its own: a failed
+    connection fails every call of the write still unanswered (each may or may not have
+    run, as for a lone call whose reply is lost), and a caller cancelled before the write
+    leaves (even one whose write waits for a pooled connection) is left out of it; one
+    cancelled after has its replies read and dropped. Blocking commands and WAIT go alone
+    (``coalesce=False``, :func:`blocks`): they hold their connection, and the calls written
+    after them would wait too. Commands whose replies do not pair one to one with the
+    commands (subscribe, MONITOR, CLIENT, HELLO: :data:`_UNPAIRED`) never take the lane:
+    a reply too many or too few would go to another caller.
     """
 
     def __init__(self, pool: ConnectionPool, callbacks: Collection[str | bytes]) -> None:
@@ -668,7 +674,8 @@ class DirectLane:
         ENCODING"`` into two arguments, hiredis would send it as one (an unknown command)."""
         if not isinstance(name, str):
             return False  # tiermem names commands with str; anything else: redis-py's path
-        return " " not in name and name.upper() not in self._callbacks
+        upper = name.upper()
+        return " " not in name and upper not in self._callbacks and upper not in _UNPAIRED
 
     async def roundtrip(self, packed: bytes, count: int, *, coalesce: bool = True) -> list[Any]:
         """Send ``count`` packed commands at once and read their replies (an error reply
@@ -709,82 +716,97 @@ class DirectLane:
         """Write ``batch`` now on an idle connection when one is ready (else its task
         acquires one): the write leaves in this turn of the loop, not in the next."""
         self._in_flight += 1
-        if len(batch) == 1:
-            packed, total = batch[0][0], batch[0][1]
-        else:
-            packed, total = b"".join(c[0] for c in batch), sum(c[1] for c in batch)
         written = None
         if self._idle:
             conn = self._idle.pop()
-            if _reads_directly(conn) and _clean(conn) and _write_now(conn, packed):
-                written = conn
-            else:
+            if _reads_directly(conn) and _clean(conn):
+                packed, total = _joined(batch)
+                if _write_now(conn, packed):
+                    written = (conn, packed, total)
+            if written is None:
                 self._idle.append(conn)  # the task's _acquire checks and reconnects it
-        task = asyncio.get_running_loop().create_task(
-            self._write_batch(batch, packed, total, written)
-        )
+        task = asyncio.get_running_loop().create_task(self._write_batch(batch, written))
         self._flushing.add(task)  # the loop keeps only a weak reference to a task
         task.add_done_callback(self._flushing.discard)
 
     async def _write_batch(
         self,
         batch: list[_Queued],
-        packed: bytes,
-        total: int,
-        written: AbstractConnection | None,
+        written: tuple[AbstractConnection, bytes, int] | None,
     ) -> None:
-        """Write ``batch`` on one connection (``written``: already written on it); each
-        caller gets its replies, or the error."""
+        """Write ``batch`` on one connection (``written``: the connection it was already
+        handed to, the packed write and its number of commands); each caller gets its
+        replies as soon as they are read, or the error. A batch that had to wait for a
+        connection leaves out the callers cancelled meanwhile."""
         try:
-            replies = await self._exchange(packed, total, written)
+            if written is None:
+                conn = await self._acquire()
+                batch = [call for call in batch if not call[2].done()]
+                if not batch:
+                    await self._put_back(conn)
+                    return
+                packed, total = _joined(batch)
+                await self._exchange(packed, total, conn, calls=batch)
+            else:
+                conn, packed, total = written
+                await self._exchange(packed, total, conn, sent=True, calls=batch)
         except BaseException as exc:
             failure = exc
             if not isinstance(exc, Exception):  # the task cancelled (the loop closing)
                 failure = RedisConnectionError("the coalesced Redis write was cancelled")
             for _, _, future in batch:
-                if not future.done():
+                if not future.done():  # the callers whose replies were read keep them
                     future.set_exception(failure)
             if not isinstance(exc, Exception):
                 raise
-            return
         finally:
             self._in_flight -= 1
-        at = 0
-        for _, count, future in batch:
-            if not future.done():  # a caller cancelled meanwhile drops its replies
-                future.set_result(replies[at : at + count])
-            at += count
 
     async def _exchange(
-        self, packed: bytes, count: int, written: AbstractConnection | None = None
+        self,
+        packed: bytes,
+        count: int,
+        conn: AbstractConnection | None = None,
+        *,
+        sent: bool = False,
+        calls: Sequence[_Queued] = (),
     ) -> list[Any]:
-        """One write of ``packed`` on a connection and the ``count`` replies to it
-        (``written``: the connection ``packed`` was already handed to)."""
+        """One write of ``packed`` on a connection (``conn``, else one acquired; ``sent``:
+        already handed to ``conn``) and the ``count`` replies to it; ``calls``: the
+        coalesced calls they answer, each given its own as soon as they are read."""
         self.writes += 1
-        conn = written if written is not None else await self._acquire()
+        if conn is None:
+            conn = await self._acquire()
         try:
-            if written is None:
-                await _send(conn, packed)
-            else:
+            if sent:
                 await _drain(conn)
+            else:
+                await _send(conn, packed)
             if _reads_directly(conn):
-                replies = await _read_replies(conn, count)
+                replies = await _read_replies(conn, count, calls)
             else:
                 replies = []
+                handout = _Handout(calls)
+                handout.read(replies)
                 for _ in range(count):
                     try:
                         replies.append(await conn.read_response())
                     except ResponseError as exc:  # a whole error reply: the connection is fine
                         replies.append(exc)
+                    handout.read(replies)
         except BaseException:
             # redis-py disconnected it if the send or a read failed or was cancelled.
             await self._pool.release(conn)
             raise
+        await self._put_back(conn)
+        return replies
+
+    async def _put_back(self, conn: AbstractConnection) -> None:
+        """Keep ``conn`` idle for the next call, or give it back to the pool."""
         if len(self._idle) < self._keep and not self._waiting:
             self._idle.append(conn)
         else:
             await self._pool.release(conn)
-        return replies
 
     async def _acquire(self) -> AbstractConnection:
         if self._idle:
@@ -809,6 +831,53 @@ _BATCH_MOST = 64
 """Calls a :class:`DirectLane` coalesces into one write at most."""
 _BATCH_BYTES = 1 << 20
 """Bytes a coalesced write carries at most (a larger call still goes, alone)."""
+
+
+def _joined(batch: Sequence[_Queued]) -> tuple[bytes, int]:
+    """The packed commands of a coalesced write and how many they are."""
+    if len(batch) == 1:
+        return batch[0][0], batch[0][1]
+    return b"".join(c[0] for c in batch), sum(c[1] for c in batch)
+
+
+class _Handout:
+    """Hands each coalesced call its replies as soon as the last of them is read, so the
+    first caller of a write waits for its own replies, not for the whole write's (and a
+    connection lost later fails only the calls still unanswered)."""
+
+    __slots__ = ("_at", "_calls", "_next")
+
+    def __init__(self, calls: Sequence[_Queued]) -> None:
+        self._calls = calls
+        self._next = 0  # the next call to answer
+        self._at = 0  # where its replies start
+
+    def read(self, replies: list[Any]) -> None:
+        """Answer the calls whose replies are all in ``replies`` now (called before the
+        first reply and after each)."""
+        calls, have = self._calls, len(replies)
+        while self._next < len(calls):
+            _, count, future = calls[self._next]
+            end = self._at + count
+            if end > have:
+                return
+            if not future.done():  # a caller cancelled meanwhile drops its replies
+                future.set_result(replies[self._at : end])
+            self._next += 1
+            self._at = end
+
+
+_UNPAIRED = frozenset(
+    {
+        "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE",
+        "SUNSUBSCRIBE", "MONITOR", "CLIENT", "HELLO", "SYNC", "PSYNC", "QUIT",
+    }
+)  # fmt: skip
+"""Commands the lane never takes: their replies do not pair one to one with the commands
+sent (a (un)subscribe answers once per channel, in RESP3 as push messages; MONITOR
+streams; ``CLIENT REPLY OFF|SKIP`` silences replies), or they change how the connection
+answers what follows (HELLO, QUIT). In a coalesced write, a reply too many or too few
+would go to another caller."""
 
 
 _BLOCKING = frozenset(
@@ -902,22 +971,37 @@ def _clean(conn: AbstractConnection) -> bool:
     )
 
 
-async def _read_replies(conn: AbstractConnection, count: int) -> list[Any]:
-    """``count`` replies of ``conn`` read straight from its hiredis reader, under one
-    ``socket_timeout`` for them all (redis-py arms a timeout per reply: a timer, a context
-    manager and three layers of calls each). As :meth:`Connection.read_response`: an error
-    reply is its command's result (a :class:`ResponseError`), a connection error reply
-    (``LOADING``) raises, a RESP3 push message goes to the parser's handler and is not a
-    reply; a timeout, a failed read or a cancellation disconnects it, and a closed stream
-    raises redis-py's ``ConnectionError``."""
+async def _read_replies(
+    conn: AbstractConnection, count: int, calls: Sequence[_Queued] = ()
+) -> list[Any]:
+    """``count`` replies of ``conn`` read straight from its hiredis reader (redis-py arms
+    a timeout per reply: a timer, a context manager and three layers of calls each). As
+    :meth:`Connection.read_response`: no reply waited for longer than ``socket_timeout``
+    (one timer, moved on only when a read is needed after replies came in, so a
+    coalesced write of many slow calls is not cut off as a whole); an error reply is its
+    command's result (a :class:`ResponseError`), a connection error reply (``LOADING``)
+    raises, a RESP3 push message goes to the parser's handler and is not a reply; a
+    timeout, a failed read or a cancellation disconnects it, and a closed stream raises
+    redis-py's ``ConnectionError``. ``calls``: the coalesced calls the replies answer,
+    each given its own as soon as they are read (:class:`_Handout`)."""
     parser = cast(Any, conn._parser)
     reader, stream, size = parser._reader, parser._stream, parser._read_size
     replies: list[Any] = []
+    handout = None
+    if calls:
+        handout = _Handout(calls)
+        handout.read(replies)
+    limit = conn.socket_timeout
+    clock = asyncio.get_running_loop().time
     try:
-        async with asyncio.timeout(conn.socket_timeout):
+        async with asyncio.timeout(limit) as scope:
+            armed = 0  # replies read when the timer was last set
             while len(replies) < count:
                 reply = reader.gets()
                 if reply is _NOT_ENOUGH_DATA:
+                    if limit is not None and len(replies) > armed:
+                        scope.reschedule(clock() + limit)  # a new reply is being waited for
+                        armed = len(replies)
                     buffer = await stream.read(size)
                     if not buffer:
                         raise RedisConnectionError("Connection closed by server.")
@@ -932,6 +1016,8 @@ async def _read_replies(conn: AbstractConnection, count: int) -> list[Any]:
                 ):
                     raise reply if isinstance(reply, RedisConnectionError) else reply[0]
                 replies.append(reply)
+                if handout is not None:
+                    handout.read(replies)
     except TimeoutError as exc:  # asyncio's timeout (builtins.TimeoutError since 3.11)
         await conn.disconnect(nowait=True)
         raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from exc
