@@ -490,7 +490,9 @@ def client_from_url(url: str, *, cluster: bool = False, **options: Any) -> Redis
 
 
 DEFAULT_MAX_CONNECTIONS = 100
-"""Connections per client (one client per store): redis-py's own default size."""
+"""Connections per client built by ``from_url`` (redis-py's own default size). A service's
+standalone Redis parts share one client whose pool is this times the parts sharing it
+(see composition)."""
 DEFAULT_POOL_TIMEOUT_S = 20.0
 """Seconds a command waits for a free pooled connection before failing (retryable)."""
 
