@@ -93,6 +93,7 @@ def wide_gaps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_connection, "DIRECT_WRITE_SPACING", 0.05)
     monkeypatch.setattr(_worker, "DIRECT_WRITE_SPACING", 0.05)
     monkeypatch.setattr(_connection, "SHARING_RECHECK", 0.0)
+    monkeypatch.setattr(_connection, "SHARING_COST_RATIO", 0.0)
 
 
 @needs_proc_locks
@@ -160,6 +161,67 @@ def test_other_processes_on_a_file_are_told_from_this_one(tmp_path: Path) -> Non
         empty.write_text("")  # this process's own lock not listed: the listing is no use
         assert other_process_attached(str(path), locks_file=str(empty))
     assert other_process_attached(str(tmp_path / "closed.db"))  # no -shm file
+
+
+def _shm_device(path: Path) -> str:
+    """The ``-shm`` file as the lock listing names it (major:minor:inode)."""
+    shm = os.stat(f"{path}-shm")
+    return f"{os.major(shm.st_dev):02x}:{os.minor(shm.st_dev):02x}:{shm.st_ino}"
+
+
+def test_a_lock_listing_is_read_only_so_far_and_only_its_lines_on_the_file_count(
+    tmp_path: Path,
+) -> None:
+    """Listings written to plain files: the same parser as /proc/locks, with entries a
+    test cannot make the kernel list (a longer inode that starts like ours, a host with
+    thousands of locks)."""
+    path = tmp_path / "t.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    with closing(conn):
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE t (n INTEGER)")
+        device = _shm_device(path)
+        mine = f"1: POSIX  ADVISORY  READ {os.getpid()} {device} 128 128\n"
+        theirs = f"2: POSIX  ADVISORY  READ {os.getpid() + 1} {device} 128 128\n"
+        # The same device with a longer inode number is another file.
+        lookalike = f"3: POSIX  ADVISORY  READ {os.getpid() + 1} {device}7 128 128\n"
+        listing = tmp_path / "locks"
+
+        def attached(text: str, **kwargs: int) -> bool:
+            listing.write_text(text)
+            return other_process_attached(str(path), locks_file=str(listing), **kwargs)
+
+        assert not attached(mine)
+        assert not attached(lookalike + mine + lookalike.rstrip("\n"))
+        assert attached(mine + theirs)
+        assert attached(theirs.rstrip("\n") + "\n" + mine)
+        assert attached(lookalike)  # our own lock not listed: cannot be told
+        # A listing longer than the cap is not read to its end: cannot be told.
+        filler = "9: FLOCK  ADVISORY  WRITE 1 00:01:1 0 EOF\n" * 100
+        assert not attached(mine + filler, max_bytes=len(mine + filler))
+        assert attached(mine + filler, max_bytes=len(mine + filler) - 1)
+        # Unreadable: a directory where the listing should be.
+        assert other_process_attached(str(path), locks_file=str(tmp_path))
+
+
+async def test_a_failure_to_tell_who_has_the_file_open_never_fails_a_write(
+    db: SQLiteDatabase, wide_gaps: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fake that raises: reading a real listing fails only with OSError, which the
+    reader answers itself; this is the engine's guard against anything else."""
+
+    def broken(path: str) -> bool:
+        raise RuntimeError("no listing")
+
+    monkeypatch.setattr(_connection, "other_process_attached", broken)
+    me = threading.get_ident()
+    threads = []
+    for n in range(2 * (DIRECT_BURST + 1)):
+        ran_on, seen = await db.write(insert(n), direct=db.alone("s-1"))
+        threads.append(ran_on)
+        assert seen == list(range(n + 1))  # committed, in order
+    # Taken as shared: the gaps are left, as when it cannot be told.
+    assert [ran_on == me for ran_on in threads] == 2 * ([True] * DIRECT_BURST + [False])
 
 
 async def test_once_another_writer_holds_the_file_direct_writes_leave_it_gaps(

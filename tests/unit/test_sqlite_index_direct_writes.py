@@ -9,6 +9,7 @@ many transactions they took, and that every document is searchable afterwards ei
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -78,3 +79,36 @@ async def test_a_larger_upsert_goes_to_the_worker_thread_in_one_write(
     assert index._db.transactions - before == 1
     hits = await index.search("u-1", "beta", kinds={"turn"}, limit=200)
     assert len(hits) == 100
+
+
+async def user_stats(index: SQLiteIndex) -> tuple[int, int] | None:
+    def op(conn: sqlite3.Connection) -> tuple[int, int] | None:
+        row = conn.execute(
+            "SELECT docs, total_length FROM recall_users WHERE user_id = 'u-1'"
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    return await index._db.read(op)
+
+
+@pytest.mark.parametrize("count", [3, 40])  # direct writes, and one write on the thread
+async def test_a_document_written_twice_in_one_upsert_is_stored_once_as_last_written(
+    index: SQLiteIndex, count: int
+) -> None:
+    """The stored copies an upsert replaces are looked up once for all its documents; a
+    document that comes again later in the same upsert replaces the copy written first."""
+    first = docs(count, "gamma")
+    again = IndexedDoc(
+        user_id="u-1", doc_id="gamma-0", kind="turn", text="delta", created_at=first[0].created_at
+    )
+    same = first[1]  # the very same document twice: its full-text row is kept
+    await index.upsert([*first, again, same])
+    hits = await index.search("u-1", "delta", kinds={"turn"}, limit=50)
+    assert [hit.doc_id for hit in hits] == ["gamma-0"]
+    hits = await index.search("u-1", "gamma", kinds={"turn"}, limit=50)
+    assert {hit.doc_id for hit in hits} == {f"gamma-{n}" for n in range(1, count)}
+    # Each document counted once, with its last length (gamma-0 is one term now).
+    assert await user_stats(index) == (count, 5 * (count - 1) + 1)
+    # Written again in a later upsert, with the earlier ones found by the batch lookup.
+    await index.upsert([*docs(count, "gamma")[1:], again])
+    assert await user_stats(index) == (count, 5 * (count - 1) + 1)

@@ -159,6 +159,8 @@ next append to the thread too."""
 _Row = tuple[IndexedDoc, str, int, bytes | None, int, int, int | None]
 """doc, space-separated tokens, length, packed unit vector, dimensions, created_at µs,
 expires_at µs."""
+_Held = tuple[int, int, str]
+"""A stored document's row id, length and tokens."""
 
 
 def apply_index_migrations(conn: sqlite3.Connection, *, path: str) -> list[int]:
@@ -339,8 +341,12 @@ class SQLiteIndex:
             # Each user's statistics take one upsert per chunk, not one per document;
             # written before anything that reads or lowers them (a delete, collection).
             added: dict[str, list[int]] = {}
+            # Every stored copy the chunk may replace, looked up at once; then kept up to
+            # date as the chunk writes, for a document that comes twice.
+            held_docs = _held_docs(conn, chunk)
             for doc, tokens, length, blob, dims, created_us, expires_us in chunk:
-                held = _held_doc(conn, doc.user_id, doc.doc_id)
+                key = (doc.user_id, doc.doc_id)
+                held = held_docs.get(key)
                 expired = expires_us is not None and expires_us <= now_us
                 if held is not None and held[2] == tokens and not expired:
                     # The same terms (a summary's chunks are written again on every pass
@@ -351,6 +357,7 @@ class SQLiteIndex:
                 if held is not None:
                     _add_to_users(conn, added)
                     _delete_row(conn, doc.user_id, held[0], held[1])
+                    del held_docs[key]
                 if expired:
                     continue  # expired already: removing the old version is all there is
                 cursor = conn.execute(
@@ -373,6 +380,8 @@ class SQLiteIndex:
                 counts = added.setdefault(doc.user_id, [0, 0])
                 counts[0] += 1
                 counts[1] += length
+                if rowid is not None:  # None only if SQLite gave no row id
+                    held_docs[key] = (rowid, length, tokens)
             _add_to_users(conn, added)
             _collect(conn, now_us, collect_budget(len(chunk)))
 
@@ -582,15 +591,28 @@ def _apply_vector_writes(cache: VectorCache, rows: Sequence[_Row]) -> None:
         cache.apply(user_id, writes)
 
 
-def _held_doc(conn: sqlite3.Connection, user_id: str, doc_id: str) -> tuple[int, int, str] | None:
-    """The stored document's row id, length and tokens, if there is one."""
-    # CROSS JOIN: the document by its key first, then its full-text row by rowid.
-    row = conn.execute(
-        "SELECT d.id, d.length, f.tokens FROM recall_docs AS d "
-        "CROSS JOIN recall_fts AS f ON f.rowid = d.id WHERE d.user_id = ? AND d.doc_id = ?",
-        (user_id, doc_id),
-    ).fetchone()
-    return None if row is None else (int(row[0]), int(row[1]), str(row[2]))
+def _held_docs(conn: sqlite3.Connection, chunk: Sequence[_Row]) -> dict[tuple[str, str], _Held]:
+    """The stored copies of the chunk's documents, by (user id, doc id): one statement per
+    user (a chunk is mostly one user's) instead of one per document."""
+    wanted: dict[str, list[str]] = {}
+    for row in chunk:
+        wanted.setdefault(row[0].user_id, []).append(row[0].doc_id)
+    held: dict[tuple[str, str], _Held] = {}
+    for user_id, doc_ids in wanted.items():
+        # Padded to a power of two (repeating an id) so that a few statement texts serve
+        # every chunk size; only placeholders are joined into it. CROSS JOIN: each
+        # document by its key first, then its full-text row by rowid.
+        size = 1 << (len(doc_ids) - 1).bit_length()
+        bound = doc_ids + doc_ids[-1:] * (size - len(doc_ids))
+        rows = conn.execute(
+            "SELECT d.doc_id, d.id, d.length, f.tokens FROM recall_docs AS d "  # noqa: S608
+            "CROSS JOIN recall_fts AS f ON f.rowid = d.id "
+            f"WHERE d.user_id = ? AND d.doc_id IN ({', '.join('?' * size)})",
+            (user_id, *bound),
+        )
+        for doc_id, rowid, length, tokens in rows:
+            held[(user_id, doc_id)] = (int(rowid), int(length), str(tokens))
+    return held
 
 
 def _refresh_doc(

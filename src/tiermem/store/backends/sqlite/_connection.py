@@ -61,6 +61,7 @@ A direct write is still committed before it returns, then yields once to the eve
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
 import threading
@@ -108,6 +109,8 @@ __all__ = [
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 TOGETHER_WINDOW = 0.002
 """Seconds within which writes of two different writers (sessions) count as arriving
 together: then they go to the thread, where they share commits (module docstring)."""
@@ -115,6 +118,12 @@ SHARING_RECHECK = 0.25
 """Seconds for which the answer of :func:`other_process_attached` is reused (reading it
 costs some 30 µs): a process that opens the file meanwhile gets its first gaps within
 this, far inside its busy timeout."""
+SHARING_COST_RATIO = 100.0
+"""The recheck waits at least this many times the CPU time the last look cost (up to
+:data:`SHARING_RECHECK_MAX`): a lock listing slow to read is read less often."""
+SHARING_RECHECK_MAX = 1.0
+"""Seconds a recheck waits at most, however slow the look: still far inside the busy
+timeout of another process's writer waiting for its first gap."""
 CHECKPOINT_EVERY = 256
 """Direct write commits between two checkpoints run on the thread (direct commits never
 checkpoint: a checkpoint may wait on the disk)."""
@@ -151,6 +160,8 @@ class _Engine:
         """Whether another process had the file open when last looked at."""
         self._shared_until = float("-inf")
         """Until when (``time.monotonic``) ``_shared`` is reused."""
+        self._sharing_failed = False
+        """Whether looking at ``_shared`` has failed (and been logged) once."""
         self._reader_busy = False
         self._last_writer: str | None = None
         self._last_write_at = float("-inf")
@@ -266,10 +277,27 @@ class _Engine:
 
     def _shared_with_others(self, now: float) -> bool:
         """Whether another process may have the file open (module docstring); races
-        between threads only read it twice."""
+        between threads only read it twice. Looked at again after
+        :data:`SHARING_RECHECK`, or after :data:`SHARING_COST_RATIO` times what looking
+        cost if that is longer (a host with very many locks), so that looking takes at
+        most about 1 % of the time; a failure to look is "shared", logged once."""
         if now >= self._shared_until:
-            self._shared = other_process_attached(self._real_path)
-            self._shared_until = now + SHARING_RECHECK
+            started = time.thread_time()
+            try:
+                self._shared = other_process_attached(self._real_path)
+            except Exception:  # a write must not fail for a hint: gaps, as when unknown
+                self._shared = True
+                if not self._sharing_failed:
+                    self._sharing_failed = True
+                    logger.warning(
+                        "cannot tell whether other processes have %s open; leaving them "
+                        "gaps between direct writes",
+                        self.path,
+                        exc_info=True,
+                    )
+            cost = time.thread_time() - started
+            wait = min(SHARING_RECHECK_MAX, max(SHARING_RECHECK, cost * SHARING_COST_RATIO))
+            self._shared_until = time.monotonic() + wait
         return self._shared
 
     def _spare_read(self, operation: Operation[Any]) -> Any:
