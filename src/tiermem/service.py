@@ -48,6 +48,7 @@ from tiermem.longterm.detect import MemoryDetector, RuleMemoryDetector
 from tiermem.longterm.index import SearchIndex
 from tiermem.longterm.memory import LongTermMemory
 from tiermem.models import NewTurn, SessionMetadata, SessionRef, TextBlock, UserTier
+from tiermem.models.base import shared_fields
 from tiermem.models.shape import check_shape
 from tiermem.models.turns import TURN_SCHEMA_VERSION
 from tiermem.policies.importance import ImportanceScorer, RuleImportanceScorer
@@ -69,6 +70,9 @@ from tiermem.tools import SharedBreakers, ToolDispatcher, ToolRegistry
 __all__ = ["MemoryService", "Session", "SessionStats", "TurnInput"]
 
 logger = logging.getLogger(__name__)
+
+_TEXT_FIELDS = shared_fields(("text",))
+"""The fields set of a text block built from a string (``TextBlock(text=...)``'s)."""
 
 
 class MemoryService:
@@ -307,6 +311,50 @@ class MemoryService:
             )
             analysed.append((self._new_turn(item, blocks, analysis), analysis))
         return analysed
+
+    def analyse_text_turn(self, role: str, text: str) -> tuple[NewTurn, TurnAnalysis]:
+        """:meth:`analyse_turns` of one turn given as a role and a string of at most
+        ``LARGE_TURN_CHARS`` characters, and no other option: the path of every plain
+        ``add_turn``, without the :class:`TurnInput` and the per-item dispatch.
+
+        The same checks and the same turn as the general path (``content_blocks`` and
+        ``check_shape`` of one text block amount to the text's surrogate test).
+
+        Raises:
+            ValidationError: a bad role, or a lone surrogate in the text.
+        """
+        if role not in ("user", "assistant"):
+            raise ValidationError(f"role must be 'user' or 'assistant', got {role!r}")
+        if not text.isascii():
+            check_shape(text, what="turn content")
+        # A str is all a text block validates: no second validation.
+        blocks = (TextBlock.trusted({"type": "text", "text": text}, _TEXT_FIELDS),)
+        analysis = analyse_turn(
+            role, blocks, tokens=self.tokens, entities=self.entities, importance=self.importance
+        )
+        score = analysis.importance
+        assert score is not None  # a scorer was given
+        importance = score.score
+        if not 0.0 <= importance <= 1.0:  # a custom scorer's score is checked still
+            return self._new_turn(TurnInput(role=role, content=text), blocks, analysis), analysis
+        turn = NewTurn.trusted(
+            {
+                "schema_version": TURN_SCHEMA_VERSION,
+                "role": role,
+                "content": blocks,
+                "timestamp": self.clock.now().astimezone(UTC),  # as validation would
+                "token_count": analysis.token_count,
+                "importance": importance,
+                "pinned": False,
+                "agent_name": None,
+                "intent": None,
+                "latency_ms": None,
+                "entities": analysis.entities,
+                "redacted": False,
+                "metadata": {"importance_reason": score.reason},
+            }
+        )
+        return turn, analysis
 
     def prepare_turn(self, item: TurnInput) -> NewTurn:
         """Count tokens, extract entities and score importance: the pure part of adding.

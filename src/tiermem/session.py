@@ -179,6 +179,21 @@ class Session:
         Raises:
             ValidationError: bad content, role or key.
         """
+        if (
+            not options
+            and type(role) is str
+            and type(content) is str
+            and len(content) <= LARGE_TURN_CHARS
+        ):
+            # Every plain turn's path: a role and a string, analysed in place.
+            check_idempotency_key(idempotency_key)
+            analysed = [self._service.analyse_text_turn(role, content)]
+            turns = await self._append_analysed(analysed, idempotency_key)
+            if not turns:
+                raise NotFoundError(
+                    f"the turn added with idempotency key {idempotency_key!r} has expired"
+                )
+            return turns[0]
         if not options and type(role) is str:
             # What validation would build (a str role, any content: the blocks are checked
             # when the turn is analysed), without it: this is every plain turn's path.
@@ -210,7 +225,17 @@ class Session:
         if not items:
             raise ValidationError("add_turns needs at least one turn")
         check_idempotency_key(idempotency_key)
-        analysed = await self._service.analyse_turns(items)
+        return await self._append_analysed(
+            await self._service.analyse_turns(items), idempotency_key
+        )
+
+    async def _append_analysed(
+        self,
+        analysed: Sequence[tuple[NewTurn, TurnAnalysis | None]],
+        idempotency_key: str | None,
+    ) -> list[Turn]:
+        """Write analysed turns (:meth:`add_turns` after the analysis) and queue their
+        background work."""
         stored: list[Turn] = []
         analyses: list[TurnAnalysis | None] = []
         for n, start in enumerate(range(0, len(analysed), MAX_TURNS_PER_APPEND)):
@@ -241,7 +266,11 @@ class Session:
         if not stored:
             return stored
         index = self._service.index_turns
-        detect = self._service.auto_detect and any(t.role == "user" for t in stored)
+        detect = self._service.auto_detect and (
+            stored[0].role == "user"  # one turn: most calls
+            if len(stored) == 1
+            else any(t.role == "user" for t in stored)
+        )
         if index or detect:
             # One background item for both; queued items of any session are merged into
             # one index write (AFTER_APPEND), so at 50 sessions it costs one transaction.

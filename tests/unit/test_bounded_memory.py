@@ -51,8 +51,12 @@ async def test_expired_hot_sessions_are_collected_by_later_writes() -> None:
         after = tracemalloc.get_traced_memory()[0] - base
     finally:
         tracemalloc.stop()
-    # What the 20,000 expired sessions held is released (the 400 new ones remain).
-    assert after < full * 0.1, (full, after)
+    # What the 20,000 expired sessions held is released (the 400 new ones remain). What
+    # stays is about 3.6 MB whatever a session held: the 400 live sessions, and the tables
+    # of the store's dicts, which CPython never shrinks on deletion (sized for 20,000
+    # entries). A session holding 10% less (shared fields sets) put that at 10% of
+    # ``full``; a leak of the sessions' contents would be most of it.
+    assert after < full * 0.15, (full, after)
     print(
         f"20,000 expired sessions: {full / 1e6:.1f} MB held, {after / 1e6:.2f} MB after 400 writes"
     )

@@ -119,6 +119,7 @@ def test_entity_rule_gates_find_what_every_rule_finds(text: str) -> None:
     extractor = RuleEntityExtractor({"Berserk": "Berserk", "Final Fantasy": "Final Fantasy"})
     ungated = RuleEntityExtractor({"Berserk": "Berserk", "Final Fantasy": "Final Fantasy"})
     ungated._folded_gates = ungated._normal_gates = ()
+    ungated._folded_ascii_gates = ungated._normal_ascii_gates = ()
     ungated._plan = tuple((rule, None) for rule, _ in ungated._plan)
     ungated._ungated = tuple(rule for rule, _ in ungated._plan)
     assert extractor.find(text) == ungated.find(text)

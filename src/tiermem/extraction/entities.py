@@ -367,6 +367,9 @@ class RuleEntityExtractor:
         self._normal_gates = tuple(
             {(t, _NORMAL + t) for r in gated if not r.folded for t in r.requires}
         )
+        # A string with a non-ASCII character is in no ASCII text: most turns test fewer.
+        self._folded_ascii_gates = tuple(t for t in self._folded_gates if t.isascii())
+        self._normal_ascii_gates = tuple(g for g in self._normal_gates if g[0].isascii())
         self._plan = tuple((r, _gate_keys(r)) for r in self._rules)
         self._ungated = tuple(r for r, gate in self._plan if gate is None)
         # The rules to run for a set of gate strings found: few distinct sets occur.
@@ -383,13 +386,13 @@ class RuleEntityExtractor:
         if not found:
             return ()
         seen: set[tuple[str, str]] = set()
-        out: list[Entity] = []
+        pairs: list[tuple[str, str]] = []
         for _, _, kind, value in found:
             pair = (kind, value)
             if pair not in seen:
                 seen.add(pair)
-                out.append(_entity(kind, value))
-        return tuple(out)
+                pairs.append(pair)
+        return _entities(tuple(pairs))
 
     def find(self, text: str | TurnText) -> list[tuple[int, int, str, str]]:
         """``(start, end, kind, value)`` of every entity match in the rule window of
@@ -404,8 +407,10 @@ class RuleEntityExtractor:
         # that starts at or before it.
         starts = [start for start, _, _ in titles]
         folded, normal = view.folded, view.normal
-        present = {t for t in self._folded_gates if t in folded}
-        present.update(key for t, key in self._normal_gates if t in normal)
+        gates = self._folded_ascii_gates if folded.isascii() else self._folded_gates
+        present = {t for t in gates if t in folded}
+        normal_gates = self._normal_ascii_gates if normal.isascii() else self._normal_gates
+        present.update(key for t, key in normal_gates if t in normal)
         # Only the rules one of whose strings is in the text run (the others cannot match).
         rules = self._rules_for(frozenset(present)) if present else self._ungated
         for rule in rules:
@@ -453,6 +458,22 @@ _SELECTIONS = 1_024
 _ENTITY_CACHE = 8_192
 """Entities kept for reuse (:func:`_entity`)."""
 _ENTITIES: dict[tuple[str, str], Entity] = {}
+
+
+def _entities(pairs: tuple[tuple[str, str], ...]) -> tuple[Entity, ...]:
+    """The entities of ``pairs``, in order; the same tuple for the same pairs while it is
+    kept: a turn keeps its entities for as long as it is stored, and a session names the
+    same ones turn after turn (one tuple fewer for the garbage collector to track)."""
+    entities = _ENTITY_TUPLES.get(pairs)
+    if entities is None:
+        entities = tuple([_entity(kind, value) for kind, value in pairs])
+        if len(_ENTITY_TUPLES) >= _ENTITY_CACHE:
+            _ENTITY_TUPLES.clear()
+        _ENTITY_TUPLES[pairs] = entities
+    return entities
+
+
+_ENTITY_TUPLES: dict[tuple[tuple[str, str], ...], tuple[Entity, ...]] = {}
 
 
 def _entity(kind: str, value: str) -> Entity:

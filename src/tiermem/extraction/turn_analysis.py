@@ -52,7 +52,7 @@ detection (a 1,000-character turn: 0.3 and 0.6 ms), which the loop can afford; a
 text on a 2-CPU machine."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TurnAnalysis:
     """What :func:`analyse_turn` found in one turn."""
 
@@ -99,14 +99,26 @@ def analyse_turn(
     drafts: tuple[DetectedMemory, ...] = ()
     if detector is not None and role == "user" and text.said_text.strip():
         drafts = detector.detect(text)
-    return TurnAnalysis(
-        text=text,
-        token_count=tokens.count_blocks(content),
-        entities=found,
-        importance=score,
-        drafts=drafts,
-        terms=doc_terms(text) if index_terms else None,
+    # ``TurnAnalysis(...)`` in one step: a frozen dataclass's ``__init__`` sets each field
+    # with ``object.__setattr__``, and this runs for every turn.
+    analysis = _new(TurnAnalysis)
+    _set(
+        analysis,
+        "__dict__",
+        {
+            "text": text,
+            "token_count": tokens.count_blocks(content),
+            "entities": found,
+            "importance": score,
+            "drafts": drafts,
+            "terms": doc_terms(text) if index_terms else None,
+        },
     )
+    return analysis
+
+
+_new = object.__new__
+_set = object.__setattr__
 
 
 async def analyse_turn_async(

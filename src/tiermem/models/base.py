@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Self
 
@@ -77,21 +78,66 @@ class FrozenModel(BaseModel):
         ``values`` must hold every field, already of its field's type (it becomes the
         instance's ``__dict__``). It sets what pydantic's ``model_construct`` sets, minus
         the per-field default handling that makes that one several times slower.
+
+        ``fields_set`` defaults to ``values``' keys (every field: one set per class), as
+        one shared set per distinct set of names (:func:`shared_fields`; a caller passing
+        its own may share it too): a frozen model never changes it (pydantic adds to it
+        only on assignment, which a frozen model refuses, and ``model_copy`` copies it
+        first), and a set per instance is one more object for the garbage collector to
+        track for as long as a stored turn lives.
         """
-        if cls not in _PLAIN_MODELS:  # a class attribute lookup costs more than this set's
+        every = _EVERY_FIELD.get(cls)  # a class attribute lookup costs more than this
+        if every is None:
             if cls.__private_attributes__:
                 raise TypeError(f"{cls.__name__} has private attributes; use model_construct")
-            _PLAIN_MODELS.add(cls)
+            every = _EVERY_FIELD[cls] = shared_fields(cls.model_fields)
+        if not fields_set:
+            # ``values`` holds every field: their set, unless it holds other keys too.
+            fields_set = every if len(values) == len(every) else shared_fields(values)
         model: Self = _new(cls)
         _set(model, "__dict__", values)
-        _set(model, "__pydantic_fields_set__", fields_set or set(values))
+        _set(model, "__pydantic_fields_set__", fields_set)
         _set(model, "__pydantic_extra__", None)
         _set(model, "__pydantic_private__", None)
         return model
 
 
-_PLAIN_MODELS: set[type[FrozenModel]] = set()
-"""Model classes :meth:`FrozenModel.trusted` has seen to have no private attributes."""
+def shared_fields(names: Iterable[str]) -> set[str]:
+    """The shared set of ``names`` (the same set object for the same names, while it is
+    kept): what :meth:`FrozenModel.trusted` gives its instances as their fields set. Never
+    change the set it returns."""
+    key = frozenset(names)
+    shared = _FIELDS_SETS.get(key)
+    if shared is None:
+        if len(_FIELDS_SETS) >= _FIELDS_SETS_KEPT:
+            _FIELDS_SETS.clear()
+        shared = _FIELDS_SETS[key] = set(key)
+    return shared
+
+
+def fields_with(fields: set[str], added: frozenset[str]) -> set[str]:
+    """``fields | added``, shared (:func:`shared_fields`), looked up by the identity of
+    ``fields`` (a shared set itself, usually): a turn given its index, metadata given its
+    derived fields."""
+    entry = _UNIONS.get((id(fields), added))
+    # The entry holds ``fields``, so its id cannot be reused while the entry is kept.
+    if entry is None or entry[0] is not fields:
+        if len(_UNIONS) >= _UNIONS_KEPT:  # few: an entry pins its ``fields``
+            _UNIONS.clear()
+        entry = _UNIONS[(id(fields), added)] = (fields, shared_fields(fields | added))
+    return entry[1]
+
+
+_FIELDS_SETS_KEPT = 1_024
+"""Distinct fields sets kept for sharing (a few per model class occur)."""
+_UNIONS_KEPT = 64
+"""Unions :func:`fields_with` keeps (of shared sets, a handful occur)."""
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+_UNIONS: dict[tuple[int, frozenset[str]], tuple[set[str], set[str]]] = {}
+
+_EVERY_FIELD: dict[type[FrozenModel], set[str]] = {}
+"""The shared set of every field name of each model class :meth:`FrozenModel.trusted` has
+seen (and found to have no private attributes)."""
 
 _new = object.__new__
 _set = object.__setattr__

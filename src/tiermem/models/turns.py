@@ -11,7 +11,7 @@ from typing import Self
 
 from pydantic import Field
 
-from tiermem.models.base import FrozenModel, JsonValue, UtcDatetime
+from tiermem.models.base import FrozenModel, JsonValue, UtcDatetime, fields_with
 from tiermem.models.content import ContentBlock, Message, Role, TextBlock, text_of
 
 __all__ = ["REDACTED_TEXT", "Entity", "NewTurn", "Turn"]
@@ -60,7 +60,7 @@ class NewTurn(FrozenModel):
             fields = self.model_dump(exclude={"schema_version", "index"}, round_trip=True)
             return Turn(index=index, **fields)  # validated: raises the usual error
         values = {**self.__dict__, "schema_version": TURN_SCHEMA_VERSION, "index": index}
-        return Turn.trusted(values, self.__pydantic_fields_set__ | _INDEX)
+        return Turn.trusted(values, fields_with(self.__pydantic_fields_set__, _INDEX))
 
 
 class Turn(NewTurn):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tiermem.errors import ValidationError
-from tiermem.models.content import ContentBlock, ToolResultBlock
+from tiermem.models.content import ContentBlock, TextBlock, ToolResultBlock
 from tiermem.models.turns import Entity
 from tiermem.policies.phrases import PhraseIndex, TextView
 from tiermem.policies.turn_text import TurnText
@@ -50,7 +50,8 @@ _NUMBER = re.compile(r"[0-9]+(?:[.,][0-9]+)*")
 
 def _word_units(text: str) -> int:
     """A rough word count for mixed scripts: spaced words, plus one word per 2 CJK chars."""
-    return len(_SPACED_WORD.findall(text)) + (len(_CJK_CHAR.findall(text)) + 1) // 2
+    cjk = 0 if text.isascii() else len(_CJK_CHAR.findall(text))  # no CJK in ASCII
+    return len(_SPACED_WORD.findall(text)) + (cjk + 1) // 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +208,13 @@ class RuleImportanceScorer:
         self._recommendation = PhraseIndex(rules.recommendation_cues)
         self._acknowledgement = PhraseIndex(rules.acknowledgement_cues)
         self._social = PhraseIndex(rules.acknowledgement_cues + rules.greeting_cues)
+        # The fixed scores, built (and checked) once rather than per turn.
+        self._preference_score = ImportanceScore(rules.preference, "preference")
+        self._correction_score = ImportanceScore(rules.correction, "correction")
+        self._recommendation_score = ImportanceScore(rules.recommendation, "recommendation")
+        self._tool_result_score = ImportanceScore(rules.tool_result, "tool_result")
+        self._acknowledgement_score = ImportanceScore(rules.acknowledgement, "acknowledgement")
+        self._greeting_score = ImportanceScore(rules.greeting, "greeting")
 
     def score(
         self,
@@ -221,21 +229,23 @@ class RuleImportanceScorer:
         ``"user"`` or ``"assistant"``."""
         if role not in ("user", "assistant"):
             raise ValidationError(f"role must be 'user' or 'assistant', got {role!r}")
-        rules = self.rules
         read = text if text is not None else TurnText.of_blocks(content)
         said = read.said
-        if role == "user" and self._preference.search(said):
-            return ImportanceScore(rules.preference, "preference")
-        if role == "user" and self._correction.search(said):
-            return ImportanceScore(rules.correction, "correction")
-        if role == "assistant" and self._recommendation.search(said):
-            return ImportanceScore(rules.recommendation, "recommendation")
-        if any(isinstance(b, ToolResultBlock) for b in content):
-            return ImportanceScore(rules.tool_result, "tool_result")
+        if role == "user":
+            if self._preference.search(said):
+                return self._preference_score
+            if self._correction.search(said):
+                return self._correction_score
+        elif self._recommendation.search(said):
+            return self._recommendation_score
+        if (len(content) != 1 or type(content[0]) is not TextBlock) and any(
+            isinstance(b, ToolResultBlock) for b in content
+        ):
+            return self._tool_result_score
         if not entities and self._is_only_social(said):
             if self._acknowledgement.search(said):
-                return ImportanceScore(rules.acknowledgement, "acknowledgement")
-            return ImportanceScore(rules.greeting, "greeting")
+                return self._acknowledgement_score
+            return self._greeting_score
         window = read.view.folded[: self.DENSITY_WINDOW_CHARS]
         return ImportanceScore(self._density(window, entities), "density")
 
@@ -246,14 +256,21 @@ class RuleImportanceScorer:
         cues = self._social.find(said)
         if not cues:
             return False
-        edges = [0, *(edge for start, end, _ in cues for edge in (start, end)), len(said.folded)]
-        rest = " ".join(said.folded[a:b] for a, b in zip(edges[::2], edges[1::2], strict=True))
+        folded = said.folded
+        parts = []  # the text between the cues
+        last = 0
+        for start, end, _ in cues:
+            parts.append(folded[last:start])
+            last = end
+        parts.append(folded[last:])
+        rest = " ".join(parts)
         return not _NUMBER.search(rest) and _word_units(rest) <= self.rules.social_max_extra_words
 
     def _density(self, text: str, entities: tuple[Entity, ...]) -> float:
         rules = self.rules
         d = (
-            0.5 * min(len(set(entities)), 4) / 4
+            # Distinct entities (one or none need no hashing).
+            0.5 * min(len(entities) if len(entities) < 2 else len(set(entities)), 4) / 4
             + 0.2 * min(len(_NUMBER.findall(text)), 3) / 3
             + 0.3 * min(_word_units(text), 60) / 60
         )

@@ -61,6 +61,8 @@ def nfkc(text: str) -> str:
 
 def straight_apostrophes(text: str) -> str:
     """``text`` with curly and modifier apostrophes (``’ ‘ ʼ``) as ``'``."""
+    if text.isascii():  # most text: none of them
+        return text
     if any(mark in text for mark in _CURLY_APOSTROPHES):
         return text.translate(_APOSTROPHES)
     return text

@@ -86,7 +86,7 @@ def _window_view(normal: str) -> tuple[TextView, bool]:
     return TextView.of_normal(straight_apostrophes(window)), window is not normal
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TurnText:
     """One turn's text in the forms its readers need, computed once.
 
@@ -134,7 +134,26 @@ class TurnText:
             said, said_truncated = view, truncated
         else:
             said, said_truncated = _window_view(nfkc(said_text))
-        return cls(text, said_text, normal, view, said, truncated or said_truncated)
+        # ``cls(...)`` in one step: a frozen dataclass's ``__init__`` sets each field with
+        # ``object.__setattr__``, and this runs for every turn.
+        built = _new(cls)
+        _set(
+            built,
+            "__dict__",
+            {
+                "text": text,
+                "said_text": said_text,
+                "nfkc": normal,
+                "view": view,
+                "said": said,
+                "truncated": truncated or said_truncated,
+            },
+        )
+        return built
+
+
+_new = object.__new__
+_set = object.__setattr__
 
 
 def as_turn_text(text: str | TurnText) -> TurnText:

@@ -58,6 +58,7 @@ from tiermem.models import (
     TextBlock,
     Turn,
 )
+from tiermem.models.base import fields_with
 from tiermem.policies.ttl import TtlEvent, TtlPolicy
 from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.contract import (
@@ -133,7 +134,7 @@ class SessionView:
         """This view with a new ``next_index`` and ``entities``: what
         ``dataclasses.replace`` gives, without its field-by-field introspection (about 8x
         slower, and a session handle does this on every turn)."""
-        return SessionView(
+        return _view(
             self.metadata,
             self.turns,
             entities,
@@ -145,7 +146,42 @@ class SessionView:
         )
 
 
+def _view(
+    metadata: SessionMetadata,
+    turns: tuple[Turn, ...],
+    entities: dict[str, ActiveEntity],
+    state: dict[str, StateBlob],
+    next_index: int,
+    expires_at: datetime | None,
+    source: Source,
+    extra: dict[str, Any],
+) -> SessionView:
+    """``SessionView(...)`` in one step: a frozen dataclass's ``__init__`` sets each field
+    with ``object.__setattr__``, twice as slow, and two views are built per turn."""
+    view = _new(SessionView)
+    _set(
+        view,
+        "__dict__",
+        {
+            "metadata": metadata,
+            "turns": turns,
+            "entities": entities,
+            "state": state,
+            "next_index": next_index,
+            "expires_at": expires_at,
+            "source": source,
+            "extra": extra,
+        },
+    )
+    return view
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
 _TIMESTAMP = attrgetter("timestamp")
+_DERIVED = frozenset({"turn_count", "last_activity"})
 
 
 def derive_metadata(
@@ -164,7 +200,7 @@ def derive_metadata(
     # (this runs on every read of a session).
     return SessionMetadata.trusted(
         {**metadata.__dict__, "turn_count": next_index, "last_activity": last},
-        metadata.__pydantic_fields_set__ | {"turn_count", "last_activity"},
+        fields_with(metadata.__pydantic_fields_set__, _DERIVED),
     )
 
 
@@ -370,14 +406,15 @@ class TieredSessionStore:
 
     def _from_snapshot(self, snap: SessionSnapshot, source: Source) -> SessionView:
         assert snap.metadata is not None
-        return SessionView(
-            metadata=derive_metadata(snap.metadata, snap.turns, snap.next_index),
-            turns=snap.turns,
-            entities=dict(snap.entities),
-            state=dict(snap.state),
-            next_index=snap.next_index,
-            expires_at=snap.expires_at,
-            source=source,
+        return _view(
+            derive_metadata(snap.metadata, snap.turns, snap.next_index),
+            snap.turns,
+            dict(snap.entities),
+            dict(snap.state),
+            snap.next_index,
+            snap.expires_at,
+            source,
+            {},
         )
 
     async def durable_view(self, session_id: str) -> SessionView | None:

@@ -628,7 +628,10 @@ class MemoryDurableStore:
         self._clock = clock or SystemClock()
         self._headers: dict[str, _Header] = {}
         self._next: dict[str, int] = {}
-        self._turns: dict[str, dict[int, tuple[Turn, datetime | None]]] = {}
+        self._turns: dict[str, dict[int, Turn]] = {}
+        # Each turn's expiry apart from the turn: a dict of datetimes is not tracked by the
+        # garbage collector, where a (turn, expiry) pair per archived turn would be.
+        self._turn_expiry: dict[str, dict[int, datetime | None]] = {}
         self._records: dict[str, dict[str, SessionRecord]] = {}
         self._entity_sizes: dict[str, _EntitySizes] = {}
         self._by_lifetime: list[tuple[datetime, str]] = []
@@ -657,6 +660,7 @@ class MemoryDurableStore:
         self._headers.pop(session_id, None)
         self._next.pop(session_id, None)
         self._turns.pop(session_id, None)
+        self._turn_expiry.pop(session_id, None)
         self._records.pop(session_id, None)
         self._entity_sizes.pop(session_id, None)
 
@@ -690,8 +694,9 @@ class MemoryDurableStore:
             else:
                 # The session lived on: drop its expired turns, look again at its new end.
                 archive = self._turns.get(sid, {})
-                for index in [i for i, (_, exp) in archive.items() if not is_live(exp, now)]:
-                    del archive[index]
+                expiry = self._turn_expiry.get(sid, {})
+                for index in [i for i, exp in expiry.items() if not is_live(exp, now)]:
+                    del archive[index], expiry[index]
                 heapq.heappush(heap, (header.lifetime, sid))
 
     async def append_turns(
@@ -754,8 +759,10 @@ class MemoryDurableStore:
         if key is not None:
             header.keys[key] = (start, len(indexed))
         archive = self._turns.setdefault(session_id, {})
+        expiry = self._turn_expiry.setdefault(session_id, {})
         for turn in indexed:
-            archive[turn.index] = (turn, expires_at)
+            archive[turn.index] = turn
+            expiry[turn.index] = expires_at
         self._next[session_id] = start + len(indexed)
         return indexed, False
 
@@ -836,16 +843,18 @@ class MemoryDurableStore:
 
     def _visible(self, session_id: str, now: datetime) -> dict[int, Turn]:
         archive = self._turns.get(session_id, {})
-        return {i: turn for i, (turn, exp) in archive.items() if is_live(exp, now)}
+        expiry = self._turn_expiry.get(session_id, {})
+        return {i: archive[i] for i, exp in expiry.items() if is_live(exp, now)}
 
     async def get_turn(self, session_id: str, index: int) -> Turn:
         validate_id(session_id, what="session_id")
         check_index(index)
         with self._lock:  # one entry, not the session's visible map (O(1), not O(turns))
-            entry = self._turns.get(session_id, {}).get(index)
-        if entry is None or not is_live(entry[1], self._clock.now()):
+            turn = self._turns.get(session_id, {}).get(index)
+            expires_at = self._turn_expiry[session_id][index] if turn is not None else None
+        if turn is None or not is_live(expires_at, self._clock.now()):
             raise NotFoundError(f"session {session_id!r} has no turn {index}")
-        return entry[0]
+        return turn
 
     async def get_turns(
         self, session_id: str, start: int = 0, end: int | None = None
@@ -868,8 +877,9 @@ class MemoryDurableStore:
         turn = await self.get_turn(session_id, index)
         redacted = turn.redact()
         with self._lock:
-            _, expires_at = self._turns[session_id][index]
-            self._turns[session_id][index] = (redacted, expires_at)
+            archive = self._turns[session_id]
+            if index in archive:  # not collected meanwhile
+                archive[index] = redacted
         return redacted
 
     # -- sessions -----------------------------------------------------------------------
