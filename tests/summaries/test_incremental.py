@@ -85,7 +85,7 @@ def test_salient_reading_stops_early_and_agrees_with_the_full_reading() -> None:
     ]
     assert results
     for text in results:
-        full = [r for r in extractor._read(text, user=False) if r.signals.salient]
+        full = [r for r in extractor._read(text, user=False) if r.salient]
         for limit in (1, 2, 5):
             assert extractor.read_salient(text, role="assistant", limit=limit) == full[:limit]
     assert extractor.read_salient(results[0], role="assistant", limit=0) == []

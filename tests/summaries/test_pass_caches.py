@@ -10,6 +10,7 @@ returned a stale or wrong answer fails it.
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import threading
 from datetime import UTC, datetime
@@ -131,6 +132,34 @@ def test_the_kept_map_answers_right_under_threads() -> None:
         thread.join()
     assert errors == []
     assert len(cache) <= 8
+
+
+def test_a_weighed_map_keeps_its_weight_bound() -> None:
+    """Entries past ``max_chars`` of weight go oldest first, and a replaced entry's weight
+    is not counted twice."""
+    cache: Lru[str, str] = Lru(100, max_chars=10, weigh=len)
+    for key in ("a", "b", "c"):
+        cache.get(key, lambda key=key: key * 4)  # type: ignore[misc]
+    assert len(cache) == 2  # 12 characters: "a" went
+    assert cache.held("a") is None
+    assert cache.held("b") == "bbbb"
+    assert cache.get("c", lambda: "never") == "cccc"
+
+
+def test_kept_lines_leave_nothing_for_the_collector_to_walk() -> None:
+    """The summarizer's kept lines (issue #8: thousands of them, kept between passes) are
+    tuples of strings and numbers that the garbage collector stops tracking after a young
+    and a middle collection, so they do not grow what every full collection walks."""
+    summarizer = ExtractiveSummarizer(COUNTER, known_titles=TITLES)
+    turns = _conversation(3, 80)
+    prior = summarizer.summarize_sync(turns[:40], target_tokens=300)
+    summarizer.summarize_sync(turns[40:], prior=prior, target_tokens=300)
+    gc.collect(0)
+    gc.collect(1)
+    for cache in (summarizer._text_cache, summarizer._carried_lines):
+        assert len(cache) > 0
+        tracked = [k for k, v in cache._data.items() if gc.is_tracked(v) or gc.is_tracked(k)]
+        assert tracked == []
 
 
 def test_a_pass_commits_the_same_summaries_twice() -> None:

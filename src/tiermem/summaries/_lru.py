@@ -19,30 +19,50 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Lru", "counted", "keep_count", "text_key"]
+__all__ = ["INLINE_KEY", "Lru", "counted", "keep_count", "text_key"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-_INLINE_KEY = 256
+INLINE_KEY = 256
 """Texts up to this many characters are their own key; longer ones are keyed by digest."""
 
 
 def text_key(text: str) -> str | bytes:
     """``text`` itself if short, else its length and 128-bit BLAKE2b digest (a long text
     is not held twice, as a key and in its analysis)."""
-    if len(text) <= _INLINE_KEY:
+    if len(text) <= INLINE_KEY:
         return text
     digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
     return len(text).to_bytes(8, "little") + digest.digest()
 
 
+_MISSING: Any = object()
+
+
 class Lru(Generic[K, V]):
     """At most ``size`` entries and ``max_chars`` total weight; :meth:`get` computes and
     keeps a missing entry (its weight: ``weigh(value)``, 1 by default). Thread-safe: the
-    engines are shared, and may be called from worker threads."""
+    engines are shared, and may be called from worker threads.
 
-    __slots__ = ("_data", "_lock", "_max_chars", "_size", "_weigh", "_weight", "hits", "misses")
+    The map holds each value itself (weights, when weighed, in a map of their own), not a
+    ``(value, weight)`` pair: a value that is a tuple of strings and numbers (or of such
+    tuples) is then no longer tracked by the garbage collector once a young and a middle
+    collection have seen it (each collection stops tracking one level of nested tuples,
+    outermost last), instead of staying tracked under its pair into the old generation,
+    where every full collection walks it."""
+
+    __slots__ = (
+        "_data",
+        "_lock",
+        "_max_chars",
+        "_size",
+        "_weigh",
+        "_weight",
+        "_weights",
+        "hits",
+        "misses",
+    )
 
     def __init__(
         self,
@@ -51,10 +71,12 @@ class Lru(Generic[K, V]):
         max_chars: int | None = None,
         weigh: Callable[[V], int] | None = None,
     ) -> None:
-        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._data: OrderedDict[K, V] = OrderedDict()
         self._size = size
         self._max_chars = max_chars
         self._weigh = weigh
+        self._weights: dict[K, int] = {}
+        """Weight of each entry, when ``weigh`` is given (else every entry weighs 1)."""
         self._weight = 0
         self._lock = threading.Lock()
         self.hits = 0
@@ -65,47 +87,52 @@ class Lru(Generic[K, V]):
         # A hit takes no lock: each OrderedDict call is atomic under the GIL (keys are
         # strings, bytes and tuples of them), and an entry another thread drops meanwhile
         # still held a right value (values are pure). ``hits`` may miss a count in a race.
-        entry = data.get(key)
-        if entry is not None:
+        entry = data.get(key, _MISSING)
+        if entry is not _MISSING:
             self.hits += 1
             try:
                 data.move_to_end(key)
             except KeyError:  # dropped by another thread since: still a right value
-                return entry[0]
-            return entry[0]
+                return entry  # type: ignore[no-any-return]
+            return entry  # type: ignore[no-any-return]
         with self._lock:
             self.misses += 1
         value = compute()  # outside the lock: pure, so a race computes it twice at worst
-        weight = self._weigh(value) if self._weigh is not None else 1
+        weigh = self._weigh
+        weights = self._weights
         with self._lock:
-            held = data.pop(key, None)
-            if held is not None:
-                self._weight -= held[1]
-            data[key] = (value, weight)
-            self._weight += weight
+            if data.pop(key, _MISSING) is not _MISSING:
+                self._weight -= weights.pop(key) if weigh is not None else 1
+            data[key] = value
+            if weigh is None:
+                self._weight += 1
+            else:
+                weight = weights[key] = weigh(value)
+                self._weight += weight
             limit = self._max_chars
             while data and (len(data) > self._size or (limit is not None and self._weight > limit)):
-                _, (_, dropped) = data.popitem(last=False)
-                self._weight -= dropped
+                dropped, _ = data.popitem(last=False)
+                self._weight -= weights.pop(dropped) if weigh is not None else 1
         return value
 
     def held(self, key: K) -> V | None:
         """The value kept for ``key`` (a hit, as in :meth:`get`), or None when it is not
         kept: nothing is computed (for a caller that may not need the value at all)."""
         data = self._data
-        entry = data.get(key)
-        if entry is None:
+        entry = data.get(key, _MISSING)
+        if entry is _MISSING:
             return None
         self.hits += 1
         try:
             data.move_to_end(key)
         except KeyError:  # dropped by another thread since: still a right value
-            return entry[0]
-        return entry[0]
+            return entry  # type: ignore[no-any-return]
+        return entry  # type: ignore[no-any-return]
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._weights.clear()
             self._weight = 0
 
     def __len__(self) -> int:

@@ -40,14 +40,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 from tiermem.errors import ValidationError
 from tiermem.longterm.detect import split_sentences
 from tiermem.models.content import TextBlock, ToolResultBlock, ToolUseBlock, text_of
 from tiermem.models.turns import Turn
-from tiermem.summaries._lru import Lru, counted, keep_count, text_key
+from tiermem.summaries._lru import INLINE_KEY, Lru, counted, keep_count, text_key
 from tiermem.summaries.structured import (
     RuleStructuredExtractor,
     SentenceReading,
@@ -85,6 +85,12 @@ TURN_CACHE_CHARS = 8_000_000
 """Characters of kept candidate lines, at most (a line is at most ``max_sentence_chars``)."""
 
 
+_Slots = tuple[str, ...]
+"""``slot, value key, value as written`` in turn, flat, for each slot a line states (user
+statements only), one per slot, the last statement of a slot in a sentence winning, in the
+order of the slots' first statements."""
+
+
 @dataclass(slots=True)
 class _Candidate:
     index: int
@@ -92,29 +98,24 @@ class _Candidate:
     order: int
     line: str
     score: float
-    slots: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    """slot → (value key, value as written) stated by the line (user statements only).
-    Shared with the summarizer's kept lines (:meth:`ExtractiveSummarizer._text_lines`):
-    read, never changed."""
+    slots: _Slots = ()
     wrong: tuple[str, ...] = ()
-    kept: _TextLine | None = None
-    """The kept line this candidate was made from (None: a tool call's or result's line)."""
+    body: str | None = None
+    """What was said, without the ``- [i] Who:`` prefix (None: not known yet)."""
 
 
-@dataclass(slots=True)
-class _TextLine:
-    """A candidate line of one text block of one turn, as every pass would make it again
-    (kept per summarizer: :data:`TURN_CACHE`). Only ``tokens`` changes, once: counted when
-    a pass first needs it (most lines of a tier are dropped as stale before the budget)."""
-
-    line: str
-    score: float
-    slots: Mapping[str, tuple[str, str]]
-    wrong: tuple[str, ...]
-    body: str
-    """What was said, without the ``- [i] Who:`` prefix."""
-    tokens: int = -1
-    """Tokens of the line and its newline (-1: not counted yet)."""
+_LineFields = tuple[str | float | tuple[str, ...], ...]
+"""The candidate lines of one text block of one turn, as every pass would make them again
+(kept per summarizer: :data:`TURN_CACHE`): for each line, flat, five fields (``line,
+score, slots, wrong, body``: those of :class:`_Candidate` after its index and order).
+Flat, of strings, numbers and tuples of strings only, because the garbage collector stops
+tracking such a tuple only once it tracks none of its items, and one level of tuples per
+collection (outermost last): so a kept text block leaves nothing tracked after a young and
+a middle collection, and adds nothing to full collections (dataclasses with a dict of
+slots stayed tracked, about five objects a line). Token counts are kept by line text
+(:meth:`ExtractiveSummarizer._line_tokens`)."""
+_FIELDS = 5
+"""Fields per line in :data:`_LineFields`."""
 
 
 class ExtractiveSummarizer:
@@ -157,10 +158,10 @@ class ExtractiveSummarizer:
         # Only tiktoken's cl100k_base is known to count joined lines as their sum
         # (:meth:`_joined_tokens`); any other counter counts the whole text.
         self._additive = type(self._counter) is TiktokenCounter and ENCODING_NAME in _ADDITIVE
-        self._text_cache: Lru[tuple[int, str, str | bytes], tuple[_TextLine, ...]] = Lru(
+        self._text_cache: Lru[tuple[int, str, str | bytes], _LineFields] = Lru(
             TURN_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_lines_chars
         )
-        self._carried_lines: Lru[str | bytes, tuple[int, _TextLine]] = Lru(
+        self._carried_lines: Lru[str | bytes, _LineFields] = Lru(
             LINE_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_carried_chars
         )
 
@@ -208,27 +209,26 @@ class ExtractiveSummarizer:
             line = raw.strip()
             if not line:
                 continue
-            index, kept = self._carried_lines.get(text_key(line), partial(self._carried_line, line))
-            out.append(
-                _Candidate(index, len(out), kept.line, kept.score, kept.slots, kept.wrong, kept)
-            )
+            kept = self._carried_lines.get(text_key(line), partial(self._carried_line, line))
+            out.append(_Candidate(kept[0], len(out), *kept[1:]))  # type: ignore[arg-type]
         return out
 
-    def _carried_line(self, line: str) -> tuple[int, _TextLine]:
-        """One line of a prior summary as a candidate: its turn index and kept line. A pure
+    def _carried_line(self, line: str) -> _LineFields:
+        """One line of a prior summary as a candidate: its turn index, then its fields as in
+        :data:`_LineFields`. A pure
         function of the line (and this summarizer's reader), so kept: a tier's lines are
         carried again by the next passes."""
         match = _LINE.match(line)
         if match is None:
             text = line[2:] if line.startswith("- ") else line
             stated = _SLOT_LINE.match(text)
-            slots = {}
+            slots: _Slots = ()
             if stated:
                 slot, value = stated.group("slot"), stated.group("value").strip()
-                slots[slot] = (value_key(value, slot=slot), value)
+                slots = (slot, value_key(value, slot=slot), value)
             score = _SLOT if stated else _CARRIED_UNINDEXED
             carried = f"- {text}"
-            return _UNINDEXED, _TextLine(carried, score, slots, (), _body_of(carried))
+            return (_UNINDEXED, carried, score, slots, (), _body_of(carried))
         who, text = match.group("who"), match.group("text")
         role = "user" if who == "User" else "assistant"
         weight = _ROLE_WEIGHT["tool" if who.startswith(("Result of", "Assistant called"))
@@ -236,14 +236,14 @@ class ExtractiveSummarizer:
         readings = self._reader.read(text, role=role) if not who.startswith("Result") else []
         reading = _merge(readings)
         score = _score(reading, weight) if reading else _TOOL_CALL
-        kept = _TextLine(
+        return (
+            int(match.group("index")),
             line,
             max(score, _TOOL_CALL),
             _slot_keys(reading),
             reading.wrong if reading else (),
             text,
         )
-        return int(match.group("index")), kept
 
     def _from_turns(self, turns: Sequence[Turn], *, start: int) -> list[_Candidate]:
         out: list[_Candidate] = []
@@ -254,16 +254,13 @@ class ExtractiveSummarizer:
             who = "User" if turn.role == "user" else "Assistant"
             for block in turn.content:
                 if isinstance(block, TextBlock):
-                    for kept in self._text_lines(turn.index, turn.role, who, block.text):
+                    fields = self._text_lines(turn.index, turn.role, who, block.text)
+                    for at in range(0, len(fields), _FIELDS):
                         out.append(
                             _Candidate(
                                 turn.index,
                                 start + len(out),
-                                kept.line,
-                                kept.score,
-                                slots=kept.slots,
-                                wrong=kept.wrong,
-                                kept=kept,
+                                *fields[at : at + _FIELDS],  # type: ignore[arg-type]
                             )
                         )
                 elif isinstance(block, ToolUseBlock):
@@ -285,21 +282,21 @@ class ExtractiveSummarizer:
                         )
         return out
 
-    def _text_lines(self, index: int, role: str, who: str, text: str) -> tuple[_TextLine, ...]:
+    def _text_lines(self, index: int, role: str, who: str, text: str) -> _LineFields:
         """The candidate lines of one text block of turn ``index`` said by ``role``: a pure
         function of those (and of this summarizer's reader, cut and counter), so kept."""
         key = (index, role, text_key(text))
         return self._text_cache.get(key, partial(self._read_lines, index, role, who, text))
 
-    def _read_lines(self, index: int, role: str, who: str, text: str) -> tuple[_TextLine, ...]:
-        out = []
+    def _read_lines(self, index: int, role: str, who: str, text: str) -> _LineFields:
+        out: list[str | float | tuple[str, ...]] = []
         weight = _ROLE_WEIGHT[role]
         for reading in self._reader.read(text, role=role):
             score = _score(reading, weight)
             if score > 0:
                 body = self._cut(reading.text)
                 line = f"- [{index}] {who}: {body}"
-                out.append(_TextLine(line, score, _slot_keys(reading), reading.wrong, body))
+                out += (line, score, _slot_keys(reading), reading.wrong, body)
         return tuple(out)
 
     def _candidate(
@@ -333,12 +330,13 @@ class ExtractiveSummarizer:
     def _fit(self, kept_items: list[str], candidates: list[_Candidate], target: int) -> str:
         used = sum(self._line_tokens(line) for line in kept_items)
         chosen: list[_Candidate] = []
+        held = self._line_counts.held
         for candidate in sorted(candidates, key=lambda c: (-c.score, -c.index, -c.order)):
-            kept = candidate.kept
-            if kept is None:
-                cost = self._line_tokens(candidate.line)
-            elif (cost := kept.tokens) < 0:
-                cost = kept.tokens = self._line_tokens(candidate.line)
+            line = candidate.line
+            # Most lines were counted at an earlier pass: look them up without a call more.
+            cost = held(line if len(line) <= INLINE_KEY else text_key(line))
+            if cost is None:
+                cost = self._line_tokens(line)
             if used + cost <= target:
                 chosen.append(candidate)
                 used += cost
@@ -384,7 +382,12 @@ class ExtractiveSummarizer:
     def _line_tokens(self, line: str) -> int:
         """Tokens of one line and its newline; kept (LRU): a pass ranks the lines of its
         tiers' turns again, and they are the same lines."""
-        return self._line_counts.get(text_key(line), lambda: self._counter.count(line) + 1)
+        counts = self._line_counts
+        key = text_key(line)
+        held = counts.held(key)
+        if held is None:
+            held = counts.get(key, lambda: self._counter.count(line) + 1)
+        return held
 
 
 # ---------------------------------------------------------------- pure pieces
@@ -403,7 +406,10 @@ def _merge(readings: list[SentenceReading]) -> SentenceReading | None:
         return readings[0]
     first = readings[0]
     return SentenceReading(
-        signals=first.signals,
+        text=first.text,
+        named=first.named,
+        memorable=first.memorable,
+        has_number=first.has_number,
         slots=tuple(s for r in readings for s in r.slots),
         wrong=tuple(w for r in readings for w in r.wrong),
         switch=any(r.switch for r in readings),
@@ -414,24 +420,24 @@ def _merge(readings: list[SentenceReading]) -> SentenceReading | None:
     )
 
 
-def _slot_keys(reading: SentenceReading | None) -> dict[str, tuple[str, str]]:
-    if reading is None:
-        return {}
-    return {s.slot: (value_key(s.value, slot=s.slot), s.value) for s in reading.slots}
+def _slot_keys(reading: SentenceReading | None) -> _Slots:
+    if reading is None or not reading.slots:
+        return ()
+    keys = {s.slot: (value_key(s.value, slot=s.slot), s.value) for s in reading.slots}
+    return tuple(field for slot, (key, written) in keys.items() for field in (slot, key, written))
 
 
 def _score(reading: SentenceReading, weight: float) -> float:
     """What a sentence carries (0: nothing worth a line), before recency."""
-    signals = reading.signals
     if reading.slots and weight >= 1.0:
         carried = _SLOT
-    elif signals.memories:
+    elif reading.memorable:
         carried = _MEMORY
     elif reading.decision or reading.goal or reading.unresolved:
         carried = _ITEM
-    elif signals.entities:
+    elif reading.named:
         carried = _ENTITY
-    elif signals.has_number:
+    elif reading.has_number:
         carried = _NUMBER
     else:
         return 0.0
@@ -443,17 +449,22 @@ def _score(reading: SentenceReading, weight: float) -> float:
 def _drop_stale(candidates: list[_Candidate]) -> list[_Candidate]:
     """The latest statement of each slot stays; earlier statements of it, and lines that
     mention a superseded value without the current one, go (see the module docstring)."""
+    # Slots are flat (slot, value key, value as written) triples: see _Slots.
     latest: dict[str, _Candidate] = {}
-    for candidate in sorted(candidates, key=lambda c: (c.index, c.order)):
-        for slot in candidate.slots:
-            latest[slot] = candidate
-    current = {slot: c.slots[slot] for slot, c in latest.items()}
+    current: dict[str, tuple[str, str]] = {}  # slot → (value key, value as written), latest
+    stating = [c for c in candidates if c.slots]
+    for candidate in sorted(stating, key=lambda c: (c.index, c.order)):
+        slots = candidate.slots
+        for at in range(0, len(slots), 3):
+            latest[slots[at]] = candidate
+            current[slots[at]] = (slots[at + 1], slots[at + 2])
     current_keys = {key for key, _ in current.values()}
     stale: dict[str, str] = {}  # value as written → its slot ("" for a correction's)
     for candidate in candidates:
-        for slot, (key, written) in candidate.slots.items():
-            if key != current[slot][0]:
-                stale[written] = slot
+        slots = candidate.slots
+        for at in range(0, len(slots), 3):
+            if slots[at + 1] != current[slots[at]][0]:
+                stale[slots[at + 2]] = slots[at]
         for wrong in candidate.wrong:
             stale.setdefault(wrong, "")
     stale = {
@@ -464,10 +475,11 @@ def _drop_stale(candidates: list[_Candidate]) -> list[_Candidate]:
     kept = []
     for candidate in candidates:
         slots = candidate.slots
-        if any(key != current[slot][0] for slot, (key, _) in slots.items()):
-            continue  # it states a value that a later line replaced
         if slots:
-            if any(latest[slot] is candidate for slot in slots):
+            stated = range(0, len(slots), 3)
+            if any(slots[at + 1] != current[slots[at]][0] for at in stated):
+                continue  # it states a value that a later line replaced
+            if any(latest[slots[at]] is candidate for at in stated):
                 kept.append(candidate)
             continue  # else a later line states the same values again
         if not candidate.wrong and stale and _mentions_stale(_body(candidate), stale, current):
@@ -487,9 +499,8 @@ def _mentions_stale(body: str, stale: dict[str, str], current: dict[str, tuple[s
 
 
 def _body(candidate: _Candidate) -> str:
-    if candidate.kept is not None:
-        return candidate.kept.body
-    return _body_of(candidate.line)
+    body = candidate.body
+    return _body_of(candidate.line) if body is None else body
 
 
 def _body_of(line: str) -> str:
@@ -497,12 +508,13 @@ def _body_of(line: str) -> str:
     return match.group("text") if match else line
 
 
-def _lines_chars(lines: tuple[_TextLine, ...]) -> int:
-    return 64 + sum(len(kept.line) for kept in lines)
+def _lines_chars(fields: _LineFields) -> int:
+    lines: tuple[str, ...] = fields[::_FIELDS]  # type: ignore[assignment]
+    return 64 + sum(map(len, lines))
 
 
-def _carried_chars(carried: tuple[int, _TextLine]) -> int:
-    return 64 + len(carried[1].line)
+def _carried_chars(fields: _LineFields) -> int:
+    return 64 + len(fields[1])  # type: ignore[arg-type]
 
 
 def _add_recency(candidates: list[_Candidate]) -> None:

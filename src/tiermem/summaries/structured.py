@@ -55,7 +55,7 @@ from __future__ import annotations
 import logging
 import re
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -130,9 +130,20 @@ class SlotValue:
 
 @dataclass(frozen=True, slots=True)
 class SentenceReading:
-    """What the slot rules read in one sentence (see the module docstring)."""
+    """What the slot rules read in one sentence (see the module docstring).
 
-    signals: SentenceSignals
+    Of the sentence's :class:`~tiermem.longterm.detect.SentenceSignals` it keeps whether
+    there were entities and memory drafts, not the drafts and entities themselves: the
+    readings of thousands of sentences are kept between passes (:data:`READ_CACHE`), and
+    each kept entity was two objects the garbage collector walks at every full collection
+    (issue #8); what was found is in ``slots`` and ``wrong``."""
+
+    text: str
+    named: bool
+    """The sentence names an entity (the entity rules found one)."""
+    memorable: bool
+    """The memory rules drafted a memory from it (a preference, a name, a correction)."""
+    has_number: bool
     slots: tuple[SlotValue, ...]
     wrong: tuple[str, ...]
     """Values the sentence says are wrong ("not ¥5,000"), as written."""
@@ -144,8 +155,10 @@ class SentenceReading:
     unresolved: bool
 
     @property
-    def text(self) -> str:
-        return self.signals.text
+    def salient(self) -> bool:
+        """As :attr:`~tiermem.longterm.detect.SentenceSignals.salient`: the sentence says
+        something a later turn may need."""
+        return self.named or self.memorable or self.has_number
 
 
 def turn_said(turn: Turn) -> str:
@@ -336,7 +349,10 @@ class RuleStructuredExtractor:
             slots += [SlotValue(ENTITY_SLOTS.get(k, k), v, True) for k, v in latest.items()]
         statement = about_user and not question
         return SentenceReading(
-            signals=signals,
+            text=normal,
+            named=bool(signals.entities),
+            memorable=bool(signals.memories),
+            has_number=signals.has_number,
             slots=tuple(slots),
             wrong=wrong + _wrong_words(normal, wrong_regions, spans),
             switch=user and bool(rules.EN_SWITCH.match(folded) or rules.JA_SWITCH.match(normal)),
@@ -487,7 +503,10 @@ _READINGS: dict[
     tuple[tuple[str, str], ...], Lru[tuple[bool, int, str | bytes], tuple[SentenceReading, ...]]
 ] = {}
 """Kept sentence readings, one cache per title catalogue (few per process)."""
-_EntitySet = frozenset[tuple[str, str]]
+_EntitySet = tuple[str, ...]
+"""Distinct entities, flat: ``kind, value, kind, value, ...`` (sorted). Flat strings, not a
+frozenset of pairs: the garbage collector stops tracking a tuple of strings at the first
+collection it survives, and never a frozenset (thousands are kept: issue #8)."""
 _ENTITY_SETS: weakref.WeakKeyDictionary[RuleEntityExtractor, Lru[str | bytes, _EntitySet]]
 _ENTITY_SETS = weakref.WeakKeyDictionary()
 _VALUE_KEYS: Lru[tuple[str | bytes, str | None], str] = Lru(
@@ -510,11 +529,11 @@ def _entity_cache(extractor: RuleEntityExtractor) -> Lru[str | bytes, _EntitySet
     return cache
 
 
-def _entities_in(text: str, extractor: RuleEntityExtractor) -> frozenset[tuple[str, str]]:
-    """Every ``(kind, value)`` in ``text``, read line by line so that a long text is read
-    whole (the rules read a window of each text they are given). Each line's entities are
-    kept per extractor: a pass's summary is mostly the previous pass's lines, and
-    validation asks this of it once per slot."""
+def _entities_in(text: str, extractor: RuleEntityExtractor) -> _EntitySet:
+    """Every ``(kind, value)`` in ``text`` (flat: :data:`_EntitySet`), read line by line
+    so that a long text is read whole (the rules read a window of each text they are
+    given). Each line's entities are kept per extractor: a pass's summary is mostly the
+    previous pass's lines, and validation asks this of it once per slot."""
     cache = _entity_cache(extractor)
     return cache.get(text_key(text), partial(_read_entities, text, extractor, cache))
 
@@ -552,7 +571,8 @@ class _LineEntities:
 
     def _add(self, entities: _EntitySet) -> None:
         found = self._found
-        for kind, value in entities:
+        for at in range(0, len(entities), 2):
+            kind, value = entities[at], entities[at + 1]
             held = found.get(kind)
             if held is None:
                 found[kind] = {value.casefold()}
@@ -592,11 +612,23 @@ def _read_entities(
 ) -> _EntitySet:
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) == 1:
-        return frozenset((e.kind, e.value) for e in extractor.extract(lines[0]))
+        return _flat({(e.kind, e.value) for e in extractor.extract(lines[0])})
     found: set[tuple[str, str]] = set()
     for line in lines:
-        found.update(cache.get(text_key(line), partial(_read_entities, line, extractor, cache)))
-    return frozenset(found)
+        found.update(
+            _pairs(cache.get(text_key(line), partial(_read_entities, line, extractor, cache)))
+        )
+    return _flat(found)
+
+
+def _flat(entities: set[tuple[str, str]]) -> _EntitySet:
+    return tuple(field for pair in sorted(entities) for field in pair)
+
+
+def _pairs(entities: _EntitySet) -> Iterator[tuple[str, str]]:
+    """The ``(kind, value)`` pairs of ``entities``."""
+    fields = iter(entities)
+    return zip(fields, fields, strict=True)
 
 
 def _haystack(text: str) -> str:
@@ -686,7 +718,9 @@ def _states_value(text: str, value: str, slot: str | None, reader: RuleEntityExt
     key = value_key(value, slot=slot)
     kind, _, canonical = key.partition(":")
     if kind in _ENTITY_KINDS and canonical:
-        if any(k == kind and v.casefold() == canonical for k, v in _entities_in(text, reader)):
+        if any(
+            k == kind and v.casefold() == canonical for k, v in _pairs(_entities_in(text, reader))
+        ):
             return True
         if kind not in _NAMED_KINDS:
             return False
