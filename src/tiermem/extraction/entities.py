@@ -455,9 +455,14 @@ def _gate_keys(rule: EntityRule | PhraseRule) -> frozenset[str] | None:
 
 _SELECTIONS = 1_024
 """Gate-string sets whose rule selection an extractor keeps."""
-_ENTITY_CACHE = 8_192
-"""Entities kept for reuse (:func:`_entity`)."""
+_ENTITY_CACHE = 2_048
+"""Entities, and tuples of them, each table keeps for reuse (:func:`_entity`,
+:func:`_entities`); a full table is emptied. Why this size: the sessions of a process
+name a few hundred entities again and again, which fit; a conversation with unique texts
+names several new ones per turn, each an object (and its field set) the garbage
+collector walks for as long as it is kept, so the table must not hold many of those."""
 _ENTITIES: dict[tuple[str, str], Entity] = {}
+_ENTITY_TUPLES: dict[tuple[tuple[str, str], ...], tuple[Entity, ...]] = {}
 
 
 def _entities(pairs: tuple[tuple[str, str], ...]) -> tuple[Entity, ...]:
@@ -473,12 +478,10 @@ def _entities(pairs: tuple[tuple[str, str], ...]) -> tuple[Entity, ...]:
     return entities
 
 
-_ENTITY_TUPLES: dict[tuple[tuple[str, str], ...], tuple[Entity, ...]] = {}
-
-
 def _entity(kind: str, value: str) -> Entity:
     """``Entity(kind=kind, value=value)``; the same frozen instance for the same strings
-    while it is kept (a session names the same series and volumes turn after turn)."""
+    while it is kept (a session names the same series and volumes turn after turn).
+    Nothing relies on that identity: entities compare by value."""
     if type(kind) is not str or type(value) is not str:
         # A custom rule returning something else: validated.
         return Entity(kind=kind, value=value)

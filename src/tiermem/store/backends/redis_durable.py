@@ -547,6 +547,7 @@ class RedisDurableStore(RedisStoreBase):
             digest = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
             new = expires + b"|" + encode_turn(redacted).encode()
             if await self._io.call(ARCHIVE_REPLACE, [archive], [index, digest, new]) == 1:
+                self._decoded.clear()  # the turn as it was leaves no decoded copy
                 return redacted
         raise ConflictError(
             f"turn {index} of session {session_id!r} kept changing while being redacted; retry"
@@ -692,6 +693,7 @@ class RedisDurableStore(RedisStoreBase):
                 ),
             ]
         )
+        self._decoded.clear()  # rare: no need to pick out the session's turns
 
     # -- long-term memory -----------------------------------------------------------------
 
@@ -871,6 +873,7 @@ class RedisDurableStore(RedisStoreBase):
                     ),
                 ]
             )
+            self._decoded.clear()  # the deleted sessions' turns leave no decoded copy
             reply = results[-1]
             if reply[0] == b"ok":
                 return len(session_ids) + int(reply[1])
@@ -883,6 +886,8 @@ class RedisDurableStore(RedisStoreBase):
 DECODED_TURNS_MAX_BYTES = 8 * 1024 * 1024
 """Payload bytes a durable store's :class:`DecodedTurns` keeps at most (the decoded turns
 take about as much again)."""
+DECODED_TURNS_SIZE = 1_024
+"""Decoded turns a durable store's :class:`DecodedTurns` keeps at most."""
 
 
 class DecodedTurns:
@@ -895,17 +900,27 @@ class DecodedTurns:
     and is decoded afresh. Turns are frozen models, shared as the hot store's snapshots
     share theirs. Expiry is checked on the frame before the cache is asked.
 
-    Bounded by count and by payload bytes (a turn may be 1 MiB, so 2048 of them alone could
-    hold 2 GiB, plus their decoded copies); a payload larger than a sixteenth of
-    ``max_bytes`` is decoded every time and never kept.
+    Bounded by count and by payload bytes (a turn may be 1 MiB, so 1024 of them alone could
+    hold 1 GiB, plus their decoded copies); a payload larger than a sixteenth of
+    ``max_bytes`` is decoded every time and never kept. The count is what the summaries
+    re-read (a few tens of turns per session, for a few tens of sessions at once): each
+    kept turn is a handful of objects the garbage collector walks on every full
+    collection. :meth:`clear` empties it when the store erases a turn.
     """
 
-    def __init__(self, size: int = 2048, *, max_bytes: int = DECODED_TURNS_MAX_BYTES) -> None:
+    def __init__(
+        self, size: int = DECODED_TURNS_SIZE, *, max_bytes: int = DECODED_TURNS_MAX_BYTES
+    ) -> None:
         self._size = size
         self._max_bytes = max_bytes
         self._largest = max_bytes // 16
         self._held = 0
         self._turns: OrderedDict[bytes, Turn] = OrderedDict()
+
+    def clear(self) -> None:
+        """Forget every decoded turn (after an erasure: no copy is left behind)."""
+        self._turns.clear()
+        self._held = 0
 
     @property
     def held_bytes(self) -> int:

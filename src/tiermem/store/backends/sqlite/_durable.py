@@ -95,8 +95,15 @@ _DIRECT_ROWS = 256
 idle (:meth:`~tiermem.store.backends.sqlite._connection.SQLiteDatabase.read`); larger
 reads always go to the worker thread."""
 TURN_CACHE_CHARS = 4_000_000
-"""Payload characters of decoded turns :class:`_TurnCache` keeps (about 10,000 turns of
-a few hundred characters; a few tens of MB with the decoded objects)."""
+"""Payload characters of decoded turns :class:`_TurnCache` keeps: the bound for large
+turns (the entry bound, :data:`TURN_CACHE_ENTRIES`, is reached first with turns of a few
+hundred characters)."""
+TURN_CACHE_ENTRIES = 2_048
+"""Decoded turns :class:`_TurnCache` keeps in all: the summary job's re-reads of a few
+tens of turns per session, for many sessions at once."""
+TURN_CACHE_WINDOW = 24
+"""Indexes below a session's last cached turn that :class:`_TurnCache` keeps (what the
+summary job re-reads past its last target)."""
 # Logical expiry in SQL, as codec.is_live: "(expires_at_us IS NULL OR expires_at_us > ?)"
 # with now in epoch microseconds; spelled out in each statement so statements stay literals.
 
@@ -252,41 +259,61 @@ def _start_afresh(conn: sqlite3.Connection, session_id: str) -> None:
 class _TurnCache:
     """Decoded turns by session and index, each with the payload it was decoded from.
 
-    Why: the archive's readers read the same recent turns again and again (the summary
-    job reads the turns still pending on each new turn), and decoding a turn (pydantic
-    validation) costs tens of microseconds where comparing two payloads costs well under
-    one. Decoding is a pure function of the payload, so an entry is used only when the
-    payload just read is the one it was decoded from: a redacted turn, or a new turn at a
-    reused index, is decoded afresh. Only what was decoded from the file goes in (not the
-    turns an append wrote), so a cached turn is exactly what a fresh decode would give.
-    Turns are frozen models, shared by every reader, as the in-memory store shares its
-    own. First in, first out within ``max_chars``; a deletion empties the cache (an
-    erasure leaves no copy behind).
+    Why: the archive's readers read the same recent turns again (the summary job reads a
+    session's turns still pending, a few to a few tens past its last target; history and
+    reloads read the tail), and decoding a turn (pydantic validation) costs tens of
+    microseconds where comparing two payloads costs well under one. Decoding is a pure
+    function of the payload, so an entry is used only when the payload just read is the
+    one it was decoded from: a redacted turn, or a new turn at a reused index, is decoded
+    afresh. Only what was decoded from the file goes in (not the turns an append wrote),
+    so a cached turn is exactly what a fresh decode would give. Turns are frozen models,
+    shared by every reader, as the in-memory store shares its own. A deletion empties the
+    cache and a redaction drops the turn (an erasure leaves no copy behind).
+
+    Bounds: putting a session's turn at index ``i`` drops its turn at ``i - window``, so a
+    session read up its indexes keeps only its last ``window`` turns (older ones are
+    rarely read again, and each kept turn is a handful of objects the garbage collector
+    walks); in all at most ``max_entries`` turns and ``max_chars`` payload characters,
+    first in, first out.
     """
 
-    def __init__(self, max_chars: int = TURN_CACHE_CHARS) -> None:
+    def __init__(
+        self,
+        max_chars: int = TURN_CACHE_CHARS,
+        *,
+        max_entries: int = TURN_CACHE_ENTRIES,
+        window: int = TURN_CACHE_WINDOW,
+    ) -> None:
         self._max_chars = max_chars
+        self._max_entries = max_entries
+        self._window = window
         self._chars = 0
-        self._entries: dict[tuple[str, int], tuple[str, Turn]] = {}
+        # Payloads and turns in two dicts with the same keys and order: no pair tuple per
+        # entry for the garbage collector to track (the payload dict holds only strings).
+        self._payloads: dict[tuple[str, int], str] = {}
+        self._decoded: dict[tuple[str, int], Turn] = {}
         self._lock = threading.Lock()  # a store may be used from several threads' loops
+
+    def __len__(self) -> int:
+        return len(self._decoded)
 
     def decode(self, session_id: str, rows: Iterable[tuple[int, str]]) -> list[Turn]:
         """The turns of ``rows`` (index, payload), in order, skipping (and logging) any
         that cannot be decoded, as :func:`~tiermem.store.codec.decode_turns` does."""
         turns: list[Turn] = []
         with self._lock:
-            entries = self._entries
+            payloads = self._payloads
             for index, payload in rows:
-                entry = entries.get((session_id, index))
-                if entry is not None and entry[0] == payload:
-                    turns.append(entry[1])
+                key = (session_id, index)
+                if payloads.get(key) == payload:
+                    turns.append(self._decoded[key])
                     continue
                 try:
                     turn = decode_turn(payload)
                 except CorruptDataError as exc:
                     logger.warning("session %s: skipped an archived turn: %s", session_id, exc)
                     continue
-                self._put(session_id, index, payload, turn)
+                self._put(key, payload, turn)
                 turns.append(turn)
         return turns
 
@@ -296,31 +323,44 @@ class _TurnCache:
         Raises:
             CorruptDataError: the payload is not a turn this version can read.
         """
+        key = (session_id, index)
         with self._lock:
-            entry = self._entries.get((session_id, index))
-            if entry is not None and entry[0] == payload:
-                return entry[1]
+            if self._payloads.get(key) == payload:
+                return self._decoded[key]
             turn = decode_turn(payload)
-            self._put(session_id, index, payload, turn)
+            self._put(key, payload, turn)
             return turn
+
+    def discard(self, session_id: str, index: int) -> None:
+        """Forget one turn (after a redaction: no decoded copy of what it was is left)."""
+        with self._lock:
+            self._pop((session_id, index))
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            self._payloads.clear()
+            self._decoded.clear()
             self._chars = 0
 
-    def _put(self, session_id: str, index: int, payload: str, turn: Turn) -> None:
+    def _put(self, key: tuple[str, int], payload: str, turn: Turn) -> None:
         size = len(payload)
         if size > self._max_chars:
             return
-        old = self._entries.pop((session_id, index), None)
-        if old is not None:
-            self._chars -= len(old[0])
-        self._entries[(session_id, index)] = (payload, turn)
+        self._pop(key)
+        # The session's turn a window below leaves (reads go up the indexes, so this keeps
+        # each session's most recent turns).
+        self._pop((key[0], key[1] - self._window))
+        self._payloads[key] = payload
+        self._decoded[key] = turn
         self._chars += size
-        while self._chars > self._max_chars:
-            oldest = next(iter(self._entries))
-            self._chars -= len(self._entries.pop(oldest)[0])
+        while self._chars > self._max_chars or len(self._payloads) > self._max_entries:
+            self._pop(next(iter(self._payloads)))
+
+    def _pop(self, key: tuple[str, int]) -> None:
+        old = self._payloads.pop(key, None)
+        if old is not None:
+            self._chars -= len(old)
+            del self._decoded[key]
 
 
 class SQLiteDurableStore:
@@ -547,7 +587,9 @@ class SQLiteDurableStore:
             )
             return redacted
 
-        return await self._db.write(op)
+        redacted = await self._db.write(op)
+        self._turns.discard(session_id, index)  # the turn as it was leaves no decoded copy
+        return redacted
 
     # -- sessions -----------------------------------------------------------------------
 
