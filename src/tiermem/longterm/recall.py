@@ -50,10 +50,10 @@ from tiermem.longterm.index import DocKind, IndexedDoc, SearchHit, SearchIndex
 from tiermem.longterm.index_memory import DocLoader
 from tiermem.longterm.recall_dates import turn_date_terms
 from tiermem.longterm.records import is_hidden
-from tiermem.longterm.text import query_terms
+from tiermem.longterm.text import count_terms, query_terms
 from tiermem.longterm.types import MemoryTypeRegistry, is_internal_type
 from tiermem.longterm.vectors import cosines
-from tiermem.models import REDACTED_TEXT, MemoryRecord, Provenance, Turn
+from tiermem.models import REDACTED_TEXT, MemoryRecord, Provenance, TextBlock, Turn
 from tiermem.policies.recall import RecallPolicy, RecallSignals, rank_candidates
 from tiermem.store.codec import check_aware
 from tiermem.store.contract import MAX_MEMORY_IDS_PER_GET, DurableStore
@@ -126,8 +126,13 @@ def parse_turn_doc_id(doc_id: str) -> tuple[str, int]:
 
 def _plain_terms(terms: Mapping[str, int]) -> bool:
     """Whether term counts are already what :attr:`IndexedDoc.terms` holds (str → int),
-    so the document needs no validation."""
-    return all(type(term) is str and type(count) is int for term, count in terms.items())
+    so the document needs no validation. (The types are collected in C: a generator
+    testing each pair costs more than the rest of a short turn's document.)"""
+    return {*map(type, terms)} <= _STR_TYPE and {*map(type, terms.values())} <= _INT_TYPE
+
+
+_STR_TYPE = frozenset({str})
+_INT_TYPE = frozenset({int})
 
 
 def turn_docs(
@@ -172,9 +177,13 @@ def turn_docs(
     check_aware(expires_at, what="expires_at")
     expires_utc = None if expires_at is None else expires_at.astimezone(UTC)
     docs = []
+    trusted_doc = IndexedDoc.trusted
     for i, turn in enumerate(turns):
-        text = turn.text
-        if turn.redacted or not text.strip() or text == REDACTED_TEXT:
+        content = turn.content
+        # ``turn.text`` joins the blocks' texts; a turn of one text block is that text.
+        text = content[0].text if len(content) == 1 and type(content[0]) is TextBlock else turn.text
+        # ``not text or text.isspace()`` is ``not text.strip()`` without the copy.
+        if turn.redacted or not text or text.isspace() or text == REDACTED_TEXT:
             continue
         vector = embeddings[i] if embeddings is not None else None
         counted = terms[i] if terms is not None else None
@@ -183,11 +192,10 @@ def turn_docs(
         dates = tuple(turn_date_terms(text, turn.timestamp))
         if counted is not None:
             counted = dict(counted)
-            for term in dates:
-                counted[term] = counted.get(term, 0) + 1
+            count_terms(counted, dates)  # counted[term] = counted.get(term, 0) + 1
         values: dict[str, object] = {
             "user_id": user_id,
-            "doc_id": turn_doc_id(session_id, turn.index),
+            "doc_id": f"{session_id}#{turn.index}",  # turn_doc_id, inlined
             "kind": "turn",
             "text": text,
             "created_at": turn.timestamp,
@@ -197,7 +205,7 @@ def turn_docs(
             "terms": counted,
         }
         trusted = plain_ids and vector is None and (counted is None or _plain_terms(counted))
-        docs.append(IndexedDoc.trusted(values) if trusted else IndexedDoc(**values))
+        docs.append(trusted_doc(values) if trusted else IndexedDoc(**values))
     return docs
 
 

@@ -32,10 +32,11 @@ documents whatever their kind.
 
 from __future__ import annotations
 
+import collections
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 
 from tiermem.policies.phrases import nfkc
 from tiermem.policies.turn_text import TurnText
@@ -47,6 +48,7 @@ __all__ = [
     "STOPWORDS",
     "bm25_idf",
     "bm25_term",
+    "count_terms",
     "doc_terms",
     "query_terms",
     "tokenize",
@@ -82,7 +84,6 @@ _TOKEN = re.compile(f"([{_CJK}]+)|([^\\W_{_CJK}]+)")
 _GAP = re.compile(f"[^\\w{_CJK}]|_")  # never inside a token: where a long text may be cut
 _CHUNK_CHARS = 8_192
 _ASCII_WORD = re.compile(r"[a-z0-9]+")  # _TOKEN's words in casefolded ASCII text
-_TERMS: dict[str, str] = {}
 _MAX_MEMO_TERMS = 65_536
 _MAX_MEMO_CHARS = 32
 
@@ -100,6 +101,31 @@ def _fold_plural(word: str) -> str:
     return word[:-1]
 
 
+class _TermMemo(dict[str, str]):
+    """The index term of each (casefolded) word: "" for a stopword, else its folded plural.
+
+    Looking a word up computes a missing term (``__missing__``), so the tokenizer maps
+    words to terms with ``map`` in C, not a Python call per word. Words of up to 32
+    characters are kept (words repeat across turns, and a lookup is cheaper than the two
+    tests); at most 65,536 of them, so at most a few MB.
+    """
+
+    __slots__ = ()
+
+    def __missing__(self, word: str) -> str:
+        term = "" if word in STOPWORDS else _fold_plural(word)
+        if len(word) <= _MAX_MEMO_CHARS:
+            if len(self) >= _MAX_MEMO_TERMS:
+                self.clear()  # a burst of new words only costs recomputing them
+            self[word] = term
+        return term
+
+
+_TERMS = _TermMemo()
+_term = _TERMS.__getitem__
+"""The index term of a word (see :class:`_TermMemo`)."""
+
+
 def tokenize(text: str | TurnText) -> list[str]:
     """The index terms of ``text``, in order, with repeats (see the module docstring).
 
@@ -107,12 +133,21 @@ def tokenize(text: str | TurnText) -> list[str]:
     computed for the whole turn (the rule engines' cap does not apply: every word is
     indexed).
     """
+    terms = _terms(text)
+    return terms if type(terms) is list else list(terms)
+
+
+def _terms(text: str | TurnText) -> Iterable[str]:
+    """:func:`tokenize`'s terms: a list, or for most turns a lazy iterator over them (the
+    caller counting them needs no list)."""
     normal = (text.nfkc if isinstance(text, TurnText) else nfkc(text)).casefold()
     size = len(normal)
     if size <= _CHUNK_CHARS and normal.isascii():
         # Most turns: no CJK run can occur, and a word is an ASCII letter-digit run.
-        return [term for word in _ASCII_WORD.findall(normal) if (term := _term(word))]
+        # Stopwords map to "", which the filter drops.
+        return filter(None, map(_term, _ASCII_WORD.findall(normal)))
     tokens: list[str] = []
+    append = tokens.append
     # Chunks of about 8 K characters, cut where no token is: one regex call over a 200 KB
     # text holds the GIL for tens of milliseconds, which stalls an event loop in another
     # thread; between chunks it can run.
@@ -123,40 +158,45 @@ def tokenize(text: str | TurnText) -> list[str]:
         for cjk, word in _TOKEN.findall(normal, start, end):
             if cjk:
                 if len(cjk) == 1:
-                    tokens.append(cjk)
+                    append(cjk)
                 else:
-                    tokens.extend([cjk[i : i + 2] for i in range(len(cjk) - 1)])
+                    tokens += [cjk[i : i + 2] for i in range(len(cjk) - 1)]
             elif term := _term(word):
-                tokens.append(term)
+                append(term)
         start = end
     return tokens
 
 
-def _term(word: str) -> str:
-    """The index term of a (casefolded) word: "" for a stopword, else its folded plural.
-    Memoised for words of up to 32 characters (words repeat across turns, and a lookup is
-    cheaper than the two tests); at most 65,536 of them, so at most a few MB."""
-    term = _TERMS.get(word)
-    if term is None:
-        term = "" if word in STOPWORDS else _fold_plural(word)
-        if len(word) <= _MAX_MEMO_CHARS:
-            if len(_TERMS) >= _MAX_MEMO_TERMS:
-                _TERMS.clear()  # a burst of new words only costs recomputing them
-            _TERMS[word] = term
-    return term
-
-
 def query_terms(query: str) -> list[str]:
     """The distinct terms of a query, first occurrence first, at most :data:`MAX_QUERY_TERMS`."""
-    return list(dict.fromkeys(tokenize(query)))[:MAX_QUERY_TERMS]
+    return list(dict.fromkeys(_terms(query)))[:MAX_QUERY_TERMS]
 
 
 def doc_terms(text: str | TurnText, tags: Iterable[str] = ()) -> Counter[str]:
     """Term frequencies of a document: its text and its tags (tags are searchable words)."""
-    counts = Counter(tokenize(text))
+    # Counted in C straight from the tokenizer's iterator: ``Counter(tokens)`` spends more
+    # in ``__init__``/``update`` (two Python frames and an ABC check) than in counting the
+    # few terms of a turn, and this runs for every indexed turn.
+    counts: Counter[str] = _new_counter(Counter)
+    count_terms(counts, _terms(text))
     for tag in tags:
-        counts.update(tokenize(tag))
+        count_terms(counts, _terms(tag))
     return counts
+
+
+def _count_elements_py(counts: MutableMapping[str, int], terms: Iterable[str]) -> None:
+    """What ``collections._count_elements`` does, for an interpreter without it."""
+    get = counts.get
+    for term in terms:
+        counts[term] = get(term, 0) + 1
+
+
+_new_counter = Counter.__new__  # an empty Counter: ``Counter.__init__`` only calls update
+count_terms: Callable[[MutableMapping[str, int], Iterable[str]], None] = getattr(
+    collections, "_count_elements", _count_elements_py
+)
+"""``counts[term] = counts.get(term, 0) + 1`` for each term, in C where CPython has it (the
+helper ``Counter.update`` itself calls)."""
 
 
 def bm25_idf(docs: int, df: int) -> float:
