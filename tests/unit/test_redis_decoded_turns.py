@@ -1,6 +1,7 @@
 """The Redis durable store's cache of decoded archive turns
 (:class:`~tiermem.store.backends.redis_durable.DecodedTurns`): the same answers as decoding
-afresh, including for rewritten and undecodable payloads. No server needed."""
+afresh, including for rewritten and undecodable payloads; ``clear`` (called on every
+erasure) leaves no decoded copy; the default count bound holds. No server needed."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tiermem.models import Turn
-from tiermem.store.backends.redis_durable import DecodedTurns
+from tiermem.store.backends.redis_durable import DECODED_TURNS_SIZE, DecodedTurns
 from tiermem.store.codec import decode_turns, encode_turn
 
 
@@ -61,3 +62,24 @@ def test_the_cache_is_bounded() -> None:
     cache.decode(payloads, session_id="s")
     assert len(cache._turns) == 3
     assert list(cache._turns) == payloads[-3:]
+
+
+def test_clear_leaves_no_decoded_copy() -> None:
+    cache = DecodedTurns()
+    secret = payload(0, "secret plan")
+    [first] = cache.decode([secret], session_id="s")
+    assert cache.held_bytes == len(secret)
+    cache.clear()
+    assert cache.held_bytes == 0
+    [again] = cache.decode([secret], session_id="s")
+    assert again == first
+    assert again is not first  # decoded afresh: the old copy was dropped
+
+
+def test_the_default_count_bound_holds() -> None:
+    cache = DecodedTurns()
+    payloads = [payload(i, f"t{i}") for i in range(DECODED_TURNS_SIZE + 10)]
+    cache.decode(payloads, session_id="s")
+    assert cache.held_bytes == sum(len(p) for p in payloads[10:])
+    [last] = cache.decode(payloads[-1:], session_id="s")
+    assert last is cache.decode(payloads[-1:], session_id="s")[0]
