@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis
 
 from tests.conftest import require_backends, server_url
 from tiermem.service import MemoryService
+from tiermem.store.backends.redis_scripts import client_from_url
 from tiermem.store.contract import DurableStore, HotStore
 from tiermem.testing import FakeClock
 from tiermem.tiers import SessionTierConfig
@@ -180,3 +182,14 @@ def redis_process(tmp_path: Path) -> Iterator[RedisProcess]:
 
 
 __all__ = ["PAIRINGS", "Pairing", "RedisProcess", "open_pairing", "server_url"]
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[Redis]:
+    """A standalone Redis client on the test server, built as the stores build theirs
+    (the direct-lane tests; a test file needing another kind of client defines its own)."""
+    redis = client_from_url(server_url("redis"))
+    try:
+        yield redis
+    finally:
+        await redis.aclose()

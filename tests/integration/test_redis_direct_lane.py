@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -34,15 +33,6 @@ from tiermem.store.backends.redis_scripts import (
 from tiermem.testing.round_trips import RoundTrips
 
 ECHO_KEYS = LuaScript("test_echo_keys", "return {KEYS[1], ARGV[1], #ARGV}")
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[Redis]:
-    redis = client_from_url(server_url("redis"))
-    try:
-        yield redis
-    finally:
-        await redis.aclose()
 
 
 def key() -> str:

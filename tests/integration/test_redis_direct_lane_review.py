@@ -16,7 +16,6 @@ import signal
 import tracemalloc
 import uuid
 import weakref
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -40,15 +39,6 @@ ECHO = LuaScript("test_lane_review_echo", "return ARGV[1]")
 
 def key() -> str:
     return f"tiermem-test-lane-review:{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[Redis]:
-    redis = client_from_url(server_url("redis"))
-    try:
-        yield redis
-    finally:
-        await redis.aclose()
 
 
 async def test_a_dropped_client_frees_its_pool_and_lane() -> None:

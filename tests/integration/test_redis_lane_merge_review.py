@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -46,15 +45,6 @@ return ARGV[2]
 
 def key() -> str:
     return f"tiermem-test-merge-review:{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[Redis]:
-    redis = client_from_url(server_url("redis"))
-    try:
-        yield redis
-    finally:
-        await redis.aclose()
 
 
 def lane_of(io: RedisIO) -> DirectLane:
