@@ -150,25 +150,21 @@ class RedisKeys:
         self._user_tags: dict[str, str] = {}
 
     def _session(self, session_id: str, part: str) -> str:
-        # Escaping walks the id character by character; a turn builds a session's keys
-        # several times, so the escaped "<prefix>:{s=<sid>}:" is remembered.
         tag = self._session_tags.get(session_id)
-        if tag is None:
-            if len(self._session_tags) >= _TAGS_KEPT:
-                self._session_tags.clear()
-            tag = self._session_tags[session_id] = (
-                f"{self.prefix}:{{s={escape_segment(session_id)}}}:"
-            )
-        return tag + part
+        return (tag or self._tag(self._session_tags, "s", session_id)) + part
 
     def _user(self, user_id: str, part: str) -> str:
-        # As for sessions: the index builds a user's keys for every write of each user.
         tag = self._user_tags.get(user_id)
-        if tag is None:
-            if len(self._user_tags) >= _TAGS_KEPT:
-                self._user_tags.clear()
-            tag = self._user_tags[user_id] = f"{self.prefix}:{{u={escape_segment(user_id)}}}:"
-        return tag + part
+        return (tag or self._tag(self._user_tags, "u", user_id)) + part
+
+    def _tag(self, tags: dict[str, str], kind: str, ident: str) -> str:
+        """``"<prefix>:{<kind>=<escaped id>}:"``, remembered in ``tags`` (bounded): escaping
+        walks the id character by character, and a turn builds a session's keys several
+        times, the index a user's keys for every write of each user."""
+        if len(tags) >= _TAGS_KEPT:
+            tags.clear()
+        tag = tags[ident] = f"{self.prefix}:{{{kind}={escape_segment(ident)}}}:"
+        return tag
 
     # hot tier: one session
     def hot_session(self, session_id: str) -> list[str]:
