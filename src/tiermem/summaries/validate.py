@@ -41,7 +41,15 @@ from tiermem.models.base import FrozenModel
 from tiermem.summaries._lru import Lru, text_key
 from tiermem.summaries.models import StructuredMemory, SummaryText, SummaryTier
 from tiermem.summaries.rolling import BuiltTier, RollingBuilder, TierSpan
-from tiermem.summaries.structured import same_value, stated_in, states_value
+from tiermem.summaries.structured import (
+    ProbeSet,
+    SaidIn,
+    ValueProbe,
+    same_value,
+    stated_in,
+    states_value,
+    value_probe,
+)
 
 __all__ = [
     "PassQuality",
@@ -141,7 +149,21 @@ def _norm(text: str) -> str:
 def _words(text: str) -> frozenset[str]:
     """The content words of ``text``; kept (LRU): a pass asks them of one summary text
     once per item."""
-    return _WORDS.get(text_key(text), lambda: _read_words(text))
+    return _WORDS.get(text_key(text), partial(_words_by_line, text))
+
+
+def _words_by_line(text: str) -> frozenset[str]:
+    """:func:`_read_words` of ``text`` as the union of its lines' (each kept: a pass's
+    summary is mostly the previous pass's lines). The same set: a newline neither
+    composes nor reorders with its neighbours under NFKC, case folding is per character,
+    and a word never holds whitespace, so no word spans two lines."""
+    lines = text.split("\n")
+    if len(lines) == 1:
+        return _read_words(text)
+    words: set[str] = set()
+    for line in lines:
+        words.update(_LINE_WORDS.get(text_key(line), partial(_read_words, line)))
+    return frozenset(words)
 
 
 def _read_words(text: str) -> frozenset[str]:
@@ -149,6 +171,7 @@ def _read_words(text: str) -> frozenset[str]:
 
 
 _WORDS: Lru[str | bytes, frozenset[str]] = Lru(4_096, max_chars=4_000_000, weigh=len)
+_LINE_WORDS: Lru[str | bytes, frozenset[str]] = Lru(16_384, max_chars=4_000_000, weigh=len)
 
 
 def mentions(summary: str, item: SlotItem) -> bool:
@@ -220,50 +243,100 @@ def drop_stale(
     agree with structured memory, whichever pass built each tier. Entity kinds count too:
     structured memory records an entity's earlier value only when the user replaced it, and
     a sentence naming the replaced series or ASIN alone reads as the current one."""
-    stale = [
-        (slot, old, fact.value)
-        for slots in (structured.facts, structured.entities)
-        for slot, fact in slots.items()
-        for old in fact.previous
-        if old.strip() and not same_value(old, fact.value, slot=slot)
-    ]
-    if not stale or not text:
+    values = _stale_values(structured)
+    if values is None or not text:
         return text, 0
     reader = extractor or _DEFAULT_READER
     verdicts = _LINE_VERDICTS.get(reader)
     if verdicts is None:
-        verdicts = _LINE_VERDICTS[reader] = Lru(16_384, max_chars=8_000_000, weigh=_chars)
+        verdicts = _LINE_VERDICTS[reader] = Lru(16_384, max_chars=8_000_000, weigh=_verdict_chars)
     dropped = 0
     lines: list[str] = []
-    stale_key = tuple(stale)
+    stale_key = values.key
     for line in text.splitlines():
-        sentences = _SENTENCES.get(text_key(line), partial(_split, line))
         # A line's verdict depends only on it and the stale values: kept across passes.
-        kept = verdicts.get(
-            (text_key(line), stale_key), partial(_fresh_sentences, sentences, stale, reader)
-        )
-        if len(kept) == len(sentences):
+        key = (text_key(line), stale_key)
+        verdict = verdicts.held(key)
+        if verdict is None:
+            sentences = _SENTENCES.get(text_key(line), partial(_split, line))
+            verdict = verdicts.get(key, partial(_verdict, sentences, values.probes(), reader))
+        count, kept = verdict
+        if len(kept) == count:
             lines.append(line)
             continue
-        dropped += len(sentences) - len(kept)
+        dropped += count - len(kept)
         if kept:
             lines.append(" ".join(s.strip() for s in kept))
     return "\n".join(lines), dropped
 
 
-def _fresh_sentences(
-    sentences: tuple[str, ...], stale: list[tuple[str, str, str]], reader: RuleEntityExtractor
-) -> tuple[str, ...]:
-    """The sentences that state no superseded value without the latest one."""
-    return tuple(
-        sentence
-        for sentence in sentences
-        if not any(
-            states_value(sentence, old, slot=slot, extractor=reader)
-            and not states_value(sentence, latest, slot=slot, extractor=reader)
-            for slot, old, latest in stale
-        )
+@dataclass(frozen=True, slots=True)
+class _StaleValues:
+    """The superseded values of one structured memory, for :func:`drop_stale`: ``key``
+    names them (one string: its hash is computed once, where a tuple's is computed at
+    every lookup of every line's verdict); their probes are worked out when a line first
+    needs them."""
+
+    stale: tuple[tuple[str, str, str], ...]
+    """``(slot, earlier value, latest value)``."""
+    key: str
+    _probes: list[tuple[ProbeSet, tuple[ValueProbe, ...]]]
+
+    def probes(self) -> tuple[ProbeSet, tuple[ValueProbe, ...]]:
+        """The earlier values' probes, and the latest values' (in ``stale``'s order)."""
+        if not self._probes:
+            self._probes[:] = [
+                (
+                    ProbeSet([value_probe(old, slot=slot) for slot, old, _ in self.stale]),
+                    tuple(value_probe(new, slot=slot) for slot, _, new in self.stale),
+                )
+            ]
+        return self._probes[0]
+
+
+_LAST_STALE: list[tuple[StructuredMemory, _StaleValues | None]] = []
+"""The structured memory :func:`_stale_values` last read, and its values: a pass asks
+them of each of its tiers (and again after a retry), with the same structured memory."""
+
+
+def _stale_values(structured: StructuredMemory) -> _StaleValues | None:
+    """The values ``structured`` records as superseded by a different latest value (None:
+    none). Kept for the last structured memory asked (by identity: it is frozen)."""
+    last = _LAST_STALE[-1] if _LAST_STALE else None
+    if last is not None and last[0] is structured:
+        return last[1]
+    stale = tuple(
+        (slot, old, fact.value)
+        for slots in (structured.facts, structured.entities)
+        for slot, fact in slots.items()
+        for old in fact.previous
+        if old.strip() and not same_value(old, fact.value, slot=slot)
     )
+    key = "\x1e".join("\x1f".join(triple) for triple in stale)
+    values = _StaleValues(stale, key, []) if stale else None
+    _LAST_STALE[:] = [(structured, values)]
+    return values
+
+
+def _verdict(
+    sentences: tuple[str, ...],
+    stale: tuple[ProbeSet, tuple[ValueProbe, ...]],
+    reader: RuleEntityExtractor,
+) -> tuple[int, tuple[str, ...]]:
+    """A line's verdict: how many sentences it has, then those that state no superseded
+    value (``stale``: the earlier values' probes, then the latest values') without the
+    latest value of its slot."""
+    earlier, latest = stale
+    kept = []
+    for sentence in sentences:
+        said = SaidIn(sentence, reader)
+        if not any(not said.states(latest[at]) for at in earlier.stated_by(said)):
+            kept.append(sentence)
+    return len(sentences), tuple(kept)
+
+
+def _verdict_chars(verdict: tuple[int, tuple[str, ...]]) -> int:
+    return 16 + sum(map(len, verdict[1]))
 
 
 def _split(line: str) -> tuple[str, ...]:
@@ -279,10 +352,11 @@ _SENTENCES: Lru[str | bytes, tuple[str, ...]] = Lru(16_384, max_chars=8_000_000,
 _DEFAULT_READER = RuleEntityExtractor()
 _LINE_VERDICTS: weakref.WeakKeyDictionary[
     RuleEntityExtractor,
-    Lru[tuple[str | bytes, tuple[tuple[str, str, str], ...]], tuple[str, ...]],
+    Lru[tuple[str | bytes, str], tuple[int, tuple[str, ...]]],
 ] = weakref.WeakKeyDictionary()
-"""The sentences :func:`drop_stale` keeps of a line, by line and stale values, per entity
-reader (its title catalogue decides what names a series)."""
+"""The verdicts of lines (:func:`_verdict`: the sentences :func:`drop_stale` keeps of a
+line), by line and stale values (:attr:`_StaleValues.key`), per entity reader (its title
+catalogue decides what names a series)."""
 
 
 def _tier_of(spans: Sequence[TierSpan], turn_index: int) -> SummaryTier | None:
