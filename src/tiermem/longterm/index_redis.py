@@ -143,9 +143,9 @@ Memories carry no expiry in the index: recall removes postings whose record has 
 from __future__ import annotations
 
 import logging
+import struct
 import zlib
 from collections.abc import Collection, Sequence
-from itertools import chain
 from typing import Any, Self
 
 from tiermem.clock import Clock, SystemClock
@@ -175,7 +175,12 @@ from tiermem.longterm.index_redis_scripts import (
     INDEX_REMOVE,
     INDEX_UPSERT,
 )
-from tiermem.longterm.postings import PackedList, bm25_top_packed, unpack_numbers
+from tiermem.longterm.postings import (
+    POSTING_SHIFT,
+    PackedList,
+    bm25_top_packed,
+    unpack_numbers,
+)
 from tiermem.longterm.text import query_terms
 from tiermem.store.backends.redis_scripts import (
     Arg,
@@ -227,6 +232,14 @@ LEGACY_LAYOUT = "ix"
 """The key segment of layout 1, migrated on first search."""
 
 _KIND_OF_LETTER: dict[str, DocKind] = {"m": "memory", "t": "turn", "c": "chunk"}
+
+
+def _packed_values(length: int, tfs: Collection[int]) -> bytes:
+    """A document's posting values as :data:`INDEX_UPSERT` appends them: per term, in the
+    order of ``tfs``, ``length * 2^20 + tf`` as a little-endian u64 (the layout's ``v=``
+    strings). Packed here, not in Lua, where it cost Redis more than the APPENDs."""
+    base = length * POSTING_SHIFT
+    return struct.pack(f"<{len(tfs)}Q", *[base + tf for tf in tfs])
 
 
 class RedisIndexKeys(RedisKeys):
@@ -365,14 +378,17 @@ class RedisIndex:
                 for doc in chunk:
                     live = doc.expires_at is None or doc.expires_at > now
                     counts = terms_of(doc) if live else {}
+                    length = sum(counts.values())
                     args += (
                         doc.doc_id,
                         doc.kind,
-                        sum(counts.values()),
+                        length,
                         optional_us(doc.expires_at),
                         len(counts),
+                        " ".join(counts),
+                        _packed_values(length, counts.values()),
                     )
-                    args.extend(chain.from_iterable(counts.items()))
+                    args.extend(counts)
                 commands.append(INDEX_UPSERT.command(keys, args))
             expiries = [d.expires_at for d in user_docs if d.expires_at and d.expires_at > now]
             if expiries and self._due_mark_needed(user_id, to_us(min(expiries)), now_us):
