@@ -254,7 +254,9 @@ def to_us(value: datetime, *, what: str = "timestamp") -> int:
 
 
 def from_us(value: int | bytes | str) -> datetime:
-    return _EPOCH + timedelta(microseconds=int(value))
+    # timedelta * int, not timedelta(microseconds=...): the same exact value, at half the
+    # cost of the keyword constructor (read on every session load).
+    return _EPOCH + _MICROSECOND * int(value)
 
 
 def optional_us(value: datetime | None) -> str:
@@ -638,6 +640,7 @@ class DirectLane:
         self._in_flight = 0
         self._queued: list[_Queued] = []
         self._flushing: set[asyncio.Task[None]] = set()
+        self._deadlines: _Deadlines | None = None
         self.writes = 0
         """Writes to the server so far (calls coalesced into one count once), for the
         benchmark and tests."""
@@ -774,14 +777,21 @@ class DirectLane:
         coalesced calls they answer, each given its own as soon as they are read."""
         self.writes += 1
         if conn is None:
-            conn = await self._acquire()
+            # The idle connection ready at once, without a coroutine for it (each await of
+            # one costs a few thousand instructions, on every round trip).
+            conn = self._ready_idle()
+            if conn is None:
+                conn = await self._acquire()
         try:
             if sent:
+                if _unsent(conn):
+                    await _drain(conn)
+            elif not _write_now(conn, packed):
+                await conn.send_packed_command(packed)
+            elif _unsent(conn):
                 await _drain(conn)
-            else:
-                await _send(conn, packed)
             if _reads_directly(conn):
-                replies = await _read_replies(conn, count, calls)
+                replies = await _read_replies(conn, count, calls, self._deadlines_now())
             else:
                 replies = []
                 handout = _Handout(calls)
@@ -796,8 +806,19 @@ class DirectLane:
             # redis-py disconnected it if the send or a read failed or was cancelled.
             await self._pool.release(conn)
             raise
-        await self._put_back(conn)
+        if len(self._idle) < self._keep and not self._waiting:
+            self._idle.append(conn)  # what _put_back does, without its coroutine
+        else:
+            await self._pool.release(conn)
         return replies
+
+    def _deadlines_now(self) -> _Deadlines:
+        """The deadlines of this lane's reads on the running loop."""
+        loop = asyncio.get_running_loop()
+        deadlines = self._deadlines
+        if deadlines is None or deadlines.loop is not loop:
+            deadlines = self._deadlines = _Deadlines(loop)
+        return deadlines
 
     async def _put_back(self, conn: AbstractConnection) -> None:
         """Keep ``conn`` idle for the next call, or give it back to the pool."""
@@ -805,6 +826,15 @@ class DirectLane:
             self._idle.append(conn)
         else:
             await self._pool.release(conn)
+
+    def _ready_idle(self) -> AbstractConnection | None:
+        """The last idle connection, taken, when it is ready as it is (what
+        :meth:`_acquire` checks first), else None, taking nothing."""
+        if self._idle:
+            conn = self._idle[-1]
+            if _reads_directly(conn) and _clean(conn):
+                return self._idle.pop()
+        return None
 
     async def _acquire(self) -> AbstractConnection:
         if self._idle:
@@ -899,22 +929,15 @@ _LANE_ATTRIBUTE = "_tiermem_direct_lane"
 _STOCK_SEND = AbstractConnection.send_packed_command
 
 
-async def _send(conn: AbstractConnection, packed: bytes) -> None:
-    """Write ``packed`` on ``conn``. redis-py wraps every send in ``asyncio.wait_for`` (a
-    task per command when ``socket_timeout`` is set, as by default); a write the kernel
-    takes at once needs no wait, so it is handed to the stream's transport directly
-    (redis-py 8.1's ``_writer``), and only a write left buffered, a connection with
-    health checks, or a connection class that overrides ``send_packed_command`` (a
-    caller's instrumentation) takes redis-py's timed path."""
-    if not _write_now(conn, packed):
-        await conn.send_packed_command(packed)
-        return
-    await _drain(conn)
-
-
 def _write_now(conn: AbstractConnection, packed: bytes) -> bool:
-    """Hand ``packed`` to ``conn``'s transport at once, where :func:`_send` may (a stock
-    connection whose buffer is empty); False, having written nothing, where it may not."""
+    """Hand ``packed`` to ``conn``'s transport at once (a stock connection whose buffer
+    is empty); False, having written nothing, where it may not: then redis-py's
+    ``send_packed_command`` sends it. redis-py wraps every send in ``asyncio.wait_for`` (a
+    task per command when ``socket_timeout`` is set, as by default); a write the kernel
+    takes at once needs no wait, so it goes to the stream's transport directly (redis-py
+    8.1's ``_writer``), and only a write left buffered (:func:`_unsent`, :func:`_drain`),
+    a connection with health checks, or a connection class that overrides
+    ``send_packed_command`` (a caller's instrumentation) takes redis-py's timed path."""
     writer = getattr(conn, "_writer", None)
     if (
         type(conn).send_packed_command is not _STOCK_SEND
@@ -925,6 +948,15 @@ def _write_now(conn: AbstractConnection, packed: bytes) -> bool:
         return False
     writer.write(packed)
     return True
+
+
+def _unsent(conn: AbstractConnection) -> bool:
+    """Whether :func:`_write_now` left bytes in ``conn``'s transport (:func:`_drain` waits
+    for them)."""
+    writer = getattr(conn, "_writer", None)
+    return isinstance(writer, asyncio.StreamWriter) and bool(
+        writer.transport.get_write_buffer_size()
+    )
 
 
 async def _drain(conn: AbstractConnection) -> None:
@@ -969,19 +1001,100 @@ def _clean(conn: AbstractConnection) -> bool:
     )
 
 
+class _Read:
+    """One read of the lane in progress: its task, when it must end (loop time), and
+    whether :class:`_Deadlines` cancelled it for passing that time."""
+
+    __slots__ = ("cancelling", "deadline", "expired", "task")
+
+    def __init__(self, task: asyncio.Task[Any], deadline: float) -> None:
+        self.task = task
+        self.deadline = deadline
+        self.expired = False
+        self.cancelling = task.cancelling()
+
+
+class _Deadlines:
+    """The deadlines of a lane's reads on one event loop, watched by one timer.
+
+    Why not ``asyncio.timeout`` per read: it cost ~42k instructions a round trip (a timer
+    pushed on the loop's heap and cancelled, two coroutines for the context manager),
+    against ~57k for the bare asyncio write and read (callgrind,
+    ``bench/redis_lane_roundtrip.py``, issue #8). Here a read only notes its deadline
+    (:meth:`enter`, :meth:`leave`; ~12k); the one timer is armed at the earliest deadline
+    and left armed when reads end: when it fires it cancels the tasks of the reads whose
+    deadline it was armed for or passed, as asyncio's timeout would at that moment, and
+    re-arms for the earliest deadline still ahead. The cancelled read turns the
+    cancellation into a timeout as ``asyncio.timeout`` does (:meth:`expired`).
+    """
+
+    __slots__ = ("_at", "_reads", "_timer", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._reads: set[_Read] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._at = 0.0
+
+    def enter(self, limit: float) -> _Read:
+        """Note a read of the running task that must end within ``limit`` seconds."""
+        task = asyncio.current_task(self.loop)
+        assert task is not None  # the lane's reads run in tasks
+        read = _Read(task, self.loop.time() + limit)
+        self._reads.add(read)
+        if self._timer is None or read.deadline < self._at:
+            self._arm(read.deadline)
+        return read
+
+    def leave(self, read: _Read) -> None:
+        self._reads.discard(read)
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._at = at
+        self._timer = self.loop.call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        due = max(self._at, self.loop.time())
+        ahead: float | None = None
+        for read in list(self._reads):
+            if read.deadline <= due:
+                self._reads.discard(read)
+                read.expired = True
+                read.task.cancel()
+            elif ahead is None or read.deadline < ahead:
+                ahead = read.deadline
+        if ahead is not None:
+            self._arm(ahead)
+
+    @staticmethod
+    def expired(read: _Read | None) -> bool:
+        """Whether a cancellation that reached ``read`` is its timeout's own (then undone, as
+        ``asyncio.timeout`` undoes it: the caller raises a timeout instead), not a cancel
+        request from elsewhere, which must go on."""
+        if read is None or not read.expired:
+            return False
+        return read.task.uncancel() <= read.cancelling
+
+
 async def _read_replies(
-    conn: AbstractConnection, count: int, calls: Sequence[_Queued] = ()
+    conn: AbstractConnection,
+    count: int,
+    calls: Sequence[_Queued] = (),
+    deadlines: _Deadlines | None = None,
 ) -> list[Any]:
     """``count`` replies of ``conn`` read straight from its hiredis reader (redis-py arms
     a timeout per reply: a timer, a context manager and three layers of calls each). As
     :meth:`Connection.read_response`: no reply waited for longer than ``socket_timeout``
-    (one timer, moved on only when a read is needed after replies came in, so a
-    coalesced write of many slow calls is not cut off as a whole); an error reply is its
-    command's result (a :class:`ResponseError`), a connection error reply (``LOADING``)
-    raises, a RESP3 push message goes to the parser's handler and is not a reply; a
-    timeout, a failed read or a cancellation disconnects it, and a closed stream raises
-    redis-py's ``ConnectionError``. ``calls``: the coalesced calls the replies answer,
-    each given its own as soon as they are read (:class:`_Handout`)."""
+    (one deadline in ``deadlines``, the lane's, moved on only when a read is needed after
+    replies came in, so a coalesced write of many slow calls is not cut off as a whole);
+    an error reply is its command's result (a :class:`ResponseError`), a connection error
+    reply (``LOADING``) raises, a RESP3 push message goes to the parser's handler and is
+    not a reply; a timeout, a failed read or a cancellation disconnects it, and a closed
+    stream raises redis-py's ``ConnectionError``. ``calls``: the coalesced calls the
+    replies answer, each given its own as soon as they are read (:class:`_Handout`)."""
     parser = cast(Any, conn._parser)
     reader, stream, size = parser._reader, parser._stream, parser._read_size
     replies: list[Any] = []
@@ -990,33 +1103,40 @@ async def _read_replies(
         handout = _Handout(calls)
         handout.read(replies)
     limit = conn.socket_timeout
-    clock = asyncio.get_running_loop().time
+    if deadlines is None:
+        deadlines = _Deadlines(asyncio.get_running_loop())
+    read = None if limit is None else deadlines.enter(limit)
     try:
-        async with asyncio.timeout(limit) as scope:
-            armed = 0  # replies read when the timer was last set
-            while len(replies) < count:
-                reply = reader.gets()
-                if reply is _NOT_ENOUGH_DATA:
-                    if limit is not None and len(replies) > armed:
-                        scope.reschedule(clock() + limit)  # a new reply is being waited for
-                        armed = len(replies)
-                    buffer = await stream.read(size)
-                    if not buffer:
-                        raise RedisConnectionError("Connection closed by server.")
-                    reader.feed(buffer)
-                    continue
-                if _PUSH is not None and isinstance(reply, _PUSH):
-                    # RESP3 out-of-band message: redis-py's handler, then read on.
-                    await parser.handle_push_response(reply)
-                    continue
-                if isinstance(reply, RedisConnectionError) or (
-                    type(reply) is list and reply and isinstance(reply[0], RedisConnectionError)
-                ):
-                    raise reply if isinstance(reply, RedisConnectionError) else reply[0]
-                replies.append(reply)
-                if handout is not None:
-                    handout.read(replies)
-    except TimeoutError as exc:  # asyncio's timeout (builtins.TimeoutError since 3.11)
+        armed = 0  # replies read when the deadline was last set
+        while len(replies) < count:
+            reply = reader.gets()
+            if reply is _NOT_ENOUGH_DATA:
+                if limit is not None and read is not None and len(replies) > armed:
+                    read.deadline = deadlines.loop.time() + limit  # a new reply is awaited
+                    armed = len(replies)
+                buffer = await stream.read(size)
+                if not buffer:
+                    raise RedisConnectionError("Connection closed by server.")
+                reader.feed(buffer)
+                continue
+            if _PUSH is not None and isinstance(reply, _PUSH):
+                # RESP3 out-of-band message: redis-py's handler, then read on.
+                await parser.handle_push_response(reply)
+                continue
+            if isinstance(reply, RedisConnectionError) or (
+                type(reply) is list and reply and isinstance(reply[0], RedisConnectionError)
+            ):
+                raise reply if isinstance(reply, RedisConnectionError) else reply[0]
+            replies.append(reply)
+            if handout is not None:
+                handout.read(replies)
+    except asyncio.CancelledError as exc:
+        timed_out = _Deadlines.expired(read)
+        await conn.disconnect(nowait=True)
+        if timed_out:
+            raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from exc
+        raise
+    except TimeoutError as exc:  # a socket's own timeout (builtins.TimeoutError)
         await conn.disconnect(nowait=True)
         raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from exc
     except OSError as exc:
@@ -1027,6 +1147,9 @@ async def _read_replies(
     except BaseException:
         await conn.disconnect(nowait=True)
         raise
+    finally:
+        if read is not None:
+            deadlines.leave(read)
     return replies
 
 
