@@ -1134,7 +1134,12 @@ async def _read_replies(
         timed_out = _Deadlines.expired(read)
         await conn.disconnect(nowait=True)
         if timed_out:
-            raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from exc
+            # As before: redis-py's timeout caused by asyncio's TimeoutError, itself
+            # caused by the cancellation (what ``asyncio.timeout`` raises), not a
+            # CancelledError as the cause (read as a cancellation up the chain).
+            timeout = TimeoutError()
+            timeout.__cause__ = timeout.__context__ = exc
+            raise RedisTimeoutError(f"Timeout reading from {conn._host_error()}") from timeout
         raise
     except TimeoutError as exc:  # a socket's own timeout (builtins.TimeoutError)
         await conn.disconnect(nowait=True)
