@@ -28,16 +28,20 @@ queued (at most about :data:`MAX_BATCH`) at once. Calls made during one turn of 
 loop arrive as one list (:meth:`Worker.enqueue`, fed by the engine's outbox in
 :mod:`~tiermem.store.backends.sqlite._connection`): one wake-up of the thread for them all,
 and one batch, where calls handed over one by one each woke the thread, which took them
-one at a time. Its writes share one ``BEGIN IMMEDIATE …
-COMMIT``, each inside its own ``SAVEPOINT``: an operation that raises rolls back only its
-own changes and fails only its own caller. Every caller of the batch learns its outcome
-after the ``COMMIT``, so no write is acknowledged before it is committed. Should the
-transaction itself fail (the ``COMMIT``, or an error after which SQLite rolled the whole
-transaction back), nothing of the batch was written, and each of its other writes runs
-again alone, in its own transaction: one operation can never make another fail. A lone
-write runs without a savepoint. The batch's reads need no write lock (WAL): those queued
-before its first write share one read transaction ahead of the writes, those queued after
-one share another after the commit, so a read always sees every write queued before it.
+one at a time. Its writes share one ``BEGIN IMMEDIATE … COMMIT``. An operation that raises
+rolls back only its own changes and fails only its own caller: the writes first run
+without savepoints (two statements each, and every statement on this thread hands the GIL
+to the event loop and waits to get it back), and should one raise, the transaction is
+rolled back and the batch runs again with each write inside its own ``SAVEPOINT`` (so a
+raise costs the batch a second run: writes rarely raise). Every caller of the batch learns
+its outcome after the ``COMMIT``, so no write is acknowledged before it is committed.
+Should the transaction itself fail (the ``COMMIT``, or an error after which SQLite rolled
+the whole transaction back), nothing of the batch was written, and each of its other
+writes runs again alone, in its own transaction: one operation can never make another
+fail. A lone write runs without a savepoint. The batch's reads need no write lock (WAL):
+those queued before its first write share one read transaction ahead of the writes, those
+queued after one share another after the commit, so a read always sees every write queued
+before it.
 Outcomes reach each event loop in one wake-up per batch, not one per call: with many
 sessions writing at once, the commit, the thread hand-off and the wake-up are shared.
 
@@ -572,6 +576,52 @@ class Worker:
             call.succeed(value)
 
     def _run_group(self, conn: sqlite3.Connection, calls: list[Call]) -> None:
+        """Many writes in one transaction, at first without savepoints: each costs two
+        statements, and every statement on this thread hands the GIL to the event loop and
+        waits to get it back. Should one write raise, the transaction is rolled back and
+        the batch runs again with a savepoint per write (:meth:`_run_group_guarded`), so
+        that write still fails alone. Writes rarely raise (a conflict, a turn too large),
+        and running an operation again is safe: it is what a lost transaction does too."""
+        try:
+            lock = self._begin_write(conn)
+        except BaseException as exc:  # noqa: BLE001 -- every caller gets it
+            for call in calls:
+                call.fail(self.error(exc))
+            return
+        done: list[tuple[Call, object]] = []
+        raised = False
+        lost: BaseException | None = None
+        try:
+            for call in calls:
+                try:
+                    value = call.operation(conn)
+                except BaseException:  # noqa: BLE001 -- run again below, where it fails alone
+                    raised = True
+                    break
+                done.append((call, value))
+            if raised:
+                if conn.in_transaction:
+                    conn.rollback()
+            else:
+                conn.execute("COMMIT")
+        except BaseException as exc:  # noqa: BLE001 -- settled below, call by call
+            rollback(conn, exc)
+            lost = exc
+        finally:
+            lock.release()
+        if raised and lost is None:
+            self._run_group_guarded(conn, calls)
+        elif lost is not None:
+            # Nothing of the batch is written (the COMMIT failed, or the rollback): each
+            # write runs again on its own, so one cannot make another fail.
+            for call in calls:
+                if not call.settled:
+                    self._run_alone(conn, call)
+        else:
+            for call, value in done:
+                call.succeed(value)
+
+    def _run_group_guarded(self, conn: sqlite3.Connection, calls: list[Call]) -> None:
         """Many writes in one transaction, each in its own savepoint."""
         try:
             lock = self._begin_write(conn)
