@@ -156,6 +156,12 @@ GIL passed to and fro while the thread writes: about 600 µs of the thread's CPU
 upsert, ``bench/turns.py``), and held the file's write lock meanwhile, which sent the
 next append to the thread too."""
 
+_KEYS_PER_STATEMENT = 256
+"""Documents one lookup of stored copies names at most (two parameters each, padded to a
+power of two: under SQLite's historical limit of 999 parameters)."""
+_USERS_PER_STATEMENT = 256
+"""Users one update of the statistics names at most (three parameters each)."""
+
 _Row = tuple[IndexedDoc, str, int, bytes | None, int, int, int | None]
 """doc, space-separated tokens, length, packed unit vector, dimensions, created_at µs,
 expires_at µs."""
@@ -571,13 +577,22 @@ def _chunks(rows: list[_Row]) -> list[tuple[list[_Row], bool]]:
 
 def _add_to_users(conn: sqlite3.Connection, added: dict[str, list[int]]) -> None:
     """Add the documents and lengths counted in ``added`` (user → [docs, length]) to the
-    users' statistics, and empty it."""
-    for user_id, (docs, length) in added.items():
+    users' statistics, and empty it: one statement for every user (a chunk written on the
+    worker thread holds the turns of many sessions, so of many users), not one each."""
+    if not added:
+        return
+    users = list(added.items())
+    for start in range(0, len(users), _USERS_PER_STATEMENT):
+        group = users[start : start + _USERS_PER_STATEMENT]
+        values = ", ".join(["(?, ?, ?)"] * len(group))
+        # Only placeholders are joined into the statement. "WHERE true" keeps the parser
+        # from reading ON CONFLICT as part of the SELECT's join.
         conn.execute(
-            "INSERT INTO recall_users (user_id, docs, total_length) VALUES (?, ?, ?) "
-            "ON CONFLICT (user_id) DO UPDATE SET docs = docs + excluded.docs, "
+            "INSERT INTO recall_users (user_id, docs, total_length) "  # noqa: S608
+            f"SELECT column1, column2, column3 FROM (VALUES {values}) "
+            "WHERE true ON CONFLICT (user_id) DO UPDATE SET docs = docs + excluded.docs, "
             "total_length = total_length + excluded.total_length",
-            (user_id, docs, length),
+            [value for user_id, (docs, length) in group for value in (user_id, docs, length)],
         )
     added.clear()
 
@@ -592,25 +607,27 @@ def _apply_vector_writes(cache: VectorCache, rows: Sequence[_Row]) -> None:
 
 
 def _held_docs(conn: sqlite3.Connection, chunk: Sequence[_Row]) -> dict[tuple[str, str], _Held]:
-    """The stored copies of the chunk's documents, by (user id, doc id): one statement per
-    user (a chunk is mostly one user's) instead of one per document."""
-    wanted: dict[str, list[str]] = {}
-    for row in chunk:
-        wanted.setdefault(row[0].user_id, []).append(row[0].doc_id)
+    """The stored copies of the chunk's documents, by (user id, doc id): one statement for
+    up to :data:`_KEYS_PER_STATEMENT` documents of any users (a chunk written on the worker
+    thread holds many sessions' turns, so many users), not one per user or document."""
+    keys = list(dict.fromkeys((row[0].user_id, row[0].doc_id) for row in chunk))
     held: dict[tuple[str, str], _Held] = {}
-    for user_id, doc_ids in wanted.items():
-        # Padded to a power of two (repeating an id) so that a few statement texts serve
-        # every chunk size; only placeholders are joined into it. CROSS JOIN: each
-        # document by its key first, then its full-text row by rowid.
-        size = 1 << (len(doc_ids) - 1).bit_length()
-        bound = doc_ids + doc_ids[-1:] * (size - len(doc_ids))
+    for start in range(0, len(keys), _KEYS_PER_STATEMENT):
+        group = keys[start : start + _KEYS_PER_STATEMENT]
+        # Padded to a power of two (repeating a key) so that a few statement texts serve
+        # every chunk size; only placeholders are joined into it. CROSS JOIN fixes the
+        # loop order: each wanted key, then its document by the (user_id, doc_id) index,
+        # then its full-text row by rowid.
+        size = 1 << (len(group) - 1).bit_length()
+        bound = group + group[-1:] * (size - len(group))
         rows = conn.execute(
-            "SELECT d.doc_id, d.id, d.length, f.tokens FROM recall_docs AS d "  # noqa: S608
-            "CROSS JOIN recall_fts AS f ON f.rowid = d.id "
-            f"WHERE d.user_id = ? AND d.doc_id IN ({', '.join('?' * size)})",
-            (user_id, *bound),
+            "SELECT w.column1, w.column2, d.id, d.length, f.tokens "  # noqa: S608
+            f"FROM (VALUES {', '.join(['(?, ?)'] * size)}) AS w "
+            "CROSS JOIN recall_docs AS d ON d.user_id = w.column1 AND d.doc_id = w.column2 "
+            "CROSS JOIN recall_fts AS f ON f.rowid = d.id",
+            [part for key in bound for part in key],
         )
-        for doc_id, rowid, length, tokens in rows:
+        for user_id, doc_id, rowid, length, tokens in rows:
             held[(user_id, doc_id)] = (int(rowid), int(length), str(tokens))
     return held
 
