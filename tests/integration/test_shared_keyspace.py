@@ -309,7 +309,7 @@ async def test_sqlite_file_at_migration_3_gets_the_shared_table(tmp_path: Path) 
     finally:
         await hot.aclose()
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) >= 4
 
 
 async def test_sqlite_long_expired_shared_blobs_are_collected(tmp_path: Path) -> None:

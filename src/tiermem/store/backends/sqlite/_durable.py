@@ -10,7 +10,14 @@ A session whose lifetime has passed reads as absent (its turns expired with it).
 write to its id starts it afresh: it drops the old records, keys and owner in the same
 transaction, and keeps the next index, so a dead session's turns awaiting collection never
 share an index with new ones. Collection (:meth:`SQLiteDurableStore._collect_garbage`)
-removes it for good once ``gc_grace`` has passed too.
+removes it for good once ``gc_grace`` has passed too. It finds dead sessions by
+``collect_at_us``, a lower bound of the lifetime (NULL only when the lifetime is forever
+too), not by the lifetime itself: an append raises a live session's lifetime, and
+indexing the lifetime moved the session's index entry on every append, one more page per
+commit. A live session's lifetime only grows, so its writes leave the bound alone; a new
+session's or a dead one's started afresh sets it no higher than the lifetime; and the
+collector raises the bound of a session it finds still alive to the lifetime (NULL when
+that is forever), so each session costs it at most one such look per lifetime extension.
 
 Statements per operation, all in one transaction (one call to the worker thread, whose
 group commit may share the transaction with other calls: see
@@ -164,6 +171,43 @@ _APPEND_READ_ENTITIES = (  # bound: the key, ENTITIES_RECORD, the session id
     "LEFT JOIN session_records AS r ON r.session_id = s.session_id AND r.kind = ? "
     "WHERE s.session_id = ?"
 )
+
+
+_LOWER_COLLECT_AT = (
+    "collect_at_us = CASE WHEN collect_at_us IS NULL OR collect_at_us > excluded.expires_at_us "
+    "THEN excluded.expires_at_us ELSE collect_at_us END"
+)
+"""Keeps ``collect_at_us`` a lower bound of ``expires_at_us`` (module docstring) when a
+write may lower the lifetime or give one to a session that had none: a new header, or a
+dead session's started afresh. Any statement naming it rewrites the collection index's
+entry, so the common write, to a live session (whose lifetime only grows), leaves it out."""
+_UPSERT_LIVE_HEADER = (
+    "INSERT INTO sessions (session_id, next_index, expires_at_us, collect_at_us) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+    "next_index = excluded.next_index, expires_at_us = excluded.expires_at_us"
+)
+"""An append's header write when the session is live: its lifetime only grew, so the
+lower bound holds (the values bind the insert, which a live session never takes)."""
+_UPSERT_NEW_HEADER = (
+    "INSERT INTO sessions (session_id, next_index, expires_at_us, collect_at_us) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+    "next_index = excluded.next_index, expires_at_us = excluded.expires_at_us, " + _LOWER_COLLECT_AT
+)
+"""An append's header write for a new session or a dead one started afresh."""
+_RECORD_HEADER = (
+    "INSERT INTO sessions (session_id, next_index, expires_at_us, collect_at_us) "
+    "VALUES (?, 0, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+    "expires_at_us = excluded.expires_at_us, " + _LOWER_COLLECT_AT
+)
+"""``put_record``'s header write."""
+_CLAIM_HEADER = (  # constants only
+    "INSERT INTO sessions (session_id, next_index, expires_at_us, collect_at_us, user_id, "  # noqa: S608
+    "created_at_us, ref) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET expires_at_us = excluded.expires_at_us, "
+    "user_id = excluded.user_id, created_at_us = excluded.created_at_us, ref = excluded.ref, "
+    + _LOWER_COLLECT_AT
+)
+"""``register_session``'s header write when it claims the session."""
 
 
 @dataclass(frozen=True)
@@ -418,13 +462,25 @@ class SQLiteDurableStore:
             (now_us, _GC_BATCH),
         )
         dead_before_us = now_us - self._gc_grace_us
-        dead = conn.execute(
-            "SELECT session_id FROM sessions WHERE expires_at_us <= ? "
-            "ORDER BY expires_at_us LIMIT ?",
-            (dead_before_us, _GC_SESSIONS),
-        ).fetchall()
+        # Candidates by collect_at_us, a lower bound of the lifetime (module docstring):
+        # those found still alive get it raised to their lifetime (NULL: forever), which
+        # takes them out of the way until then.
+        dead: list[str] = []
+        for session_id, lifetime_us in conn.execute(
+            "SELECT session_id, expires_at_us FROM sessions WHERE collect_at_us <= ? "
+            "ORDER BY collect_at_us LIMIT ?",
+            (dead_before_us, 2 * _GC_SESSIONS),
+        ).fetchall():
+            if lifetime_us is not None and lifetime_us <= dead_before_us:
+                if len(dead) < _GC_SESSIONS:
+                    dead.append(session_id)
+            else:
+                conn.execute(
+                    "UPDATE sessions SET collect_at_us = expires_at_us WHERE session_id = ?",
+                    (session_id,),
+                )
         budget = dict.fromkeys(_SESSION_CHILDREN, _GC_BATCH)
-        for (session_id,) in dead:
+        for session_id in dead:
             emptied = True
             for child in _SESSION_CHILDREN:
                 table, key = child
@@ -501,10 +557,8 @@ class SQLiteDurableStore:
                 rows,
             )
             conn.execute(
-                "INSERT INTO sessions (session_id, next_index, expires_at_us) VALUES (?, ?, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET next_index = excluded.next_index, "
-                "expires_at_us = excluded.expires_at_us",
-                (session_id, start + len(indexed), lifetime_us),
+                _UPSERT_LIVE_HEADER if live else _UPSERT_NEW_HEADER,
+                (session_id, start + len(indexed), lifetime_us, lifetime_us),
             )
             if idempotency_key is not None:
                 conn.execute(
@@ -620,16 +674,14 @@ class SQLiteDurableStore:
             if header is not None and not live:
                 _start_afresh(conn, session_id)
             # Free (never registered, dead, or written to before its registration): claim it.
+            lifetime_us = _lifetime_after(header, now_us, expires_at_us)
             conn.execute(
-                "INSERT INTO sessions (session_id, next_index, expires_at_us, user_id, "
-                "created_at_us, ref) VALUES (?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET expires_at_us = excluded.expires_at_us, "
-                "user_id = excluded.user_id, created_at_us = excluded.created_at_us, "
-                "ref = excluded.ref",
+                _CLAIM_HEADER,
                 (
                     session_id,
                     header.next_index if header else 0,
-                    _lifetime_after(header, now_us, expires_at_us),
+                    lifetime_us,
+                    lifetime_us,
                     ref.user_id,
                     created_at_us,
                     ref.model_dump_json(),
@@ -737,9 +789,8 @@ class SQLiteDurableStore:
             )
             _upsert_record(conn, session_id, record)
             conn.execute(
-                "INSERT INTO sessions (session_id, next_index, expires_at_us) VALUES (?, 0, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET expires_at_us = excluded.expires_at_us",
-                (session_id, lifetime_us),
+                _RECORD_HEADER,
+                (session_id, lifetime_us, lifetime_us),
             )
             self._collect_garbage(conn, now_us)
             return record

@@ -218,11 +218,27 @@ _V4_HOT_SHARED = (
     "WHERE expires_at_us IS NOT NULL",
 )
 
+_V5_SESSION_COLLECTION = (
+    # Issue #8: an append raises its session's lifetime, and an index on expires_at_us
+    # moved the session's entry in it on every append (one more page written per commit).
+    # Collection finds dead sessions by collect_at_us instead: a lower bound of
+    # expires_at_us (NULL only when it is NULL), which an append leaves alone since a live
+    # session's lifetime only grows; the collector raises it when it finds the session
+    # still alive (see SQLiteDurableStore._collect_garbage).
+    "ALTER TABLE sessions ADD COLUMN collect_at_us INTEGER",
+    "UPDATE sessions SET collect_at_us = expires_at_us",
+    "DROP INDEX sessions_by_expiry",
+    # Partial: sessions that live forever are never collected.
+    "CREATE INDEX sessions_by_collection ON sessions (collect_at_us) "
+    "WHERE collect_at_us IS NOT NULL",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     _V1_HOT + _V1_DURABLE,
     _V2_DROP_MEMORIES_FTS,
     _V3_SESSION_HEADERS,
     _V4_HOT_SHARED,
+    _V5_SESSION_COLLECTION,
 )
 """Migration n is ``MIGRATIONS[n - 1]``: statements run in order, in one transaction."""
 
