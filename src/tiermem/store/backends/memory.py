@@ -735,8 +735,7 @@ class MemoryDurableStore:
         header = self._header(session_id, now)
         if key is not None and header is not None and key in header.keys:
             start, count = header.keys[key]
-            visible = self._visible(session_id, now)
-            return [visible[i] for i in range(start, start + count) if i in visible], True
+            return self._live_range(session_id, start, start + count, now), True
         start = self._next_index(session_id)
         if first_index is not None and first_index != start:
             raise ConflictError(
@@ -841,10 +840,55 @@ class MemoryDurableStore:
         with self._lock:
             return self._next_index(session_id)
 
-    def _visible(self, session_id: str, now: datetime) -> dict[int, Turn]:
-        archive = self._turns.get(session_id, {})
-        expiry = self._turn_expiry.get(session_id, {})
-        return {i: archive[i] for i, exp in expiry.items() if is_live(exp, now)}
+    def _live_range(
+        self, session_id: str, start: int, end: int | None, now: datetime
+    ) -> list[Turn]:
+        """The session's live turns with ``start <= index < end``, by index: O(the range),
+        not O(the session) (the summary passes read a few recent turns of long sessions)."""
+        archive = self._turns.get(session_id)
+        if not archive:
+            return []
+        expiry = self._turn_expiry[session_id]
+        stop = self._next_index(session_id)  # above every archived index
+        if end is not None and end < stop:
+            stop = end
+        if stop - start > len(archive):  # collected turns leave gaps: walk what is held
+            return [
+                archive[i] for i in sorted(archive) if start <= i < stop and is_live(expiry[i], now)
+            ]
+        found: list[Turn] = []
+        for i in range(start, stop):
+            turn = archive.get(i)
+            if turn is not None and is_live(expiry[i], now):
+                found.append(turn)
+        return found
+
+    def _live_tail(self, session_id: str, count: int, now: datetime) -> list[Turn]:
+        """The session's last ``count`` live turns, by index, read from the newest back."""
+        archive = self._turns.get(session_id)
+        if not archive or count <= 0:
+            return []
+        expiry = self._turn_expiry[session_id]
+        held = len(archive)
+        top = self._next_index(session_id)
+        if top > 2 * held + count:  # mostly gaps (collected turns): walk what is held
+            live = [i for i in sorted(archive) if is_live(expiry[i], now)]
+            return [archive[i] for i in live[-count:]]
+        found: list[Turn] = []
+        seen = 0
+        for i in range(top - 1, -1, -1):
+            turn = archive.get(i)
+            if turn is None:
+                continue
+            seen += 1
+            if is_live(expiry[i], now):
+                found.append(turn)
+                if len(found) == count:
+                    break
+            if seen == held:
+                break
+        found.reverse()
+        return found
 
     async def get_turn(self, session_id: str, index: int) -> Turn:
         validate_id(session_id, what="session_id")
@@ -862,16 +906,14 @@ class MemoryDurableStore:
         validate_id(session_id, what="session_id")
         check_range(start, end)
         with self._lock:
-            visible = self._visible(session_id, self._clock.now())
-        return [visible[i] for i in sorted(visible) if i >= start and (end is None or i < end)]
+            return self._live_range(session_id, start, end, self._clock.now())
 
     async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
         validate_id(session_id, what="session_id")
         if count < 0:
             raise ValidationError(f"count must be >= 0, got {count}")
         with self._lock:
-            visible = self._visible(session_id, self._clock.now())
-        return [visible[i] for i in sorted(visible)[-count:]] if count else []
+            return self._live_tail(session_id, count, self._clock.now())
 
     async def redact_turn(self, session_id: str, index: int) -> Turn:
         turn = await self.get_turn(session_id, index)
