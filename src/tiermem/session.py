@@ -24,7 +24,7 @@ from tiermem.clock import Clock
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
 from tiermem.extraction.turn_analysis import LARGE_TURN_CHARS, TurnAnalysis
 from tiermem.longterm.recall import turn_docs
-from tiermem.longterm.text import doc_terms
+from tiermem.longterm.text import text_term_counts
 from tiermem.models import (
     ActiveEntity,
     ContentBlock,
@@ -278,7 +278,8 @@ class Session:
             await self._service.background.submit_batched(
                 self.user_id, self.id, AFTER_APPEND, after
             )
-        await self._queue_summary(stored)
+        if self._service.auto_summarize:
+            await self._queue_summary(stored)
         return stored
 
     def _index_docs(self, appends: Sequence[_AfterAppend]) -> list[IndexedDoc]:
@@ -286,15 +287,23 @@ class Session:
         from the text each turn's analysis normalised (its terms too, for a large turn:
         counted in the worker thread); one call for all of them."""
         turns: list[Turn] = []
-        terms: list[Mapping[str, int] | None] = []
+        terms: list[dict[str, int] | None] = []
         for append in appends:
             turns += append.turns
+            # Fresh counts, given away to the documents (no copy, no type check there).
             terms += [
-                None if a is None else (a.terms if a.terms is not None else doc_terms(a.text))
+                None
+                if a is None
+                else (dict(a.terms) if a.terms is not None else text_term_counts(a.text))
                 for a in append.analyses
             ]
         return turn_docs(
-            self.user_id, self.id, turns, expires_at=self._tiers.durable_expiry(), terms=terms
+            self.user_id,
+            self.id,
+            turns,
+            expires_at=self._tiers.durable_expiry(),
+            terms=terms,
+            owned_terms=True,
         )
 
     async def _detect_logged(self, turns: Sequence[Turn], texts: Sequence[TurnText | None]) -> None:

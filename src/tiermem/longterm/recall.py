@@ -143,10 +143,14 @@ def turn_docs(
     embeddings: Sequence[Sequence[float] | None] | None = None,
     expires_at: datetime | None = None,
     terms: Sequence[Mapping[str, int] | None] | None = None,
+    owned_terms: bool = False,
 ) -> list[IndexedDoc]:
     """Index documents of archived turns (episodic recall); redacted and empty turns are
     left out. ``embeddings``, when given, are the turns' vectors in the same order;
     ``terms`` their term frequencies, when the turn analysis computed them already.
+    ``owned_terms``: each of ``terms`` is a fresh ``dict`` of ``str`` → ``int`` that the
+    caller gives away (:func:`~tiermem.longterm.text.text_term_counts`): the documents take
+    it as it is, the date terms added, instead of a checked copy.
 
     ``expires_at`` is the turns' retention, the ``expires_at`` their durable append was
     given (the session tier's ``durable_ttl`` after the write; None: kept forever): the
@@ -186,12 +190,18 @@ def turn_docs(
         if turn.redacted or not text or text.isspace() or text == REDACTED_TEXT:
             continue
         vector = embeddings[i] if embeddings is not None else None
-        counted = terms[i] if terms is not None else None
+        given = terms[i] if terms is not None else None
         # Dated: the turn's day, week and month, and the dates it mentions resolved
         # against its own timestamp ("yesterday" said on 10 March is 9 March), as tags.
         dates = tuple(turn_date_terms(text, turn.timestamp))
-        if counted is not None:
-            counted = dict(counted)
+        counted: dict[str, int] | None = None
+        checked = True  # the counts are str -> int (fresh counts given away are)
+        if given is not None:
+            if owned_terms and type(given) is dict:
+                counted = given
+            else:
+                counted = dict(given)
+                checked = _plain_terms(counted)
             count_terms(counted, dates)  # counted[term] = counted.get(term, 0) + 1
         values: dict[str, object] = {
             "user_id": user_id,
@@ -204,7 +214,7 @@ def turn_docs(
             "expires_at": expires_utc,
             "terms": counted,
         }
-        trusted = plain_ids and vector is None and (counted is None or _plain_terms(counted))
+        trusted = plain_ids and vector is None and checked
         docs.append(trusted_doc(values) if trusted else IndexedDoc(**values))
     return docs
 

@@ -184,6 +184,15 @@ def doc_terms(text: str | TurnText, tags: Iterable[str] = ()) -> Counter[str]:
     return counts
 
 
+def text_term_counts(text: str | TurnText) -> dict[str, int]:
+    """:func:`doc_terms` of a text without tags, as a plain dict (what
+    :attr:`~tiermem.longterm.index.IndexedDoc.terms` holds): a fresh one the caller may
+    give away (:func:`~tiermem.longterm.recall.turn_docs` ``owned_terms``)."""
+    counts: dict[str, int] = {}
+    count_terms(counts, _terms(text))
+    return counts
+
+
 def _count_elements_py(counts: MutableMapping[str, int], terms: Iterable[str]) -> None:
     """What ``collections._count_elements`` does, for an interpreter without it."""
     get = counts.get
