@@ -129,6 +129,14 @@ class _Lane:
             self._admitted -= 1
         self.put_nowait(entry)
 
+    def try_put(self, entry: _Entry) -> bool:
+        """Append the entry if there is room and no writer waits for room; else False
+        (then :meth:`put` waits its turn)."""
+        if self._line or self._room() <= 0:
+            return False
+        self.put_nowait(entry)
+        return True
+
     def put_nowait(self, entry: _Entry | None) -> None:
         """Append an entry (no bound: :meth:`put` checked it; None stops the worker)."""
         self._entries.append(entry)
@@ -180,6 +188,7 @@ class BackgroundWork:
         self._lingering: set[asyncio.Future[None]] = set()
         self._waiting = 0  # callers in wait_for/drain: no batch lingers meanwhile
         self._beside: set[asyncio.Task[None]] = set()  # jobs run by submit_beside
+        self._lane_of: dict[str, _Lane] = {}  # a session's lane (a hash of its id), kept
 
     @property
     def pending(self) -> int:
@@ -250,8 +259,16 @@ class BackgroundWork:
             self._start()
         self._track(entry)
         done = entry.done
+        lane = self._lane_of.get(entry.session_id)
+        if lane is None:
+            if len(self._lane_of) >= _LANES_KEPT:
+                self._lane_of.clear()
+            lane = self._lane_of[entry.session_id] = self._lanes[
+                zlib.crc32(entry.session_id.encode()) % self._workers
+            ]
         try:
-            await self._lanes[zlib.crc32(entry.session_id.encode()) % self._workers].put(entry)
+            if not lane.try_put(entry):  # most puts find room: no coroutine to run
+                await lane.put(entry)
         except BaseException:
             done.cancel()  # never queued (the submitter was cancelled): nothing to wait for
             self._forget(entry)
@@ -404,6 +421,11 @@ class BackgroundWork:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._tasks.clear()
             self._lanes.clear()
+            self._lane_of.clear()
+
+
+_LANES_KEPT = 4_096
+"""Sessions whose lane :class:`BackgroundWork` keeps (a full table is emptied)."""
 
 
 async def _settle(futures: set[asyncio.Future[None]]) -> None:

@@ -247,7 +247,12 @@ class RuleImportanceScorer:
                 return self._acknowledgement_score
             return self._greeting_score
         window = read.view.folded[: self.DENSITY_WINDOW_CHARS]
-        return ImportanceScore(self._density(window, entities), "density")
+        # Clamped to the rules' bounds, which are checked to lie in [0, 1]: built without
+        # ``__post_init__``'s checks (most turns are scored by density).
+        score = _new(ImportanceScore)
+        _set(score, "score", self._density(window, entities))
+        _set(score, "reason", "density")
+        return score
 
     def _is_only_social(self, said: TextView) -> bool:
         # True when the text has a social cue and little else: "thanks so much!", "またね".
@@ -277,6 +282,9 @@ class RuleImportanceScorer:
         score = rules.density_floor + (rules.density_ceiling - rules.density_floor) * d
         return min(max(score, rules.density_floor), rules.density_ceiling)
 
+
+_new = object.__new__
+_set = object.__setattr__
 
 _DEFAULT_SCORER = RuleImportanceScorer()
 

@@ -30,6 +30,8 @@ def validate_id(value: object, *, what: str) -> str:
         ValidationError: if it is not a non-empty string of at most 256 characters without
             control characters.
     """
+    if type(value) is str and value in _VALID:
+        return value  # checked before: every store call of a session checks its id again
     if not isinstance(value, str):
         raise ValidationError(f"{what} must be a string, got {type(value).__name__}")
     if not value:
@@ -39,15 +41,24 @@ def validate_id(value: object, *, what: str) -> str:
             f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}. "
             "Use a short stable id (a UUID or your own database key), not content."
         )
-    if value.isascii() and value.isprintable():
-        return value  # the common id, checked in C: printable ASCII has no Cc or Cs
-    for ch in value:
-        if unicodedata.category(ch) in ("Cc", "Cs"):
-            raise ValidationError(
-                f"{what} contains the control character {ch!r}; "
-                "ids may not contain newlines, tabs or other control characters"
-            )
+    if not (value.isascii() and value.isprintable()):  # the common id: checked in C
+        for ch in value:
+            if unicodedata.category(ch) in ("Cc", "Cs"):
+                raise ValidationError(
+                    f"{what} contains the control character {ch!r}; "
+                    "ids may not contain newlines, tabs or other control characters"
+                )
+    if type(value) is str:  # not a subclass: its equality could be anything
+        if len(_VALID) >= _VALID_KEPT:
+            _VALID.clear()
+        _VALID.add(value)
     return value
+
+
+_VALID_KEPT = 4_096
+"""Valid ids :func:`validate_id` remembers (a full set is emptied): the sessions and users
+active in a process, whose ids every store call checks."""
+_VALID: set[str] = set()
 
 
 def escape_segment(value: str) -> str:
