@@ -12,12 +12,17 @@ SQLite file: the default). A quick probe for profiling the Python path; the full
 Automatic summaries are off by default; ``--summaries`` turns them on, as ``bench/turns.py``
 does by default (a default service summarises as it goes, so that is part of a turn's cost).
 ``--pass-every N`` measures the summary passes alone, one through every N-th turn.
+``--split`` measures the pieces of a plain turn apart (memory+memory, no summaries): its
+analysis, the write through both tiers, ``history()``, and the background indexing and
+memory detection, each over the same turns. Every run also reports the garbage
+collector's work: collections per generation and tracked objects kept per turn.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import tempfile
 import time
 from pathlib import Path
@@ -47,6 +52,9 @@ async def measure(pairing: str, turns: int, *, summaries: bool = False) -> dict[
             for i in range(50):  # warm caches, compile regexes, open the file
                 await session.add_turn("user", MESSAGES[i % len(MESSAGES)])
             await memory.drain()
+            gc.collect()
+            tracked0 = len(gc.get_objects())
+            collections0 = [g["collections"] for g in gc.get_stats()]
             cpu0, wall0 = time.process_time(), time.perf_counter()
             for i in range(turns):
                 role = "user" if i % 2 == 0 else "assistant"
@@ -54,13 +62,67 @@ async def measure(pairing: str, turns: int, *, summaries: bool = False) -> dict[
                 await session.history()
             await memory.drain()
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            collections = [
+                g["collections"] - c for g, c in zip(gc.get_stats(), collections0, strict=True)
+            ]
+            gc.collect()
+            tracked = len(gc.get_objects()) - tracked0
     return {
         "pairing": pairing,
         "summaries": summaries,
         "turns": turns,
         "cpu_us_per_turn": round(cpu / turns * 1e6, 1),
         "turns_per_s": round(turns / wall, 1),
+        "gc_collections": collections,
+        "gc_tracked_per_turn": round(tracked / turns, 2),
     }
+
+
+async def measure_split(turns: int) -> dict[str, Any]:
+    """CPU µs per turn of each piece of a plain turn on memory+memory (no summaries),
+    measured apart over the same turns: ``analyse_text_turn``; the write through both
+    tiers (``Session._append_analysed``, background work off); ``history()``; the
+    background indexing and memory detection (``_after_appends``, in batches of 64 as the
+    queue merges them). What the full turn costs beyond their sum is the background
+    queue, the event loop and the garbage collector."""
+    from tiermem.session import _after_appends, _AfterAppend
+
+    def per_turn(start: float) -> float:
+        return round((time.process_time() - start) / turns * 1e6, 1)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        async with _service("memory+memory", Path(tmp)) as memory:
+            session = await memory.session(user_id="bench-split")
+            texts = [MESSAGES[i % len(MESSAGES)] for i in range(turns)]
+            roles = ["user" if i % 2 == 0 else "assistant" for i in range(turns)]
+            for role, text in zip(roles[:50], texts[:50], strict=True):  # warm up
+                memory.analyse_text_turn(role, text)
+            split: dict[str, float] = {}
+            start = time.process_time()
+            analysed = [memory.analyse_text_turn(r, t) for r, t in zip(roles, texts, strict=True)]
+            split["analyse"] = per_turn(start)
+            memory.index_turns = memory.auto_detect = False  # their work is measured below
+            start = time.process_time()
+            for one in analysed:
+                await session._append_analysed([one], None)
+            split["append"] = per_turn(start)
+            start = time.process_time()
+            for _ in range(turns):
+                await session.history()
+            split["history"] = per_turn(start)
+            stored = await session.get_turns(0, turns)
+            for piece in ("index", "detect"):
+                items = [
+                    _AfterAppend(
+                        session, [turn], [a], index=piece == "index", detect=piece == "detect"
+                    )
+                    for turn, (_, a) in zip(stored, analysed, strict=True)
+                ]
+                start = time.process_time()
+                for at in range(0, turns, 64):
+                    await _after_appends(items[at : at + 64])
+                split[piece] = per_turn(start)
+    return {"pairing": "memory+memory", "split_cpu_us_per_turn": split, "turns": turns}
 
 
 async def measure_passes(pairing: str, turns: int, every: int) -> dict[str, Any]:
@@ -103,9 +165,20 @@ async def main() -> None:
         type=int,
         help="measure summary passes alone, one through every N-th turn (measure_passes)",
     )
+    parser.add_argument(
+        "--split", action="store_true", help="the pieces of a plain turn apart (measure_split)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "turn_cpu.json")
     args = parser.parse_args()
     pairings = args.pairing or ["memory+memory", "embedded"]
+    if args.split:
+        split = await measure_split(args.turns)
+        print(
+            "memory+memory CPU µs/turn by piece: "
+            + ", ".join(f"{k} {v}" for k, v in split["split_cpu_us_per_turn"].items())
+        )
+        await asyncio.to_thread(write_results, args.out, [split])
+        return
     if args.pass_every:
         results = [await measure_passes(p, args.turns, args.pass_every) for p in pairings]
     else:
@@ -114,6 +187,12 @@ async def main() -> None:
         print(
             f"{r['pairing']:>14} summaries={_label(r['summaries'])}: "
             f"{r['cpu_us_per_turn']:8.1f} µs CPU/turn, {r['turns_per_s']} turns/s"
+            + (
+                f", gc collections {r['gc_collections']}, "
+                f"{r['gc_tracked_per_turn']} tracked objects kept/turn"
+                if "gc_collections" in r
+                else ""
+            )
         )
     await asyncio.to_thread(write_results, args.out, results)
 
