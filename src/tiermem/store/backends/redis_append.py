@@ -21,8 +21,14 @@ and WAIT" in :mod:`tiermem.store.backends.redis`).
 
 from __future__ import annotations
 
-from tiermem.store.backends.redis_scripts import LuaScript
-from tiermem.store.contract import ENTITIES_RECORD
+from collections.abc import Sequence
+
+from pydantic_core import PydanticSerializationError
+
+from tiermem.models import NewTurn
+from tiermem.models.turns import TURN_SCHEMA_VERSION
+from tiermem.store.backends.redis_scripts import LuaScript, turn_template
+from tiermem.store.contract import ENTITIES_RECORD, MAX_TURN_BYTES
 
 __all__ = [
     "APPEND_THROUGH",
@@ -35,11 +41,42 @@ __all__ = [
     "TTL_SLACK",
     "bind_durable",
     "bind_hot",
+    "turn_templates",
 ]
 
 RECENT_WRITES = 8
 """How many write ids of recent durable appends a session remembers (a blind retry of a
 call arrives right after it, so a short list suffices)."""
+
+_INDEX_TAIL_BYTES = len(',"index":0}') - len("}")
+"""What the index field adds to a turn's JSON over its :class:`NewTurn` JSON."""
+
+
+def turn_templates(turns: Sequence[NewTurn]) -> list[str]:
+    """:func:`~tiermem.store.backends.redis_scripts.turn_template` of each turn: the same
+    strings and the same errors, at about half the CPU for a plain :class:`NewTurn`.
+
+    A ``NewTurn``'s JSON is its ``Turn``'s JSON without the closing index field (same
+    fields, same order, ``index`` last), so its template is the ``NewTurn`` JSON without
+    its closing brace: no indexed copy of the turn is built. Any other turn (a ``Turn``
+    passed as a ``NewTurn``, another schema version), a turn that cannot be serialized
+    and one over the size limit go through ``turn_template``, which raises the usual
+    error with the usual message.
+    """
+    templates = []
+    for turn in turns:
+        if type(turn) is NewTurn and turn.schema_version == TURN_SCHEMA_VERSION:
+            try:
+                payload = turn.model_dump_json()
+                size = len(payload.encode())
+            except (PydanticSerializationError, UnicodeEncodeError):
+                payload, size = "", MAX_TURN_BYTES  # turn_template raises the usual error
+            if size + _INDEX_TAIL_BYTES <= MAX_TURN_BYTES:
+                templates.append(payload[:-1])
+                continue
+        templates.append(turn_template(turn))
+    return templates
+
 
 bind_hot = "local HK = KEYS\n"
 bind_durable = "local DK = KEYS\n"

@@ -37,6 +37,7 @@ from tiermem.store.backends.redis_append import (
     DURABLE_PRELUDE,
     HORIZON_PRELUDE,
     bind_durable,
+    turn_templates,
 )
 from tiermem.store.backends.redis_scripts import (
     BACKEND_NAME,
@@ -56,7 +57,6 @@ from tiermem.store.backends.redis_scripts import (
     redis_boundary,
     split_frame,
     to_us,
-    turn_template,
 )
 from tiermem.store.codec import (
     check_append,
@@ -459,7 +459,7 @@ class RedisDurableStore(RedisStoreBase):
         """
         check_append(session_id, turns, first_index=first_index)
         key = check_idempotency_key(idempotency_key)
-        templates = [turn_template(turn) for turn in turns]
+        templates = turn_templates(turns)
         now_us = self._now_us()
         keys = self._keys.durable_session(session_id)
         args = [

@@ -46,7 +46,13 @@ from tiermem.models import (
     StateBlob,
     Turn,
 )
-from tiermem.store.backends.redis_append import APPEND_THROUGH, HOT_APPEND, HOT_PRELUDE, bind_hot
+from tiermem.store.backends.redis_append import (
+    APPEND_THROUGH,
+    HOT_APPEND,
+    HOT_PRELUDE,
+    bind_hot,
+    turn_templates,
+)
 from tiermem.store.backends.redis_durable import RedisDurableStore, decode_record, live_turns
 from tiermem.store.backends.redis_scripts import (
     BACKEND_NAME,
@@ -67,7 +73,6 @@ from tiermem.store.backends.redis_scripts import (
     same_server,
     split_frame,
     to_us,
-    turn_template,
 )
 from tiermem.store.backends.redis_snapshots import SnapshotCache, decode_state
 from tiermem.store.codec import (
@@ -604,7 +609,7 @@ class RedisHotStore(RedisStoreBase):
     ) -> HotAppendResult:
         """One EVALSHA (see :meth:`_write_session` for when the activity mark rides along)."""
         check_append(session_id, turns, window=window, first_index=first_index)
-        templates = [turn_template(turn) for turn in turns]
+        templates = turn_templates(turns)
         now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
         metadata_json = "" if metadata is None else metadata.model_dump_json()
         reply = await self._write_session(
@@ -704,7 +709,7 @@ class RedisHotStore(RedisStoreBase):
         check_append(session_id, turns, window=window, first_index=first_index)
         key = check_idempotency_key(idempotency_key)
         check_aware(durable_expires_at, what="durable_expires_at")
-        templates = [turn_template(turn) for turn in turns]
+        templates = turn_templates(turns)
         now_us, expires_us = self._now_us(), to_us(hot_expires_at, what="hot_expires_at")
         reply = await self._write_session(
             session_id,
