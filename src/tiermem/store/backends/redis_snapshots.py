@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from tiermem.models import ActiveEntity, SessionMetadata, SessionSnapshot, StateBlob, Turn
 from tiermem.store.backends.redis_scripts import Arg, from_us, split_frame
@@ -29,9 +29,9 @@ from tiermem.store.contract import EntityChange
 __all__ = ["CachedSession", "SnapshotCache", "decode_state"]
 
 
-@dataclass(frozen=True, slots=True)
-class CachedSession:
-    """A session as last seen, with the raw bytes its parts were decoded from."""
+class CachedSession(NamedTuple):
+    """A session as last seen, with the raw bytes its parts were decoded from (a tuple:
+    built on every append, at a fraction of a frozen dataclass's cost)."""
 
     epoch: bytes
     snapshot: SessionSnapshot
@@ -63,16 +63,16 @@ def _snapshot(
     next_index: int,
     expires_us: bytes | int,
 ) -> SessionSnapshot:
-    # Every part is a validated model already (decoded here or built by the store): no
-    # second validation. The dicts are fresh, so a caller changing them cannot reach the
-    # cache.
+    """The cache's own snapshot. Every part is a validated model already (decoded here or
+    built by the store): no second validation. It keeps ``entities`` and ``state`` as they
+    are: the cache never changes them, and hands out only :func:`_copy`'s."""
     return SessionSnapshot.trusted(
         {
             "session_id": session_id,
             "turns": turns,
             "metadata": metadata,
-            "entities": dict(entities),
-            "state": dict(state),
+            "entities": entities,
+            "state": state,
             "version": version,
             "next_index": next_index,
             "expires_at": from_us(expires_us),
@@ -80,18 +80,14 @@ def _snapshot(
     )
 
 
-def _copy(snap: SessionSnapshot, expires_us: bytes | int) -> SessionSnapshot:
-    """A cached snapshot as handed out: its own dicts, the expiry the server answered."""
-    return _snapshot(
-        snap.session_id,
-        snap.turns,
-        snap.metadata,
-        snap.entities,
-        snap.state,
-        snap.version,
-        snap.next_index,
-        expires_us,
-    )
+def _copy(snap: SessionSnapshot, expires_at: datetime) -> SessionSnapshot:
+    """A cached snapshot as handed out: its own dicts (a caller changing them cannot
+    reach the cache), the expiry the server answered."""
+    values = dict(snap.__dict__)
+    values["entities"] = dict(snap.entities)
+    values["state"] = dict(snap.state)
+    values["expires_at"] = expires_at
+    return SessionSnapshot.trusted(values)
 
 
 class SnapshotCache:
@@ -140,7 +136,7 @@ class SnapshotCache:
         version, next_index, expires_us, epoch = reply[:4]
         if len(reply) == 4:
             assert cached is not None  # the script answers this only for a current copy
-            return _copy(cached.snapshot, expires_us)
+            return _copy(cached.snapshot, from_us(expires_us))
         metadata_raw, first, sent_from, turns_raw, entities_flat, state_flat = reply[4:]
         first, sent_from = int(first), int(sent_from)
         base = cached if cached is not None and cached.epoch == epoch else None
@@ -172,7 +168,7 @@ class SnapshotCache:
             session_id, turns, metadata, entities, state, int(version), int(next_index), expires_us
         )
         self._put(session_id, CachedSession(epoch, snap, metadata_raw, entities_raw, state_raw))
-        return _copy(snap, expires_us)
+        return _copy(snap, snap.expires_at)
 
     def appended(
         self,
@@ -208,7 +204,8 @@ class SnapshotCache:
             snap = base.snapshot
             held_turns = snap.turns
             meta_raw, meta = base.metadata_raw, snap.metadata
-            entities_raw, entities = dict(base.entities_raw), dict(snap.entities)
+            # Shared with the entry this one replaces: copied below only where they change.
+            entities_raw, entities = base.entities_raw, snap.entities
             state_raw, state = base.state_raw, snap.state
         else:
             self.drop(session_id)
@@ -216,6 +213,7 @@ class SnapshotCache:
         if metadata is not None:
             meta_raw, meta = metadata[0].encode(), metadata[1]
         if change is not None:
+            entities_raw, entities = dict(entities_raw), dict(entities)
             for kind in change.remove:
                 entities_raw.pop(kind.encode(), None)
                 entities.pop(kind, None)
