@@ -67,8 +67,11 @@ unprocessed are sent again and never read as absent);
 ``put_record`` 1 TransactWriteItems when the store remembers META and the record's stamp
 (it wrote or read that record before, :class:`~.dynamodb_header.RecordStamp`), else 2
 (GetItem META and GetItem record in parallel, then TransactWriteItems; a stale memory adds
-its failed transaction first); ``get_memories`` 1 BatchGetItem per 100 ids, in parallel
-(more if keys come back unprocessed); ``get_turn``, ``get_turns``, ``tail_turns``,
+its failed transaction first, but when only META moved on -- an append crossed it -- the
+cancellation's META is used and the retry needs no read). A write cancelled on META keeps
+the record stamps and the ``entities`` record the store knew of that life;
+``get_memories`` 1 BatchGetItem per 100 ids, in parallel (more if keys come back
+unprocessed); ``get_turn``, ``get_turns``, ``tail_turns``,
 ``list_sessions`` 1 Query (more pages past 1 MB);
 ``redact_turn`` 2; ``query_memories`` 1 Query per memory type, in parallel;
 ``delete_session`` 1 Query + BatchWriteItem per 25 items; ``purge_user`` 1 Query + 1 Query
@@ -358,6 +361,28 @@ class DynamoDBDurableStore:
         # too), or a later one it wrote itself while the read was on its way.
         return head
 
+    def _refreshed(self, pk: str, item: Item | None) -> KnownSession:
+        """Remember META ``item`` (None: gone), returned by a write it cancelled, with the
+        record stamps and the ``entities`` record this store holds for its life.
+
+        Keeping them is safe: a write that trusts a stamp, or merges into the remembered
+        entities record, is conditioned on that record's tag, so a stale one costs one
+        failed write. Dropping them made the next ``put_record`` of the session read META
+        and the record first (2 GetItems), and the next entity change Query the record,
+        whenever a background record write and an append crossed.
+        """
+        head = SessionHeader.parse(item) if item is not None else None
+        prior = self._known.get(pk)
+        stamps: dict[str, RecordStamp] = {}
+        entities: KnownRecord | None = None
+        if prior is not None and head is not None:
+            stamps = prior.stamps_in(head.gen)
+            if prior.head is not None and prior.head.gen == head.gen:
+                entities = prior.entities
+        known = KnownSession(head, entities, stamps)
+        self._known.put(pk, known)
+        return known
+
     def _live(self, head: SessionHeader | None) -> SessionHeader | None:
         return head if head is not None and head.live(self._now_us()) else None
 
@@ -555,8 +580,9 @@ class DynamoDBDurableStore:
                     # good as a read, so the next attempt goes at once (a pause would make
                     # it stale again). The key item it returned tells a repeat at once.
                     item = failed.item(0)
-                    known = KnownSession(SessionHeader.parse(item) if item is not None else None)
-                    self._known.put(pk, known)
+                    known = self._refreshed(pk, item)
+                    if change is not None and failed.failed(record_at):
+                        known = replace(known, entities=None)  # it changed too: read it
                     fresh = True
                     key_item = failed.item(1) if idem is not None and failed.failed(1) else None
                     continue
@@ -1054,9 +1080,15 @@ class DynamoDBDurableStore:
                     payload_bytes=packed.size,
                     what=f"record {kind!r}",
                 )
-            except ConditionFailed:
+            except ConditionFailed as failed:
                 if trusted is not None:
-                    trusted = None  # another process wrote: read what it wrote
+                    # Only META moved on (an append of this or another process): the
+                    # cancellation carries it, and the record's stamp still held, so the
+                    # next attempt trusts both again. Else read what the other writer wrote.
+                    trusted = None
+                    if failed.failed(0) and not failed.failed(1):
+                        refreshed = self._refreshed(pk, failed.item(0))
+                        trusted = refreshed if refreshed.stamp(kind) is not None else None
                     continue
                 await asyncio.sleep(backoff_delay(attempt))
                 continue
