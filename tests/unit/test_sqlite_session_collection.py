@@ -182,3 +182,26 @@ async def test_a_file_at_migration_4_migrates_keeps_its_sessions_and_collects(
         assert [t.index for t in appended] == [1]  # the next index survived the migration
     finally:
         await store.aclose()
+
+
+async def test_a_header_inserted_by_older_code_still_gets_collected(
+    durable: SQLiteDurableStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    """A worker still running code from before migration 5 (a rolling restart sharing
+    the file) inserts headers without ``collect_at_us``; the migration's trigger gives
+    them their lifetime as the bound, so they are collected like any other."""
+    path = tmp_path / "tiermem.db"
+    await durable.append_turns("s-new", [text_turn("a")], expires_at=clock.now() + HOUR)
+    lifetime = clock.now() + HOUR
+    with closing(sqlite3.connect(path)) as conn, conn:  # the old code's header insert
+        conn.execute(
+            "INSERT INTO sessions (session_id, next_index, expires_at_us) VALUES (?, ?, ?) "
+            "ON CONFLICT (session_id) DO UPDATE SET next_index = excluded.next_index, "
+            "expires_at_us = excluded.expires_at_us",
+            ("s-old", 0, us(lifetime)),
+        )
+    assert header(path, "s-old") == (us(lifetime), us(lifetime))
+    clock.advance(HOUR + GRACE + timedelta(minutes=1))
+    await collect(durable)
+    assert header(path, "s-old") is None
+    assert left_of(path, "s-new") == [0, 0, 0, 0]

@@ -231,6 +231,16 @@ _V5_SESSION_COLLECTION = (
     # Partial: sessions that live forever are never collected.
     "CREATE INDEX sessions_by_collection ON sessions (collect_at_us) "
     "WHERE collect_at_us IS NOT NULL",
+    # A process still running older code (a rolling restart of workers sharing the file)
+    # inserts headers without collect_at_us: give them their lifetime as the bound, or
+    # they would never be collected. Only a real insert fires it (an upsert that updates
+    # does not), and this code always sets the column, so the WHEN clause is all it costs.
+    """CREATE TRIGGER sessions_collect_at_default AFTER INSERT ON sessions
+    WHEN NEW.collect_at_us IS NULL AND NEW.expires_at_us IS NOT NULL
+    BEGIN
+        UPDATE sessions SET collect_at_us = NEW.expires_at_us
+        WHERE session_id = NEW.session_id;
+    END""",
 )
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
