@@ -331,3 +331,116 @@ async def test_the_fixed_user_agent_keeps_the_app_id_and_extras(
     assert "app/shop-assistant" in seen[0].split(" ")
     assert "extra/1" in seen[0].split(" ")
     assert "lib/tiermem#" in seen[0]
+
+
+# A record write and an append that cross (one fails on META; its cancellation returns
+# the new META) keep what the store knows of the records and the entities: the next write
+# needs no read. A stale stamp still costs only one failed write, never a lost update.
+
+
+async def test_a_record_write_that_an_append_overtook_goes_again_without_reads(
+    table: str, clock: FakeClock, client: Any, requests: _Requests
+) -> None:
+    mine, theirs = _store(table, clock, client), _store(table, clock, client)
+    sid, later = fresh_id("s"), clock.now() + DAY
+    await mine.put_record(sid, "summary", {"n": 1}, expires_at=later)
+    await theirs.append_turns(sid, [text_turn("moves META on")], expires_at=later)
+    requests.take()
+    # Mine's transaction fails on META only; the cancellation carries META and the
+    # record's stamp still holds: the retry needs no read.
+    record = await mine.put_record(sid, "summary", {"n": 2})
+    assert requests.take() == ["TransactWriteItems", "TransactWriteItems"]
+    assert (record.version, record.data) == (2, {"n": 2})
+    got = await theirs.get_record(sid, "summary")
+    assert got is not None
+    assert (got.version, got.data) == (2, {"n": 2})
+    turns = await theirs.get_turns(sid)
+    assert [t.index for t in turns] == [0]
+    assert await mine.next_index(sid) == 1
+
+
+async def test_an_append_that_a_record_write_overtook_keeps_the_record_stamps(
+    table: str, clock: FakeClock, client: Any, requests: _Requests
+) -> None:
+    mine, theirs = _store(table, clock, client), _store(table, clock, client)
+    sid, later = fresh_id("s"), clock.now() + DAY
+    await mine.put_record(sid, "summary", {"n": 1}, expires_at=later)
+    await mine.append_turns(sid, [text_turn("first")], expires_at=later)
+    await theirs.put_record(sid, "structured", {"s": 1}, expires_at=later)
+    requests.take()
+    appended = await mine.append_turns(sid, [text_turn("second")], expires_at=later)
+    assert [t.index for t in appended] == [1]
+    assert requests.take() == ["TransactWriteItems", "TransactWriteItems"]
+    # The summary's stamp survived the failed append: one request, no reads.
+    record = await mine.put_record(sid, "summary", {"n": 2})
+    assert requests.take() == ["TransactWriteItems"]
+    assert record.version == 2
+    structured = await mine.get_record(sid, "structured")
+    assert structured is not None
+    assert (structured.version, structured.data) == (1, {"s": 1})
+
+
+async def test_a_kept_stamp_that_went_stale_never_loses_the_other_write(
+    table: str, clock: FakeClock, client: Any, requests: _Requests
+) -> None:
+    mine, theirs = _store(table, clock, client), _store(table, clock, client)
+    sid, later = fresh_id("s"), clock.now() + DAY
+    await mine.put_record(sid, "summary", {"by": "mine"}, expires_at=later)
+    await mine.append_turns(sid, [text_turn("first")], expires_at=later)
+    await theirs.put_record(sid, "summary", {"by": "theirs"}, expires_at=later)
+    # Mine's append fails on META and keeps its (now stale) stamp of the summary.
+    await mine.append_turns(sid, [text_turn("second")], expires_at=later)
+    requests.take()
+    record = await mine.put_record(sid, "summary", {"by": "mine again"}, expected_version=2)
+    assert record.version == 3
+    assert "GetItem" in requests.take()  # the stale stamp failed, then it read
+    got = await theirs.get_record(sid, "summary")
+    assert got is not None
+    assert (got.version, got.data) == (3, {"by": "mine again"})
+
+
+def _change(clock: FakeClock, kind: str, value: str, index: int) -> EntityChange:
+    entity = ActiveEntity(kind=kind, value=value, turn_index=index, updated_at=clock.now())
+    return EntityChange(upsert={kind: entity})
+
+
+async def test_an_entity_change_after_a_crossed_append_merges_without_a_query(
+    table: str, clock: FakeClock, client: Any, requests: _Requests
+) -> None:
+    mine, theirs = _store(table, clock, client), _store(table, clock, client)
+    sid, later = fresh_id("s"), clock.now() + DAY
+    await mine.append_turns(
+        sid, [text_turn("Berserk")], expires_at=later, entities=_change(clock, "series", "B", 0)
+    )
+    await theirs.put_record(sid, "summary", {"n": 1}, expires_at=later)
+    requests.take()
+    # META moved (a summary), the entities record did not: the retry merges into the
+    # remembered record, no Query.
+    await mine.append_turns(
+        sid, [text_turn("vol 42")], expires_at=later, entities=_change(clock, "volume", "42", 1)
+    )
+    assert requests.take() == ["TransactWriteItems", "TransactWriteItems"]
+    record = await theirs.get_record(sid, ENTITIES_RECORD)
+    assert record is not None
+    assert (record.version, sorted(record.data)) == (2, ["series", "volume"])
+
+
+async def test_a_remembered_entities_record_that_went_stale_is_read_again_not_lost(
+    table: str, clock: FakeClock, client: Any, requests: _Requests
+) -> None:
+    mine, theirs = _store(table, clock, client), _store(table, clock, client)
+    sid, later = fresh_id("s"), clock.now() + DAY
+    await mine.append_turns(
+        sid, [text_turn("Berserk")], expires_at=later, entities=_change(clock, "series", "B", 0)
+    )
+    # Theirs changes the entities record itself (and so META).
+    await theirs.append_turns(
+        sid, [text_turn("Guts")], expires_at=later, entities=_change(clock, "hero", "Guts", 1)
+    )
+    await mine.append_turns(
+        sid, [text_turn("vol 42")], expires_at=later, entities=_change(clock, "volume", "42", 2)
+    )
+    assert "Query" in requests.take()  # the remembered record was stale: read, then merged
+    record = await theirs.get_record(sid, ENTITIES_RECORD)
+    assert record is not None
+    assert (record.version, sorted(record.data)) == (3, ["hero", "series", "volume"])
