@@ -686,6 +686,16 @@ async def test_a_waited_write_follows_moved_and_waits_on_the_new_master(
         for port in (new_port, old_port):  # the owner last, as a migration does
             async with Redis(host="127.0.0.1", port=port) as admin:
                 await admin.execute_command("CLUSTER", "SETSLOT", slot, "NODE", new_id)
+        # As a migration ends: every node agrees on the new owner (the others learn it by
+        # gossip) before the write, so only the client's own slot map is stale.
+        views: list[int] = []
+        for _ in range(200):
+            views = [(await _master_of_slot(port, slot))[0] for port in cluster.ports]
+            if all(view == new_port for view in views):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(f"the nodes never agreed on slot {slot}'s owner: {views}")
         cluster.procs[replica].send_signal(signal.SIGSTOP)
         try:
             async with Redis(host="127.0.0.1", port=new_port) as admin:
