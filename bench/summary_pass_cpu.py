@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.service import MemoryService
-from tiermem.settings import TierMemSettings
 from tiermem.testing.conversations import generate_conversation
+from turn_cpu import _service as turn_cpu_service
 from workload import MESSAGES, write_results
 
 FIRST_PASS = 20
@@ -44,15 +44,7 @@ PASS_STRIDE = 14
 
 
 def _service(pairing: str, tmp: Path) -> MemoryService:
-    if pairing == "memory+memory":
-        settings = TierMemSettings(hot_backend="memory", durable_backend="memory")
-    elif pairing == "embedded":
-        settings = TierMemSettings(
-            hot_backend="memory", durable_backend="sqlite", sqlite_path=tmp / "bench.db"
-        )
-    else:
-        raise SystemExit(f"unknown pairing {pairing!r}")
-    return MemoryService.from_settings(settings, auto_summarize=False)
+    return turn_cpu_service(pairing, tmp)  # passes are run by hand here, not in the background
 
 
 def _turns(workload: str, count: int) -> list[tuple[str, Any]]:
