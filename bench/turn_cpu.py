@@ -60,6 +60,7 @@ async def measure(pairing: str, turns: int, *, summaries: bool = False) -> dict[
                 role = "user" if i % 2 == 0 else "assistant"
                 await session.add_turn(role, MESSAGES[i % len(MESSAGES)])
                 await session.history()
+                await asyncio.sleep(0)  # a request boundary: the background runs (turns.py)
             await memory.drain()
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             collections = [
@@ -126,28 +127,32 @@ async def measure_split(turns: int) -> dict[str, Any]:
 
 
 async def measure_passes(pairing: str, turns: int, every: int) -> dict[str, Any]:
-    """Summary passes alone: ``turns`` turns added with automatic summaries off, then a
-    pass through every ``every``-th turn run inline (as the background would at that
-    cadence: about 400 turns on memory+memory, whose background runs rarely during a
-    back-to-back loop; about 20 on SQLite, whose awaits let it run). CPU of the passes
-    only, per turn."""
+    """Summary passes alone: ``turns`` turns added with automatic summaries off, and after
+    every ``every``-th turn a pass through the turn 6 before it (the 6 kept raw) run
+    inline, as the background would at that cadence (a pass every 14 turns is a default
+    service's: 20 unsummarized turns, 6 kept raw). CPU of the passes only, per turn.
+    Passes run as turns arrive, so each reads only the few turns after its target, as in
+    service (adding every turn first would make each pass read all the turns left)."""
     with tempfile.TemporaryDirectory() as tmp:
         async with _service(pairing, Path(tmp)) as memory:
             session = await memory.session(user_id="bench-passes")
+            cpu, passes = 0.0, 0
             for i in range(turns):
                 role = "user" if i % 2 == 0 else "assistant"
                 await session.add_turn(role, MESSAGES[i % len(MESSAGES)])
-            await memory.drain()
-            cpu = 0.0
-            for through in range(every - 1, turns - 6, every):  # 6: the turns kept raw
-                cpu0 = time.process_time()
-                await memory.summaries.run(session.id, through=through)
-                cpu += time.process_time() - cpu0
+                if i % every == every - 1 and i >= every + 6:
+                    await memory.drain()  # the turn's own background work is not the pass's
+                    cpu0 = time.process_time()
+                    await memory.summaries.run(session.id, through=i - 6)
+                    cpu += time.process_time() - cpu0
+                    passes += 1
     return {
         "pairing": pairing,
         "summaries": "passes only",
         "pass_every": every,
         "turns": turns,
+        "passes": passes,
+        "cpu_us_per_pass": round(cpu / max(passes, 1) * 1e6, 1),
         "cpu_us_per_turn": round(cpu / turns * 1e6, 1),
         "turns_per_s": None,
     }

@@ -213,6 +213,11 @@ async def turn(session: Session, i: int) -> float:
     await session.add_turn(role(i), MESSAGES[i % len(MESSAGES)])
     latency = (time.perf_counter() - start) * 1000
     await session.history()
+    # A request boundary. A server returns to its event loop between requests, so the
+    # background (indexing, summary passes) runs as turns arrive; without this, a
+    # pairing whose calls never wait (memory+memory) would defer it all to the final
+    # drain and batch it, which a service never does.
+    await asyncio.sleep(0)
     return latency
 
 
