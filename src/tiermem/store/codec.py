@@ -164,12 +164,17 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
+_RECORD_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+"""What ``json.dumps`` with these arguments builds on every call (built once: it holds no
+state between calls, so threads may share it)."""
+
+
 def encode_data(data: Mapping[str, JsonValue], *, what: str) -> str:
     """Serialize a JSON object (state blob, session record data) with a size check."""
     if not isinstance(data, Mapping):
         raise ValidationError(f"{what} must be a JSON object (a dict), got {type(data).__name__}")
     try:
-        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        payload = _RECORD_ENCODER.encode(data)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"{what} is not JSON-serializable: {exc}") from exc
     check_size(payload, limit=MAX_RECORD_BYTES, what=what)

@@ -982,7 +982,13 @@ class MemoryDurableStore:
         check_aware(expires_at, what="expires_at")
         copy = json.loads(encode_data(data, what=f"record {kind!r}"))
         with self._lock:
-            current = await self.get_record(session_id, kind)
+            now = self._clock.now()
+            # What get_record would return, without its argument checks (done above).
+            current = (
+                self._records.get(session_id, {}).get(kind)
+                if self._header(session_id, now) is not None
+                else None
+            )
             actual = current.version if current else 0
             if expected_version is not None and expected_version != actual:
                 raise ConflictError(
@@ -991,7 +997,6 @@ class MemoryDurableStore:
                     expected=expected_version,
                     actual=actual,
                 )
-            now = self._clock.now()
             header = self._extend(session_id, expires_at, now)
             return self._set_record(session_id, kind, copy, header, now)
 
