@@ -47,10 +47,11 @@ Callers that need their writes summarized await :meth:`SummaryJobs.wait_through`
 yet (not counted in the bound: the caller is waiting for it).
 
 **Round trips** (issue #8): a background pass starts from what this process last read or
-wrote -- the three records (and the recall claim), the turns its previous pass summarized
-(valid only over the summary version that pass wrote) and the turn count the session's
-appends reported -- so a steady session's pass makes one archive read (the turns after the
-summaries) and its two compare-and-set writes. Those caches are bounded and only ever
+wrote -- the three records (and the recall claim), the models its previous pass wrote them
+from (valid only for those very record objects, so not parsed again), the turns its previous
+pass summarized (valid only over the summary version that pass wrote) and the turn count the
+session's appends reported -- so a steady session's pass makes one archive read (the turns
+after the summaries) and its two compare-and-set writes. Those caches are bounded and only ever
 stale, never wrong: another process's pass or redaction changes the versions, so the stale
 pass's compare-and-set fails, the cache is dropped, and the pass reads afresh (a decision
 "not due" taken from a stale record only waits for the next trigger, as the in-process
@@ -158,6 +159,9 @@ _TIER_ORDER = (SummaryTier.ANCIENT, SummaryTier.MIDDLE, SummaryTier.RECENT)
 def _chars(turn: Turn) -> int:
     """Characters of a turn's text (what :data:`TURN_CACHE_CHARS` bounds), without joining
     plain text blocks (a pass keeps up to 96 turns: this runs on every pass)."""
+    content = turn.content
+    if len(content) == 1 and type(content[0]) is TextBlock:  # most turns: no generator
+        return len(content[0].text)
     return sum(
         len(block.text) if type(block) is TextBlock else len(text_of((block,)))
         for block in turn.content
@@ -176,6 +180,25 @@ class _PassTurns:
     turns: Mapping[int, Turn]
     chars: int
     """Characters of text the turns hold (for :data:`TURN_CACHE_CHARS`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """The models of the records a committed pass wrote, as the pass built them, so that
+    the session's next pass here starts from them instead of validating the records again
+    (three ``model_validate`` calls per pass, issue #8). Each part is valid only for that
+    very record object: a record read or written since (another process's pass, a
+    redaction, a conflict's fresh read) is another object, and is parsed again."""
+
+    summary: SessionRecord
+    tiers: tuple[SummaryText, ...]
+    """What ``_tiers(summary)`` returns."""
+    marks: Watermarks
+    """What ``_marks(summary, ...)`` returns (the summary record carries them)."""
+    structured: SessionRecord | None
+    """The structured record as of the commit (None: not known to this pass)."""
+    memory: StructuredMemory
+    """What ``_structured(structured)`` returns."""
 
 
 @dataclass
@@ -417,6 +440,9 @@ class SummaryJobs:
         wrote them. A pass starts from them instead of reading them again; another process's
         write makes them stale, which costs the pass a compare-and-set conflict and a fresh
         read (every commit is compare-and-set on the version), never a wrong commit."""
+        self._written: OrderedDict[str, _Written] = OrderedDict()
+        """Per session, the models of the records its last pass here wrote (bounded like
+        ``_records``; only ever used for the identical record objects)."""
         self._pass_turns: OrderedDict[str, _PassTurns] = OrderedDict()
         self._pass_turn_chars = 0
         """Per session, the turns its last pass here summarized (bounded like ``_records``)."""
@@ -676,9 +702,12 @@ class SummaryJobs:
         summary_rec, structured_rec, marks_rec = await self._records_of(
             session_id, (SUMMARY_RECORD, STRUCTURED_RECORD, WATERMARKS_RECORD)
         )
-        current = _tiers(summary_rec)
+        written = self._written.get(session_id)
+        if written is not None and written.summary is summary_rec:
+            current, marks = written.tiers, written.marks
+        else:
+            current, marks = _tiers(summary_rec), _marks(summary_rec, marks_rec)
         done = summarized_through(current)
-        marks = _marks(summary_rec, marks_rec)
         compression = marks.compression or self.policy.base_compression()
         read_at = self.clock.now()
         if through is None:
@@ -703,7 +732,14 @@ class SummaryJobs:
                 self._known.pop(session_id, None)  # the next turn's check reads again
                 return JobOutcome.ALREADY_DONE
         await asyncio.sleep(0)  # stage boundary: the reads and plan are done
-        structured = _structured(structured_rec)
+        if (
+            written is not None
+            and structured_rec is not None
+            and written.structured is structured_rec
+        ):
+            structured = written.memory
+        else:
+            structured = _structured(structured_rec)
         spans = plan_tiers(current, target)
 
         async def source(first: int, upto: int) -> list[Turn]:
@@ -755,17 +791,19 @@ class SummaryJobs:
         await asyncio.sleep(0)  # stage boundary: the tiers are built and validated
         # Commit: nothing was written before this point, so a failure above changes nothing.
         expires_at = self.record_expiry()
+        structured_now: SessionRecord | None = structured_rec  # the record ``effective`` is
         if fresh_structured is not None:
             try:
-                written = await self.durable.put_record(
+                structured_now = await self.durable.put_record(
                     session_id,
                     STRUCTURED_RECORD,
                     fresh_structured.model_dump(mode="json"),
                     expected_version=structured_rec.version if structured_rec else 0,
                     expires_at=expires_at,
                 )
-                self._keep(session_id, {STRUCTURED_RECORD: written})
+                self._keep(session_id, {STRUCTURED_RECORD: structured_now})
             except ConflictError:
+                structured_now = None  # another writer's record: not ``effective``
                 # Another writer (or a stale cache): what this process holds is not to be
                 # trusted any more; the rest of the pass and the next ones read afresh.
                 self._records.pop(session_id, None)
@@ -792,15 +830,18 @@ class SummaryJobs:
             WATERMARKS_RECORD: new_marks.model_dump(mode="json"),
         }
         try:
-            written = await self.durable.put_record(
+            summary_now = await self.durable.put_record(
                 session_id,
                 SUMMARY_RECORD,
                 record,
                 expected_version=summary_rec.version if summary_rec else 0,
                 expires_at=expires_at,
             )
-            self._keep(session_id, {SUMMARY_RECORD: written})
-            self._keep_turns(session_id, written.version, by_index, target, read_at)
+            self._keep(session_id, {SUMMARY_RECORD: summary_now})
+            self._keep_written(
+                session_id, _Written(summary_now, tiers, new_marks, structured_now, effective)
+            )
+            self._keep_turns(session_id, summary_now.version, by_index, target, read_at)
         except ConflictError:
             self._records.pop(session_id, None)
             latest_tiers = _tiers(await self.durable.get_record(session_id, SUMMARY_RECORD))
@@ -864,7 +905,7 @@ class SummaryJobs:
             # summary record, whose compare-and-set then fails and drops what is cached.
             fresh = session_id not in self._records or LINES_RECORD not in self._records[session_id]
             (claim_rec,) = await self._records_of(session_id, (LINES_RECORD,))
-            claimed, renewed_at = _claim(claim_rec)
+            renewed_at = _renewed(claim_rec)  # the keys only when due: most passes
             now = self.clock.now()
             due = (
                 force
@@ -877,7 +918,7 @@ class SummaryJobs:
             if not fresh:  # act on the claim as it is now
                 claim_rec = await self.durable.get_record(session_id, LINES_RECORD)
                 self._keep(session_id, {LINES_RECORD: claim_rec})
-                claimed, _renewed = _claim(claim_rec)
+            claimed = _claim(claim_rec)[0]
             lines = current_lines()
             if not lines and not claimed:
                 return
@@ -1002,7 +1043,15 @@ class SummaryJobs:
         session."""
         self._known.pop(session_id, None)
         self._records.pop(session_id, None)
+        self._written.pop(session_id, None)
         self._drop_pass_turns(session_id)
+
+    def _keep_written(self, session_id: str, written: _Written) -> None:
+        """Remember the models of a commit (bounded: :data:`RECORD_CACHE_SESSIONS`)."""
+        self._written[session_id] = written
+        self._written.move_to_end(session_id)
+        while len(self._written) > RECORD_CACHE_SESSIONS:
+            self._written.popitem(last=False)
 
     def _keep_turns(
         self,
@@ -1048,10 +1097,12 @@ class SummaryJobs:
             or self.clock.now() - held.read_at > TURN_CACHE_AGE
         ):
             return None
-        turns = [held.turns.get(i) for i in range(start, done + 1)]
-        if any(t is None for t in turns):
+        kept = held.turns
+        try:
+            turns = [kept[i] for i in range(start, done + 1)]
+        except KeyError:  # one of them is not held
             return None
-        return [t for t in turns if t is not None], held.read_at
+        return turns, held.read_at
 
     async def _records_of(
         self, session_id: str, kinds: Sequence[str]
@@ -1204,10 +1255,16 @@ def _claim(rec: SessionRecord | None) -> tuple[list[str], UtcDatetime | None]:
     if rec is None or not isinstance(rec.data, dict):
         return [], None
     keys = rec.data.get("keys")
-    raw = rec.data.get("renewed_at")
     claimed = [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
+    return claimed, _renewed(rec)
+
+
+def _renewed(rec: SessionRecord | None) -> UtcDatetime | None:
+    """The ``summary_lines`` record's renewal time (None: absent, or never renewed)."""
+    if rec is None or not isinstance(rec.data, dict):
+        return None
+    raw = rec.data.get("renewed_at")
     try:
-        renewed = datetime.fromisoformat(raw) if isinstance(raw, str) else None
+        return datetime.fromisoformat(raw) if isinstance(raw, str) else None
     except ValueError:
-        renewed = None
-    return claimed, renewed
+        return None
