@@ -140,16 +140,21 @@ class Session:
         self._service = service
         self._tiers = service.tiers
         self._view = view
+        # A handle's session and owner never change: kept apart from the view, whose
+        # metadata a hot read derives only when asked (SessionView).
+        metadata = view.stored_metadata
+        self._id = metadata.session_id
+        self._user_id = metadata.user_id
         self._hot_hits = 1 if view.source == "hot" else 0
         self._reloads = 1 if view.source == "reload" else 0
 
     @property
     def id(self) -> str:
-        return self._view.metadata.session_id
+        return self._id
 
     @property
     def user_id(self) -> str:
-        return self._view.metadata.user_id
+        return self._user_id
 
     @property
     def clock(self) -> Clock:
@@ -245,7 +250,7 @@ class Session:
             first = self._view.next_index
             change = self._entity_change(batch_turns, first)
             batch = await self._tiers.append(
-                self._view.metadata,
+                self._view.stored_metadata,  # what the tiers read of it is never derived
                 batch_turns,
                 turn_count_hint=first,
                 idempotency_key=key,
@@ -397,7 +402,10 @@ class Session:
 
     async def history(self) -> tuple[Turn, ...]:
         """The hot window of recent turns, oldest first."""
-        return (await self.view()).turns
+        view = await self._tiers.view(self._id)  # what view() does, one coroutine less
+        if view is None:
+            raise_gone(self._id)
+        return self._remember(view).turns
 
     async def get_turn(self, index: int) -> Turn:
         """Any archived turn by index. Raises NotFoundError if there is none."""

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
 from operator import attrgetter
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from tiermem.clock import Clock
 from tiermem.errors import (
@@ -119,7 +119,14 @@ class TierMetrics:
 
 @dataclass(frozen=True)
 class SessionView:
-    """A session as the caller sees it, from whichever tier served it."""
+    """A session as the caller sees it, from whichever tier served it.
+
+    A view read from the hot tier derives its ``metadata`` (``turn_count`` and
+    ``last_activity`` come from the log, :func:`derive_metadata`) on first access: most
+    reads (``history()``, the turn path) never look at those two fields, and deriving them
+    is most of a hot read's own work. The result is the same whenever it is asked for: a
+    view is frozen, so what it derives from cannot change.
+    """
 
     metadata: SessionMetadata
     turns: tuple[Turn, ...]
@@ -130,12 +137,36 @@ class SessionView:
     source: Source
     extra: dict[str, Any] = field(default_factory=dict)
 
+    if not TYPE_CHECKING:  # for the type checker ``metadata`` is a plain field
+
+        def __getattr__(self, name: str) -> Any:
+            # Only reached when ``name`` is not in the instance's __dict__: for
+            # ``metadata``, a view built by :func:`_view` that has not derived it yet.
+            pending = self.__dict__.get(_PENDING) if name == "metadata" else None
+            if pending is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            metadata = derive_metadata(*pending)
+            self.__dict__["metadata"] = metadata  # computed once (a frozen view's value)
+            return metadata
+
+    @property
+    def stored_metadata(self) -> SessionMetadata:
+        """The metadata as the tier stores it: every field but the derived ``turn_count``
+        and ``last_activity`` (which may be stale here) is the view's. What the tiers need
+        on the turn path (ids, creation time, user tier), without deriving the rest."""
+        values = self.__dict__
+        metadata: SessionMetadata | None = values.get("metadata")
+        return metadata if metadata is not None else values[_PENDING][0]
+
     def after_append(self, next_index: int, entities: dict[str, ActiveEntity]) -> SessionView:
         """This view with a new ``next_index`` and ``entities``: what
-        ``dataclasses.replace`` gives, without its field-by-field introspection (about 8x
-        slower, and a session handle does this on every turn)."""
+        ``dataclasses.replace`` gives (the same ``metadata``, derived from this view's
+        turns and count if it was not yet), without its field-by-field introspection
+        (about 8x slower, and a session handle does this on every turn)."""
+        values = self.__dict__
+        metadata: SessionMetadata | None = values.get("metadata")
         return _view(
-            self.metadata,
+            metadata if metadata is not None else values[_PENDING],
             self.turns,
             entities,
             self.state,
@@ -146,8 +177,14 @@ class SessionView:
         )
 
 
+_PENDING = "_pending_metadata"
+"""Key, in a lazily derived :class:`SessionView`'s ``__dict__``, of the arguments of the
+:func:`derive_metadata` call that gives its ``metadata``."""
+_Pending = tuple[SessionMetadata, tuple[Turn, ...], int]
+
+
 def _view(
-    metadata: SessionMetadata,
+    metadata: SessionMetadata | _Pending,
     turns: tuple[Turn, ...],
     entities: dict[str, ActiveEntity],
     state: dict[str, StateBlob],
@@ -157,13 +194,15 @@ def _view(
     extra: dict[str, Any],
 ) -> SessionView:
     """``SessionView(...)`` in one step: a frozen dataclass's ``__init__`` sets each field
-    with ``object.__setattr__``, twice as slow, and two views are built per turn."""
+    with ``object.__setattr__``, twice as slow, and two views are built per turn.
+    ``metadata`` given as ``(stored, turns, next_index)`` is derived from them when first
+    read (:meth:`SessionView.__getattr__`)."""
     view = _new(SessionView)
     _set(
         view,
         "__dict__",
         {
-            "metadata": metadata,
+            "metadata" if type(metadata) is not tuple else _PENDING: metadata,
             "turns": turns,
             "entities": entities,
             "state": state,
@@ -243,9 +282,12 @@ class TieredSessionStore:
         turn_count: int,
         event: TtlEvent,
         current: datetime | None,
+        now: datetime | None = None,
     ) -> datetime | None:
+        """The hot expiry the TTL policy gives for ``event`` (``now``: the clock, unless
+        the caller read it already for this write)."""
         return self.ttl_policy.expires_at(
-            now=self.clock.now(),
+            now=self.clock.now() if now is None else now,
             created_at=metadata.created_at,
             turn_count=turn_count,
             user_tier=metadata.user_tier,
@@ -254,9 +296,13 @@ class TieredSessionStore:
         )
 
     def _write_expiry(
-        self, metadata: SessionMetadata, turn_count: int, current: datetime | None = None
+        self,
+        metadata: SessionMetadata,
+        turn_count: int,
+        current: datetime | None = None,
+        now: datetime | None = None,
     ) -> datetime:
-        new = self.hot_expiry(metadata, turn_count, "write", current)
+        new = self.hot_expiry(metadata, turn_count, "write", current, now)
         if new is not None:
             return new
         if current is not None:
@@ -265,10 +311,13 @@ class TieredSessionStore:
         fallback = self.hot_expiry(metadata, turn_count, "write", None)
         return fallback or self.clock.now()
 
-    def durable_expiry(self) -> datetime | None:
-        """When what is written to the durable tier now expires (None: never)."""
+    def durable_expiry(self, now: datetime | None = None) -> datetime | None:
+        """When what is written to the durable tier now expires (None: never); ``now``:
+        the clock, unless the caller read it already for this write."""
         ttl = self.config.durable_ttl
-        return None if ttl is None else self.clock.now() + ttl
+        if ttl is None:
+            return None
+        return (self.clock.now() if now is None else now) + ttl
 
     # -- the hot tier behind its failure policy ----------------------------------------
 
@@ -346,7 +395,7 @@ class TieredSessionStore:
             self.metrics.hot_hits += 1
             view = self._from_snapshot(snap, "hot")
             if refresh_ttl:
-                await self._refresh_on_read(view)
+                await self._refresh_on_read(view, snap.metadata)
             return view
         rebuilt = await self.durable_view(session_id)
         if rebuilt is None or snap is BYPASSED:
@@ -385,29 +434,29 @@ class TieredSessionStore:
                     return await self.view(session_id), records
                 self.metrics.hot_hits += 1
                 hot = self._from_snapshot(snap, "hot")
-                await self._refresh_on_read(hot)
+                await self._refresh_on_read(hot, snap.metadata)
                 return hot, records
         view = self.view(session_id) if combined is None else self.durable_view(session_id)
         reads = asyncio.gather(*(self.durable.get_record(session_id, k) for k in kinds))
         found, records = await asyncio.gather(view, reads)
         return found, records
 
-    async def _refresh_on_read(self, view: SessionView) -> None:
-        new = self.hot_expiry(view.metadata, view.next_index, "read", view.expires_at)
+    async def _refresh_on_read(self, view: SessionView, metadata: SessionMetadata) -> None:
+        """Move the hot expiry as the TTL policy says a read does. ``metadata``: the view's
+        as stored (its ids, creation time and tier: the view's own is derived lazily)."""
+        new = self.hot_expiry(metadata, view.next_index, "read", view.expires_at)
         current = view.expires_at
         # A read right after another read or write moves the expiry by seconds: skip that
         # extra write; it changes nothing a user would notice.
         if new is not None and (
             current is None or abs(new - current) >= self.config.read_refresh_granularity
         ):
-            await self._hot(
-                lambda: self.hot.touch(view.metadata.session_id, expires_at=new), "touch"
-            )
+            await self._hot(lambda: self.hot.touch(metadata.session_id, expires_at=new), "touch")
 
     def _from_snapshot(self, snap: SessionSnapshot, source: Source) -> SessionView:
         assert snap.metadata is not None
         return _view(
-            derive_metadata(snap.metadata, snap.turns, snap.next_index),
+            (snap.metadata, snap.turns, snap.next_index),  # derived when first read
             snap.turns,
             dict(snap.entities),
             dict(snap.state),
@@ -603,13 +652,14 @@ class TieredSessionStore:
         ``turn_count`` is the session's expected count after the append (for the expiry:
         the TTL policy lengthens it with the session's depth)."""
         sid = metadata.session_id
+        now = self.clock.now()  # one reading for both expiries
         stored, result = await combined.append_through(
             self.durable,
             sid,
             turns,
             window=self.config.window,
-            hot_expires_at=self._write_expiry(metadata, turn_count),
-            durable_expires_at=self.durable_expiry(),
+            hot_expires_at=self._write_expiry(metadata, turn_count, None, now),
+            durable_expires_at=self.durable_expiry(now),
             idempotency_key=key,
             entities=change,
             first_index=first,
