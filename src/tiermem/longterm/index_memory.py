@@ -149,14 +149,42 @@ class _Matrix:
     """The earliest expiry among its documents: the matrix is rebuilt from then on."""
 
 
+class _Groups(dict[str, dict[int, set[str]]]):
+    """term → ``length * POSTING_SHIFT + tf`` → doc ids: a term's postings by value, so a
+    search takes a common term's best documents in without walking its list
+    (:func:`bm25_top`).
+
+    A term's entry is built from its postings when a search first asks for it, then kept
+    up to date by every write: most indexed terms are never searched, and keeping a set
+    per value for each of them was a third of indexing a turn. (The order of its values
+    and sets never shows in a result: :func:`bm25_top` ranks with ties by doc id.)
+    """
+
+    __slots__ = ("_postings",)
+
+    def __init__(self, postings: dict[str, dict[str, int]]) -> None:
+        super().__init__()
+        self._postings = postings
+
+    def __missing__(self, term: str) -> dict[int, set[str]]:
+        by_value: dict[int, set[str]] = {}
+        for doc_id, value in self._postings[term].items():  # KeyError: no such term
+            holders = by_value.get(value)
+            if holders is None:
+                by_value[value] = {doc_id}
+            else:
+                holders.add(doc_id)
+        self[term] = by_value
+        return by_value
+
+
 @dataclass(slots=True)
 class _UserIndex:
     docs: dict[str, _Doc] = field(default_factory=dict)
     postings: dict[str, dict[str, int]] = field(default_factory=dict)
     """term → doc id → ``length * POSTING_SHIFT + tf``."""
-    groups: dict[str, dict[int, set[str]]] = field(default_factory=dict)
-    """term → ``length * POSTING_SHIFT + tf`` → doc ids: the postings by value, so a search
-    takes a common term's best documents in without walking its list (:func:`bm25_top`)."""
+    groups: _Groups = field(init=False)
+    """The postings of searched terms by value (:class:`_Groups`)."""
     total_length: int = 0
     expiring: int = 0
     """How many of ``docs`` have an expiry (for the heap's compaction)."""
@@ -168,6 +196,9 @@ class _UserIndex:
     dense_cache: dict[str, tuple[array[int], array[int]]] = field(default_factory=dict)
     """term → (slots, packed values) of its posting list, built on the term's first dense
     query; :meth:`add` appends to it, :meth:`remove` drops it (rare: rewrites, expiry)."""
+
+    def __post_init__(self) -> None:
+        self.groups = _Groups(self.postings)
 
     def dense(self, term: str) -> DenseList:
         """The term's posting list as numpy arrays (copies: the cache may grow later)."""
@@ -209,14 +240,14 @@ class _UserIndex:
             if posting is None:
                 continue
             value = posting.pop(doc_id, None)
-            by_value = self.groups[term]
-            if value is not None and value in by_value:
+            by_value = self.groups.get(term)  # None: never searched, nothing to update
+            if by_value is not None and value is not None and value in by_value:
                 by_value[value].discard(doc_id)
                 if not by_value[value]:
                     del by_value[value]
             if not posting:
                 del self.postings[term]
-                del self.groups[term]
+                self.groups.pop(term, None)
         if doc.vector is not None:
             self.matrix_cache.clear()
 
@@ -239,27 +270,27 @@ class _UserIndex:
         self.total_length += length
         packed = length * POSTING_SHIFT
         postings, groups = self.postings, self.groups
-        # get-then-create: ``setdefault(term, {})`` would build a dict and a set per term
-        # even when they exist, and this runs for every term of every indexed turn.
+        # get-then-create: ``setdefault(term, {})`` would build a dict per term even when
+        # it exists, and this runs for every term of every indexed turn.
         for term, tf in counts.items():
             posting = postings.get(term)
             if posting is None:
                 posting = postings[term] = {}
-                by_value: dict[int, set[str]] = {}
-                groups[term] = by_value
-            else:
-                by_value = groups[term]
-            posting[doc_id] = packed + tf
+            value = packed + tf
+            posting[doc_id] = value
             if dense_cache:
                 cached = dense_cache.get(term)
                 if cached is not None:
                     cached[0].append(slot)
-                    cached[1].append(packed + tf)
-            holders = by_value.get(packed + tf)
-            if holders is None:
-                by_value[packed + tf] = {doc_id}
-            else:
-                holders.add(doc_id)
+                    cached[1].append(value)
+            if groups:  # only searched terms have one (``_Groups``)
+                by_value = groups.get(term)
+                if by_value is not None:
+                    holders = by_value.get(value)
+                    if holders is None:
+                        by_value[value] = {doc_id}
+                    else:
+                        holders.add(doc_id)
         if vector is not None:
             self.matrix_cache.clear()
 
