@@ -95,10 +95,10 @@ class FrozenModel(BaseModel):
             # ``values`` holds every field: their set, unless it holds other keys too.
             fields_set = every if len(values) == len(every) else shared_fields(values)
         model: Self = _new(cls)
-        _set(model, "__dict__", values)
-        _set(model, "__pydantic_fields_set__", fields_set)
-        _set(model, "__pydantic_extra__", None)
-        _set(model, "__pydantic_private__", None)
+        _set_dict(model, values)
+        _set_fields_set(model, fields_set)
+        _set_extra(model, None)
+        _set_private(model, None)
         return model
 
 
@@ -140,4 +140,11 @@ _EVERY_FIELD: dict[type[FrozenModel], set[str]] = {}
 seen (and found to have no private attributes)."""
 
 _new = object.__new__
-_set = object.__setattr__
+# BaseModel's slots, set through their descriptors: what ``object.__setattr__`` does for
+# these names, without looking each name up on the class first (a quarter of the cost of
+# :meth:`FrozenModel.trusted`, which runs several times per turn). A pydantic without
+# these slots fails here, at import, not on a turn.
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
