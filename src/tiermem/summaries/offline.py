@@ -38,11 +38,13 @@ what was talked about. Deterministic: the same turns, prior and budget give the 
 from __future__ import annotations
 
 import json
+import operator
 import re
+import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
+from typing import Final
 
 from tiermem.errors import ValidationError
 from tiermem.longterm.detect import split_sentences
@@ -87,6 +89,15 @@ passes (its recent tier, the middle tier, the ancient tier it rolls into), from 
 text, index and role each time: its lines, scores and token counts are computed once."""
 TURN_CACHE_CHARS = 8_000_000
 """Characters of kept candidate lines, at most (a line is at most ``max_sentence_chars``)."""
+PRIORS = 4
+"""Priors whose rows a summarizer keeps whole (a pass has three; one is the next's)."""
+PRIOR_CHARS = 65_536
+"""Longer priors are not kept whole (a tier's text is a few thousand characters)."""
+SPANS = 8
+"""Spans of turns whose rows a summarizer keeps whole (a pass has three; two are the
+next passes')."""
+SPAN_TURNS = 256
+"""Longer spans are not kept whole (a pass's span is about ``every_turns`` turns)."""
 
 
 _Slots = tuple[str, ...]
@@ -95,33 +106,39 @@ statements only), one per slot, the last statement of a slot in a sentence winni
 order of the slots' first statements."""
 
 
-@dataclass(slots=True)
-class _Candidate:
-    index: int
-    """Turn index; -1 for a carried line without one (an LLM's or validation's line)."""
-    order: int
-    line: str
-    score: float
-    slots: _Slots = ()
-    wrong: tuple[str, ...] = ()
-    body: str | None = None
-    """What was said, without the ``- [i] Who:`` prefix (None: not known yet)."""
-    cost: int | None = None
-    """Tokens of the line and its newline (None: not known yet; :meth:`_fit` counts it)."""
+_Row = tuple[int, str, float, _Slots, tuple[str, ...], str | None, int | None, int | None]
+"""One candidate line: ``index, line, score, slots, wrong, body, cost, joined`` -- its
+turn index (-1 for a carried line without one: an LLM's or validation's line), the line,
+what it carries (:func:`_score`, before recency), the slots it states, the values it says
+are wrong, what was said without the ``- [i] Who:`` prefix (None: not known yet), the
+tokens of the line and one for its newline (what the budget counts) and the exact tokens
+of the line with its newline (what the summary's count adds up:
+:meth:`ExtractiveSummarizer._joined_tokens`); None: not known yet, looked up. A
+candidate's order is its position among a summary's candidates. A tuple, not an object:
+a pass ranks a few hundred lines, most of them kept from earlier passes as they are
+(:meth:`ExtractiveSummarizer._carried`) or as one slice of a kept text block."""
+# Positions of a _Row's fields (Final: mypy reads each as its literal, so a row's field
+# has its own type).
+_IDX: Final = 0
+_LINE_AT: Final = 1
+_SCORE: Final = 2
+_SLOTS_AT: Final = 3
+_WRONG: Final = 4
+_BODY: Final = 5
+_COST: Final = 6
+_JOINED: Final = 7
 
-
-_LineFields = tuple[str | float | tuple[str, ...], ...]
+_LineFields = tuple[int | str | float | tuple[str, ...] | None, ...]
 """The candidate lines of one text block of one turn, as every pass would make them again
-(kept per summarizer: :data:`TURN_CACHE`): for each line, flat, six fields (``line,
-score, slots, wrong, body, cost``: those of :class:`_Candidate` after its index and
-order; the line's tokens are counted once, with its reading, not looked up by every
-pass's budget).
+(kept per summarizer: :data:`TURN_CACHE`): for each line, flat, the seven fields of its
+:data:`_Row` (the line's tokens are counted once, with its reading, not looked up by
+every pass's budget), so that each line is one slice.
 Flat, of strings, numbers and tuples of strings only, because the garbage collector stops
 tracking such a tuple only once it tracks none of its items, and one level of tuples per
 collection (outermost last): so a kept text block leaves nothing tracked after a young and
 a middle collection, and adds nothing to full collections (dataclasses with a dict of
 slots stayed tracked, about five objects a line)."""
-_FIELDS = 6
+_FIELDS = 8
 """Fields per line in :data:`_LineFields`."""
 
 
@@ -162,6 +179,10 @@ class ExtractiveSummarizer:
         self._max_results = max_result_sentences
         self._line_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
         self._newline_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
+        self._body_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
+        """Tokens of a line's sentence, with the space before it (:meth:`_indexed_tokens`)."""
+        self._parts: dict[str, int] = {}
+        """Tokens of the parts of line prefixes (:meth:`_part_tokens`)."""
         self._tail_changes: dict[str, int] = {}
         """What a newline adds to a line's count after each punctuation ending
         (:meth:`_newline_tokens`; few distinct: ".", "?", ")", "。")."""
@@ -171,9 +192,17 @@ class ExtractiveSummarizer:
         self._text_cache: Lru[tuple[int, str, str | bytes], _LineFields] = Lru(
             TURN_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_lines_chars
         )
-        self._carried_lines: Lru[str | bytes, _LineFields] = Lru(
+        self._carried_lines: Lru[str | bytes, _Row] = Lru(
             LINE_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_carried_chars
         )
+        self._whole_lock = threading.Lock()
+        """Held to change :attr:`_priors` or :attr:`_spans` (a summarizer may be shared by
+        threads); a lookup takes no lock (one dictionary call)."""
+        self._priors: dict[str, tuple[_Row, ...]] = {}
+        """The rows of the last :data:`PRIORS` priors (:meth:`_carried`)."""
+        self._spans: dict[tuple[int, int], tuple[tuple[Turn, ...], tuple[_Row, ...]]] = {}
+        """The rows of the last :data:`SPANS` spans of turns, by first index and length,
+        with the turns (:meth:`_from_turns`)."""
 
     async def summarize(
         self,
@@ -202,19 +231,34 @@ class ExtractiveSummarizer:
         """
         if target_tokens < 1:
             raise ValidationError(f"target_tokens must be at least 1, got {target_tokens}")
-        candidates = self._carried(prior or "")
-        candidates += self._from_turns(turns, start=len(candidates))
-        if not any(c.score > _TOPIC for c in candidates):
-            candidates += self._topics(turns, start=len(candidates))
-        candidates = _drop_stale(candidates)
-        _add_recency(candidates)
+        rows = self._carried(prior or "")
+        self._from_turns(turns, rows)
+        if not any(row[_SCORE] > _TOPIC for row in rows):
+            rows += self._topics(turns)
+        kept = _drop_stale(rows)
         kept_items = [f"- {item.strip()}" for item in must_keep if item.strip()]
-        return self._fit(kept_items, candidates, target_tokens)
+        return self._fit(kept_items, rows, kept, target_tokens)
 
     # ------------------------------------------------------------------ candidates
 
-    def _carried(self, prior: str) -> list[_Candidate]:
-        out: list[_Candidate] = []
+    def _carried(self, prior: str) -> list[_Row]:
+        """The candidate rows of ``prior``'s lines. A pass's new ancient tier is the prior
+        of its middle tier and, at the next pass, of the ancient tier again: the rows of
+        the last few priors are kept whole (:data:`PRIORS`)."""
+        whole = self._priors.get(prior)
+        if whole is not None:
+            return list(whole)
+        out = self._carried_rows(prior)
+        if len(prior) <= PRIOR_CHARS:
+            with self._whole_lock:
+                priors = self._priors
+                priors[prior] = tuple(out)
+                if len(priors) > PRIORS:
+                    del priors[next(iter(priors))]  # the oldest kept
+        return out
+
+    def _carried_rows(self, prior: str) -> list[_Row]:
+        out: list[_Row] = []
         lines = self._carried_lines
         held = lines.held
         for raw in prior.splitlines():
@@ -225,12 +269,11 @@ class ExtractiveSummarizer:
             kept = held(key)  # most lines were carried by the pass before: no call more
             if kept is None:
                 kept = lines.get(key, partial(self._carried_line, line))
-            out.append(_Candidate(kept[0], len(out), *kept[1:]))  # type: ignore[arg-type]
+            out.append(kept)
         return out
 
-    def _carried_line(self, line: str) -> _LineFields:
-        """One line of a prior summary as a candidate: its turn index, then its fields as in
-        :data:`_LineFields`. A pure
+    def _carried_line(self, line: str) -> _Row:
+        """One line of a prior summary as a candidate (:data:`_Row`). A pure
         function of the line (and this summarizer's reader), so kept: a tier's lines are
         carried again by the next passes."""
         match = _LINE.match(line)
@@ -244,7 +287,8 @@ class ExtractiveSummarizer:
             score = _SLOT if stated else _CARRIED_UNINDEXED
             carried = f"- {text}"
             cost = self._line_tokens(carried)
-            return (_UNINDEXED, carried, score, slots, (), _body_of(carried), cost)
+            joined = self._newline_tokens(carried)
+            return (_UNINDEXED, carried, score, slots, (), _body_of(carried), cost, joined)
         who, text = match.group("who"), match.group("text")
         role = "user" if who == "User" else "assistant"
         weight = _ROLE_WEIGHT["tool" if who.startswith(("Result of", "Assistant called"))
@@ -259,11 +303,34 @@ class ExtractiveSummarizer:
             _slot_keys(reading),
             reading.wrong if reading else (),
             text,
-            self._line_tokens(line),
+            self._indexed_tokens(line, match.group("index"), who, text),
+            self._newline_tokens(line),
         )
 
-    def _from_turns(self, turns: Sequence[Turn], *, start: int) -> list[_Candidate]:
-        out: list[_Candidate] = []
+    def _from_turns(self, turns: Sequence[Turn], out: list[_Row]) -> None:
+        """Append the candidate rows of ``turns`` to ``out``. A pass's recent span is the
+        next pass's middle span and then rolls into the ancient tier, as the same
+        :class:`~tiermem.models.turns.Turn` objects (the jobs keep a pass's turns for the
+        next): the rows of the last few spans are kept whole, found by the turns'
+        identity (:data:`SPANS`; turns are frozen, and each kept span holds its turns, so
+        an identity is never another turn's)."""
+        if not turns:
+            return
+        key = (turns[0].index, len(turns))
+        held = self._spans.get(key)
+        if held is not None and all(map(operator.is_, held[0], turns)):
+            out += held[1]
+            return
+        start = len(out)
+        self._read_turns(turns, out)
+        if len(turns) <= SPAN_TURNS:
+            with self._whole_lock:
+                spans = self._spans
+                spans[key] = (tuple(turns), tuple(out[start:]))
+                if len(spans) > SPANS:
+                    del spans[next(iter(spans))]  # the oldest kept
+
+    def _read_turns(self, turns: Sequence[Turn], out: list[_Row]) -> None:
         tool_names: dict[str, str] = {}
         for turn in turns:
             if turn.redacted:
@@ -272,19 +339,16 @@ class ExtractiveSummarizer:
             for block in turn.content:
                 if isinstance(block, TextBlock):
                     fields = self._text_lines(turn.index, turn.role, who, block.text)
-                    for at in range(0, len(fields), _FIELDS):
-                        out.append(
-                            _Candidate(
-                                turn.index,
-                                start + len(out),
-                                *fields[at : at + _FIELDS],  # type: ignore[arg-type]
-                            )
-                        )
+                    if fields:
+                        out += [
+                            fields[at : at + _FIELDS]  # type: ignore[misc]
+                            for at in range(0, len(fields), _FIELDS)
+                        ]
                 elif isinstance(block, ToolUseBlock):
                     tool_names[block.tool_use_id] = block.name
                     args = json.dumps(block.input, ensure_ascii=False, default=str, sort_keys=True)
                     line = f"- [{turn.index}] Assistant called {block.name}({self._cut(args)})"
-                    out.append(_Candidate(turn.index, start + len(out), line, _TOOL_CALL))
+                    out.append((turn.index, line, _TOOL_CALL, (), (), None, None, None))
                 elif isinstance(block, ToolResultBlock):
                     name = tool_names.get(block.tool_use_id, "a tool")
                     failed = " (failed)" if block.status == "error" else ""
@@ -294,10 +358,7 @@ class ExtractiveSummarizer:
                     )
                     for reading in salient:
                         score = _score(reading, _ROLE_WEIGHT["tool"])
-                        out.append(
-                            self._candidate(turn.index, start + len(out), label, reading, score)
-                        )
-        return out
+                        out.append(self._candidate(turn.index, label, reading, score))
 
     def _text_lines(self, index: int, role: str, who: str, text: str) -> _LineFields:
         """The candidate lines of one text block of turn ``index`` said by ``role``: a pure
@@ -309,37 +370,30 @@ class ExtractiveSummarizer:
         return self._text_cache.get(key, partial(self._read_lines, index, role, who, text))
 
     def _read_lines(self, index: int, role: str, who: str, text: str) -> _LineFields:
-        out: list[str | float | tuple[str, ...]] = []
+        out: list[int | str | float | tuple[str, ...] | None] = []
         weight = _ROLE_WEIGHT[role]
         for reading in self._reader.read(text, role=role):
             score = _score(reading, weight)
             if score > 0:
                 body = self._cut(reading.text)
                 line = f"- [{index}] {who}: {body}"
-                cost = self._line_tokens(line)
-                out += (line, score, _slot_keys(reading), reading.wrong, body, cost)
+                cost = self._indexed_tokens(line, str(index), who, body)
+                joined = self._newline_tokens(line)
+                out += (index, line, score, _slot_keys(reading), reading.wrong, body, cost, joined)
         return tuple(out)
 
-    def _candidate(
-        self, index: int, order: int, who: str, reading: SentenceReading, score: float
-    ) -> _Candidate:
-        return _Candidate(
-            index,
-            order,
-            f"- [{index}] {who}: {self._cut(reading.text)}",
-            score,
-            slots=_slot_keys(reading),
-            wrong=reading.wrong,
-        )
+    def _candidate(self, index: int, who: str, reading: SentenceReading, score: float) -> _Row:
+        line = f"- [{index}] {who}: {self._cut(reading.text)}"
+        return (index, line, score, _slot_keys(reading), reading.wrong, None, None, None)
 
-    def _topics(self, turns: Sequence[Turn], *, start: int) -> list[_Candidate]:
-        out: list[_Candidate] = []
+    def _topics(self, turns: Sequence[Turn]) -> list[_Row]:
+        out: list[_Row] = []
         for turn in turns:
             said = "\n".join(b.text for b in turn.content if isinstance(b, TextBlock))
             sentences = split_sentences(said) if turn.role == "user" and not turn.redacted else []
             if sentences:
                 line = f"- [{turn.index}] User: {self._cut(sentences[0])}"
-                out.append(_Candidate(turn.index, start + len(out), line, _TOPIC))
+                out.append((turn.index, line, _TOPIC, (), (), None, None, None))
         return out
 
     def _cut(self, text: str) -> str:
@@ -348,33 +402,50 @@ class ExtractiveSummarizer:
 
     # ------------------------------------------------------------------ budget
 
-    def _fit(self, kept_items: list[str], candidates: list[_Candidate], target: int) -> str:
+    def _fit(self, kept_items: list[str], rows: list[_Row], kept: list[int], target: int) -> str:
+        """The ``kept`` rows (positions in ``rows``) that fit ``target`` after the items:
+        best first (by score with recency: the newest turn gets :data:`_RECENCY` more, the
+        oldest nothing, by rank among the kept rows' turns; ties to the newer turn, then
+        the later line), printed in turn order."""
         used = sum(self._line_tokens(line) for line in kept_items)
-        chosen: list[_Candidate] = []
+        indexes = sorted({rows[at][_IDX] for at in kept})
+        rank = {index: position for position, index in enumerate(indexes)}
+        top = max(len(indexes) - 1, 1)
+        ranked = []  # (-score, -index, -order): best first once sorted
+        for at in kept:
+            row = rows[at]
+            index = row[_IDX]
+            ranked.append((-(row[_SCORE] + _RECENCY * rank[index] / top), -index, -at))
+        ranked.sort()
+        chosen: list[tuple[int, int]] = []  # (index, order) of each line taken
         held = self._line_counts.held
-        for candidate in sorted(candidates, key=lambda c: (-c.score, -c.index, -c.order)):
-            cost = candidate.cost
+        for _, _, order in ranked:
+            row = rows[-order]
+            cost = row[_COST]
             if cost is None:  # a tool call's or result's line, or a topic: look it up
-                line = candidate.line
+                line = row[_LINE_AT]
                 cost = held(line if len(line) <= INLINE_KEY else text_key(line))
                 if cost is None:
                     cost = self._line_tokens(line)
             if used + cost <= target:
-                chosen.append(candidate)
+                chosen.append((row[_IDX], -order))
                 used += cost
-        chosen.sort(key=lambda c: (c.index, c.order))
-        lines = [*kept_items, *(c.line for c in chosen)]
+        chosen.sort()
+        picked = [rows[at] for _, at in chosen]
+        lines = [*kept_items, *(row[_LINE_AT] for row in picked)]
         text = "\n".join(lines)
         # Tokens of joined lines can differ from the sum of their parts by a token or two:
         # drop the weakest lines until the whole fits.
-        while chosen and self._joined_tokens(lines, text) > target:
-            weakest = min(chosen, key=lambda c: (c.score, c.index, c.order))
+        while chosen and self._joined_tokens(lines, text, picked) > target:
+            scores = {-order: -score for score, _, order in ranked}
+            weakest = min(chosen, key=lambda pair: (scores[pair[1]], pair[0], pair[1]))
             chosen.remove(weakest)
-            lines = [*kept_items, *(c.line for c in chosen)]
+            picked = [rows[at] for _, at in chosen]
+            lines = [*kept_items, *(row[_LINE_AT] for row in picked)]
             text = "\n".join(lines)
         return text
 
-    def _joined_tokens(self, lines: list[str], text: str) -> int:
+    def _joined_tokens(self, lines: list[str], text: str, rows: Sequence[_Row] = ()) -> int:
         """``counter.count(text)`` of ``text = "\n".join(lines)``, kept for :func:`counted`
         (the builder counts the tier's text again). With cl100k_base it is the sum of the
         lines' counts, each with the newline after it (kept per line: a summary is mostly
@@ -386,7 +457,10 @@ class ExtractiveSummarizer:
         each piece alone; no piece holds a newline and a non-space character after it, and
         the pattern looks neither behind nor past a newline into the next line, so the
         pieces of the joined text are those of each line-with-newline, then of the last
-        line (``tests/summaries/test_joined_tokens.py`` checks it on random texts)."""
+        line (``tests/summaries/test_joined_tokens.py`` checks it on random texts).
+
+        ``rows``: the candidate rows whose lines end ``lines``; their counts are taken
+        from them, not looked up."""
         if (
             not self._additive
             or not lines
@@ -395,8 +469,19 @@ class ExtractiveSummarizer:
             return counted(self._counter, text)
         counts = self._newline_counts
         held = counts.held
-        total = self._line_tokens(lines[-1]) - 1
-        for line in lines[:-1]:
+        # The last lines are those of ``rows``, which carry their counts.
+        last = rows[-1][_COST] if rows else None
+        total = (self._line_tokens(lines[-1]) if last is None else last) - 1
+        for row in rows[:-1]:
+            cost = row[_JOINED]
+            if cost is None:
+                line = row[_LINE_AT]
+                key = line if len(line) <= INLINE_KEY else text_key(line)
+                cost = held(key)
+                if cost is None:
+                    cost = counts.get(key, partial(self._newline_tokens, line))
+            total += cost
+        for line in lines[: len(lines) - len(rows)] if rows else lines[:-1]:
             key = line if len(line) <= INLINE_KEY else text_key(line)
             cost = held(key)
             if cost is None:
@@ -443,6 +528,44 @@ class ExtractiveSummarizer:
                 self._tail_changes[tail] = change
         return self._line_tokens(line) - 1 + change
 
+    def _indexed_tokens(self, line: str, digits: str, who: str, body: str) -> int:
+        """:meth:`_line_tokens` of ``line`` = ``f"- [{digits}] {who}: {body}"``, from the
+        counts of its parts where the encoder makes that exact (cl100k_base), and kept as
+        that line's count: a new turn's lines are new lines (their turn index), but their
+        sentences are often said again ("ok, thanks"), and their prefixes are few.
+
+        Why it is exact: the pre-tokenizer's pieces never join "]" and the space after it,
+        nor ":" and the space after it (a run of punctuation stops at a space, and the
+        pattern looks behind nothing), so the line's pieces are those of ``- [``, of each
+        run of up to three digits, of ``]``, of `` {who}:`` and of `` {body}``, each
+        encoded alone (``tests/summaries/test_s8_pass_tokens.py``)."""
+        counts = self._line_counts
+        key = line if len(line) <= INLINE_KEY else text_key(line)
+        held = counts.held(key)
+        if held is not None:
+            return held
+        if not self._additive or not digits.isascii() or not digits.isdigit():
+            return self._line_tokens(line)
+        part = self._part_tokens
+        total = part("- [") + part("]") + part(f" {who}:") + 1  # and the newline
+        for at in range(0, len(digits), 3):
+            total += part(digits[at : at + 3])
+        body_key = body if len(body) <= INLINE_KEY else text_key(body)
+        said = self._body_counts.held(body_key)
+        if said is None:
+            said = self._body_counts.get(body_key, partial(self._counter.count, f" {body}"))
+        total += said
+        return counts.get(key, lambda: total)
+
+    def _part_tokens(self, part: str) -> int:
+        """Tokens of a line prefix's part (few distinct: digit runs, speakers), kept."""
+        count = self._parts.get(part)
+        if count is None:
+            count = self._counter.count(part)
+            if len(self._parts) < _PARTS:
+                self._parts[part] = count
+        return count
+
     def _line_tokens(self, line: str) -> int:
         """Tokens of one line and its newline; kept (LRU): a pass ranks the lines of its
         tiers' turns again, and they are the same lines."""
@@ -456,6 +579,9 @@ class ExtractiveSummarizer:
 
 # ---------------------------------------------------------------- pure pieces
 
+_PARTS = 4_096
+"""Line prefix parts whose token counts a summarizer keeps (digit runs are at most 1,110;
+speakers are "User", "Assistant" and a tool's results)."""
 _TAILS = 4_096
 """Punctuation endings whose newline change a summarizer keeps."""
 _TAIL_CHARS = 16
@@ -514,27 +640,34 @@ def _score(reading: SentenceReading, weight: float) -> float:
     return carried * weight
 
 
-def _drop_stale(candidates: list[_Candidate]) -> list[_Candidate]:
-    """The latest statement of each slot stays; earlier statements of it, and lines that
-    mention a superseded value without the current one, go (see the module docstring)."""
+def _drop_stale(rows: list[_Row]) -> list[int]:
+    """The positions of the rows that stay: the latest statement of each slot stays;
+    earlier statements of it, and lines that mention a superseded value without the
+    current one, go (see the module docstring)."""
     # Slots are flat (slot, value key, value as written) triples: see _Slots.
-    latest: dict[str, _Candidate] = {}
+    latest: dict[str, int] = {}  # slot → position of its latest statement
     current: dict[str, tuple[str, str]] = {}  # slot → (value key, value as written), latest
-    stating = [c for c in candidates if c.slots]
-    for candidate in sorted(stating, key=lambda c: (c.index, c.order)):
-        slots = candidate.slots
-        for at in range(0, len(slots), 3):
-            latest[slots[at]] = candidate
-            current[slots[at]] = (slots[at + 1], slots[at + 2])
-    current_keys = {key for key, _ in current.values()}
+    stating = [(row[_IDX], at) for at, row in enumerate(rows) if row[_SLOTS_AT]]
+    stating.sort()  # by turn, then order
+    for _, at in stating:
+        slots = rows[at][_SLOTS_AT]
+        for pos in range(0, len(slots), 3):
+            latest[slots[pos]] = at
+            current[slots[pos]] = (slots[pos + 1], slots[pos + 2])
     stale: dict[str, str] = {}  # value as written → its slot ("" for a correction's)
-    for candidate in candidates:
-        slots = candidate.slots
-        for at in range(0, len(slots), 3):
-            if slots[at + 1] != current[slots[at]][0]:
-                stale[slots[at + 2]] = slots[at]
-        for wrong in candidate.wrong:
-            stale.setdefault(wrong, "")
+    wrongs = False
+    for row in rows:
+        slots = row[_SLOTS_AT]
+        for pos in range(0, len(slots), 3):
+            if slots[pos + 1] != current[slots[pos]][0]:
+                stale[slots[pos + 2]] = slots[pos]
+        if row[_WRONG]:
+            wrongs = True
+            for wrong in row[_WRONG]:
+                stale.setdefault(wrong, "")
+    if not stating and not wrongs:
+        return list(range(len(rows)))  # nothing stated, nothing superseded
+    current_keys = {key for key, _ in current.values()}
     stale = {
         value: slot
         for value, slot in stale.items()
@@ -550,18 +683,18 @@ def _drop_stale(candidates: list[_Candidate]) -> list[_Candidate]:
         else None
     )
     kept = []
-    for candidate in candidates:
-        slots = candidate.slots
+    for at, row in enumerate(rows):
+        slots = row[_SLOTS_AT]
         if slots:
             stated = range(0, len(slots), 3)
-            if any(slots[at + 1] != current[slots[at]][0] for at in stated):
+            if any(slots[pos + 1] != current[slots[pos]][0] for pos in stated):
                 continue  # it states a value that a later line replaced
-            if any(latest[slots[at]] is candidate for at in stated):
-                kept.append(candidate)
+            if any(latest[slots[pos]] == at for pos in stated):
+                kept.append(at)
             continue  # else a later line states the same values again
-        if not candidate.wrong and probes and _mentions_stale(_body(candidate), *probes):
+        if not row[_WRONG] and probes and _mentions_stale(_body(row), *probes):
             continue
-        kept.append(candidate)
+        kept.append(at)
     return kept
 
 
@@ -576,9 +709,9 @@ def _mentions_stale(body: str, stale: ProbeSet, current: list[ValueProbe | None]
     return False
 
 
-def _body(candidate: _Candidate) -> str:
-    body = candidate.body
-    return _body_of(candidate.line) if body is None else body
+def _body(row: _Row) -> str:
+    body = row[_BODY]
+    return _body_of(row[_LINE_AT]) if body is None else body
 
 
 def _body_of(line: str) -> str:
@@ -587,19 +720,9 @@ def _body_of(line: str) -> str:
 
 
 def _lines_chars(fields: _LineFields) -> int:
-    lines: tuple[str, ...] = fields[::_FIELDS]  # type: ignore[assignment]
+    lines: tuple[str, ...] = fields[_LINE_AT::_FIELDS]  # type: ignore[assignment]
     return 64 + sum(map(len, lines))
 
 
-def _carried_chars(fields: _LineFields) -> int:
-    return 64 + len(fields[1])  # type: ignore[arg-type]
-
-
-def _add_recency(candidates: list[_Candidate]) -> None:
-    indexes = sorted({c.index for c in candidates})
-    if not indexes:
-        return
-    rank = {index: position for position, index in enumerate(indexes)}
-    top = max(len(indexes) - 1, 1)
-    for candidate in candidates:
-        candidate.score += _RECENCY * rank[candidate.index] / top
+def _carried_chars(row: _Row) -> int:
+    return 64 + len(row[_LINE_AT])
