@@ -95,12 +95,11 @@ class Lru(Generic[K, V]):
             except KeyError:  # dropped by another thread since: still a right value
                 return entry  # type: ignore[no-any-return]
             return entry  # type: ignore[no-any-return]
-        with self._lock:
-            self.misses += 1
         value = compute()  # outside the lock: pure, so a race computes it twice at worst
         weigh = self._weigh
         weights = self._weights
-        with self._lock:
+        with self._lock:  # one section per miss (a pass has a few dozen misses)
+            self.misses += 1
             if data.pop(key, _MISSING) is not _MISSING:
                 self._weight -= weights.pop(key) if weigh is not None else 1
             data[key] = value
