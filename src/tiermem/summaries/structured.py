@@ -221,8 +221,10 @@ class RuleStructuredExtractor:
         Turns at or before ``prior.through_index`` are skipped, so a retried job adds
         nothing twice."""
         base = prior or StructuredMemory()
-        entities = dict(base.entities)
-        facts = dict(base.facts)
+        # Slots set here are kept as (value, turn, previous) until the end: a restated
+        # slot is one tuple, not a model copied at each statement.
+        entities: dict[str, Fact | _Slot] = dict(base.entities)
+        facts: dict[str, Fact | _Slot] = dict(base.facts)
         items = {"decision": list(base.decisions), "goal": list(base.goals),
                  "unresolved": list(base.unresolved)}  # fmt: skip
         through = base.through_index
@@ -244,11 +246,13 @@ class RuleStructuredExtractor:
                     _add_item(items["goal"], reading.text, turn.index)
                 if reading.unresolved:
                     _add_item(items["unresolved"], reading.text, turn.index)
+        entities_out = {slot: _fact(held) for slot, held in entities.items()}
+        facts_out = {slot: _fact(held) for slot, held in facts.items()}
         # An item that names a value since superseded ("I want the Japanese edition" after
         # "make it the French edition") would present the old value as current: it goes.
         superseded = [
             (slot, old)
-            for slot, fact in (*entities.items(), *facts.items())
+            for slot, fact in (*entities_out.items(), *facts_out.items())
             for old in fact.previous
         ]
         if superseded:
@@ -260,8 +264,8 @@ class RuleStructuredExtractor:
                     if not probes.stated_by(SaidIn(item.text, self._entities))
                 ]
         return StructuredMemory(
-            entities=entities,
-            facts=facts,
+            entities=entities_out,
+            facts=facts_out,
             decisions=tuple(items["decision"][-self._max_items :]),
             goals=tuple(items["goal"][-self._max_items :]),
             unresolved=tuple(items["unresolved"][-self._max_items :]),
@@ -482,17 +486,35 @@ def _inside(start: int, end: int, regions: list[tuple[int, int]]) -> bool:
     return any(a <= start and end <= b for a, b in regions)
 
 
-def _set(store: dict[str, Fact], slot: str, value: str, turn_index: int) -> None:
+_Slot = tuple[str, str, int, tuple[str, ...]]
+"""A slot set during one extraction: ``slot, value, turn_index, previous`` (the fields of
+the :class:`Fact` it becomes)."""
+
+
+def _set(store: dict[str, Fact | _Slot], slot: str, value: str, turn_index: int) -> None:
+    """Set ``slot`` to ``value`` said at ``turn_index``: the same value (as
+    :func:`same_value`) moves to the new turn; another one replaces it, the old value
+    joining ``previous`` (and any earlier statement of the new value leaving it)."""
     old = store.get(slot)
     if old is None:
-        store[slot] = Fact(slot=slot, value=value, turn_index=turn_index)
-    elif same_value(old.value, value, slot=slot):
-        store[slot] = old.model_copy(update={"turn_index": turn_index})
+        store[slot] = (slot, value, turn_index, ())
+        return
+    if isinstance(old, Fact):
+        named, old_value, old_previous = old.slot, old.value, old.previous
     else:
-        previous = tuple(v for v in old.previous if not same_value(v, value, slot=slot))
-        store[slot] = Fact(
-            slot=slot, value=value, turn_index=turn_index, previous=(*previous, old.value)
-        )
+        named, old_value, _, old_previous = old
+    if same_value(old_value, value, slot=slot):
+        store[slot] = (named, old_value, turn_index, old_previous)
+    else:
+        previous = tuple(v for v in old_previous if not same_value(v, value, slot=slot))
+        store[slot] = (slot, value, turn_index, (*previous, old_value))
+
+
+def _fact(held: Fact | _Slot) -> Fact:
+    if isinstance(held, Fact):
+        return held  # not set by this extraction
+    slot, value, turn_index, previous = held
+    return Fact(slot=slot, value=value, turn_index=turn_index, previous=previous)
 
 
 def _add_item(items: list[Item], text: str, turn_index: int) -> None:
