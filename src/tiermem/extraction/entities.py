@@ -161,8 +161,11 @@ class PhraseRule:
 
     def find(self, view: TextView) -> list[tuple[int, int, str]]:
         """``(start, end, value)`` of each name in ``view``."""
+        found = self._index.find(view)
+        if not found:  # most texts name nothing from a list
+            return found
         values = self._values
-        return [(start, end, values[key]) for start, end, key in self._index.find(view)]
+        return [(start, end, values[key]) for start, end, key in found]
 
 
 # ---------------------------------------------------------------- value functions
@@ -401,16 +404,19 @@ class RuleEntityExtractor:
         caller can tell where a value was said ("¥8,000, not ¥5,000")."""
         view = as_turn_text(text).view
         found: list[tuple[int, int, int, str, str]] = []
-        titles = list(self._titles.find(view)) if self._titles else []
-        found += [(start, 0, end, "series", value) for start, end, value in titles]
-        # Title spans are sorted and disjoint: the one that could hold a match is the last
-        # that starts at or before it.
-        starts = [start for start, _, _ in titles]
+        titles = self._titles.find(view) if self._titles else []
+        starts: list[int] = []
+        if titles:
+            found += [(start, 0, end, "series", value) for start, end, value in titles]
+            # Title spans are sorted and disjoint: the one that could hold a match is the
+            # last that starts at or before it.
+            starts = [start for start, _, _ in titles]
         folded, normal = view.folded, view.normal
         gates = self._folded_ascii_gates if folded.isascii() else self._folded_gates
         present = {t for t in gates if t in folded}
-        normal_gates = self._normal_ascii_gates if normal.isascii() else self._normal_gates
-        present.update(key for t, key in normal_gates if t in normal)
+        for t, key in self._normal_ascii_gates if normal.isascii() else self._normal_gates:
+            if t in normal:
+                present.add(key)
         # Only the rules one of whose strings is in the text run (the others cannot match).
         rules = self._rules_for(frozenset(present)) if present else self._ungated
         for rule in rules:

@@ -30,7 +30,7 @@ from typing import Protocol
 from tiermem.errors import ValidationError
 from tiermem.models.content import ContentBlock, TextBlock, ToolResultBlock
 from tiermem.models.turns import Entity
-from tiermem.policies.phrases import PhraseIndex, TextView
+from tiermem.policies.phrases import PhraseIndex, TextView, latin_words
 from tiermem.policies.turn_text import TurnText
 
 __all__ = [
@@ -44,13 +44,19 @@ __all__ = [
 
 _CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
 _CJK_CHAR = re.compile(f"[{_CJK_CHARS}]")
-_SPACED_WORD = re.compile(f"[^\\W_{_CJK_CHARS}]+")  # a word of a space-separated script
-_NUMBER = re.compile(r"[0-9]+(?:[.,][0-9]+)*")
+_CJK_RUN = re.compile(f"[{_CJK_CHARS}][{_CJK_CHARS}]*")
+# Patterns start with a character class, not a repeat ("[x][x]*", not "[x]+"), so that re
+# skips to the positions that can start a match instead of trying every one.
+_SPACED_WORD = re.compile(f"[^\\W_{_CJK_CHARS}][^\\W_{_CJK_CHARS}]*")  # a spaced-script word
+_NUMBER = re.compile(r"[0-9][0-9]*(?:[.,][0-9]+)*")
 
 
 def _word_units(text: str) -> int:
     """A rough word count for mixed scripts: spaced words, plus one word per 2 CJK chars."""
-    cjk = 0 if text.isascii() else len(_CJK_CHAR.findall(text))  # no CJK in ASCII
+    if text.isascii():
+        # No CJK; and an ASCII spaced word ([^\W_]) is a run of [0-9A-Za-z], a Latin word.
+        return len(latin_words(text))
+    cjk = len(text) - len(_CJK_RUN.sub("", text))  # a match per run, not per character
     return len(_SPACED_WORD.findall(text)) + (cjk + 1) // 2
 
 
@@ -246,11 +252,17 @@ class RuleImportanceScorer:
             if self._acknowledgement.search(said):
                 return self._acknowledgement_score
             return self._greeting_score
-        window = read.view.folded[: self.DENSITY_WINDOW_CHARS]
+        view = read.view
+        window = view.folded
+        words = None
+        if len(window) > self.DENSITY_WINDOW_CHARS:
+            window = window[: self.DENSITY_WINDOW_CHARS]
+        elif window.isascii():
+            words = len(view.words)  # the view's words: those the cue lookups read
         # Clamped to the rules' bounds, which are checked to lie in [0, 1]: built without
         # ``__post_init__``'s checks (most turns are scored by density).
         score = _new(ImportanceScore)
-        _set(score, "score", self._density(window, entities))
+        _set(score, "score", self._density(window, entities, words))
         _set(score, "reason", "density")
         return score
 
@@ -271,13 +283,14 @@ class RuleImportanceScorer:
         rest = " ".join(parts)
         return not _NUMBER.search(rest) and _word_units(rest) <= self.rules.social_max_extra_words
 
-    def _density(self, text: str, entities: tuple[Entity, ...]) -> float:
+    def _density(self, text: str, entities: tuple[Entity, ...], words: int | None = None) -> float:
+        # ``words``: ``_word_units(text)`` when the caller has it.
         rules = self.rules
         d = (
             # Distinct entities (one or none need no hashing).
             0.5 * min(len(entities) if len(entities) < 2 else len(set(entities)), 4) / 4
             + 0.2 * min(len(_NUMBER.findall(text)), 3) / 3
-            + 0.3 * min(_word_units(text), 60) / 60
+            + 0.3 * min(_word_units(text) if words is None else words, 60) / 60
         )
         score = rules.density_floor + (rules.density_ceiling - rules.density_floor) * d
         return min(max(score, rules.density_floor), rules.density_ceiling)

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_PHRASE_CHARS",
     "PhraseIndex",
     "TextView",
+    "latin_words",
     "nfkc",
     "normal_form",
     "phrase_key",
@@ -33,7 +34,12 @@ __all__ = [
 LATIN_WORD_CHARS = "0-9A-Za-z\u00c0-\u024f"
 MAX_PHRASE_CHARS = 200
 _LATIN = re.compile(f"[{LATIN_WORD_CHARS}]")
-_LATIN_RUN = re.compile(f"[{LATIN_WORD_CHARS}]+")
+# "[x][x]*" rather than "[x]+": a pattern that starts with a character class lets re skip
+# to the positions that can start a match; one that starts with a repeat tries every one.
+_LATIN_RUN = re.compile(f"[{LATIN_WORD_CHARS}][{LATIN_WORD_CHARS}]*")
+# An ASCII text's Latin words are its runs of [0-9A-Za-z]: every other byte becomes a space,
+# and ``split`` finds the runs in one pass (``findall`` pays a match per word).
+_ASCII_WORD_BYTES = bytes(c if chr(c).isalnum() else 0x20 for c in range(128)) + b" " * 128
 _CURLY_APOSTROPHES = ("\u2019", "\u2018", "\u02bc")
 _APOSTROPHES = str.maketrans(dict.fromkeys(_CURLY_APOSTROPHES, "'"))
 _FULL_WIDTH = re.compile("[\uff01-\uff5e\u3000]")
@@ -48,8 +54,9 @@ def _half_width(match: re.Match[str]) -> str:
 
 def nfkc(text: str) -> str:
     """``unicodedata.normalize("NFKC", text)``, computed faster for most text."""
-    # A full normalisation is slow on CJK text, and most text needs none: check first.
-    if unicodedata.is_normalized("NFKC", text):
+    # A full normalisation is slow on CJK text, and most text needs none: check first
+    # (ASCII is always in NFKC).
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
         return text
     # Japanese text is usually normal but for full-width ASCII ("？", "４２") and the
     # ideographic space: map those cheaply (as NFKC does) before paying for the rest.
@@ -68,6 +75,14 @@ def straight_apostrophes(text: str) -> str:
     return text
 
 
+def latin_words(text: str) -> list[str]:
+    """The runs of :data:`LATIN_WORD_CHARS` in ``text``, in order (a phrase's first word is
+    one of them)."""
+    if text.isascii():
+        return text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii").split()
+    return _LATIN_RUN.findall(text)
+
+
 def normal_form(text: str) -> str:
     """``text`` as rules read it: NFKC (``ＯＫ４２`` → ``OK42``) with straight apostrophes."""
     return straight_apostrophes(nfkc(text))
@@ -77,14 +92,16 @@ class TextView:
     """One text in the forms that rules read, computed once and shared by all of them.
 
     ``normal`` is :func:`normal_form`; ``folded`` is ``normal`` lower-cased and of the same
-    length, so a position in one is a position in the other; ``keys`` (computed on first
-    use) holds the Latin words and the characters of ``folded``: what a phrase can start with.
+    length, so a position in one is a position in the other; ``words`` (computed on first
+    use) are the Latin words of ``folded`` (:func:`latin_words`), and ``keys`` those words
+    and, unless the text is ASCII, the characters of ``folded``.
     """
 
-    __slots__ = ("_keys", "folded", "normal")
+    __slots__ = ("_keys", "_words", "folded", "normal")
     normal: str
     folded: str
     _keys: frozenset[str] | None
+    _words: list[str] | None
 
     def __init__(self, text: str) -> None:
         self._set(normal_form(text))
@@ -103,20 +120,31 @@ class TextView:
         if len(folded) != len(normal):  # "İ" lower-cases to two characters; keep one
             folded = "".join(ch.lower()[0] for ch in normal)
         self.folded = folded
-        self._keys = None
+        self._keys = self._words = None
 
     def slice(self, start: int, end: int) -> TextView:
         """The view of ``normal[start:end]``, without normalising or folding again."""
         view = TextView.__new__(TextView)
         view.normal = self.normal[start:end]
         view.folded = self.folded[start:end]
-        view._keys = None
+        view._keys = view._words = None
         return view
 
     @property
+    def words(self) -> list[str]:
+        """The Latin words of ``folded``, in order (do not change the list: it is shared)."""
+        if self._words is None:
+            self._words = latin_words(self.folded)
+        return self._words
+
+    @property
     def keys(self) -> frozenset[str]:
+        """What a phrase can start with; of an ASCII text, only its words (an index tests
+        the few punctuation characters its phrases start with itself)."""
         if self._keys is None:
-            self._keys = frozenset(_LATIN_RUN.findall(self.folded)).union(self.folded)
+            folded = self.folded
+            words = frozenset(self.words)
+            self._keys = words if folded.isascii() else words.union(folded)
         return self._keys
 
 
@@ -156,6 +184,11 @@ class PhraseIndex:
             raise ValidationError("a phrase list is empty; give at least one phrase")
         self._groups = groups
         self._firsts = frozenset(groups)
+        # Groups keyed by an ASCII character that is not a Latin letter or digit: not in
+        # the keys of an ASCII text.
+        self._ascii_char_firsts = tuple(
+            first for first in groups if first.isascii() and not _LATIN.match(first)
+        )
         self._patterns: dict[str, re.Pattern[str]] = {}
         if len(groups) <= _SMALL_INDEX:
             for first in groups:
@@ -173,24 +206,38 @@ class PhraseIndex:
             pattern = self._patterns[first] = re.compile(_trie_regex(trie, previous=""))
         return pattern
 
-    def _candidates(self, view: TextView) -> list[re.Pattern[str]]:
-        # The patterns of the groups whose first word (or first character) is a word (a
-        # character) of the text: a superset of those with a match; the regex decides. A
-        # match starts with its phrase's first word whole (the patterns check the word
-        # boundaries), so no group with a match is left out. The view's words are read
-        # once per turn and shared by every index that reads it.
-        firsts = view.keys & self._firsts
-        return [self._pattern(first) for first in firsts] if firsts else []
+    # Both lookups run only the patterns of groups whose first word (or first character)
+    # is a word (a character) of the text, :attr:`TextView.keys`: a superset of the groups
+    # with a match; the regex decides. A match starts with its phrase's first word whole
+    # (the patterns check the word boundaries), so no group with a match is left out. The
+    # view's keys are read once per turn and shared by every index that reads it; most
+    # texts hold no first word of most indexes, which costs one ``isdisjoint``. The keys
+    # of an ASCII text are its words only: the characters that are not Latin letters or
+    # digits ("'", "#") that some phrases start with are looked for apart.
+
+    def _firsts_in(self, view: TextView) -> frozenset[str]:
+        keys = view._keys if view._keys is not None else view.keys
+        firsts = keys & self._firsts
+        if self._ascii_char_firsts and view.folded.isascii():
+            folded = view.folded
+            firsts = firsts.union(c for c in self._ascii_char_firsts if c in folded)
+        return firsts
 
     def search(self, view: TextView) -> bool:
         """Whether any phrase occurs in ``view``."""
+        keys = view._keys if view._keys is not None else view.keys
+        if keys.isdisjoint(self._firsts) and not self._ascii_char_firsts:
+            return False
         folded = view.folded
-        return any(pattern.search(folded) for pattern in self._candidates(view))
+        return any(self._pattern(first).search(folded) for first in self._firsts_in(view))
 
     def find(self, view: TextView) -> list[tuple[int, int, str]]:
         """``(start, end, phrase_key)`` of each match in ``view.folded``, left to right."""
+        keys = view._keys if view._keys is not None else view.keys
+        if keys.isdisjoint(self._firsts) and not self._ascii_char_firsts:
+            return []
         text = view.folded
-        patterns = self._candidates(view)
+        patterns = [self._pattern(first) for first in self._firsts_in(view)]
         if not patterns:
             return []
         if len(patterns) == 1:
