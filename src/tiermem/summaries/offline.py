@@ -38,10 +38,10 @@ what was talked about. Deterministic: the same turns, prior and budget give the 
 from __future__ import annotations
 
 import json
-import operator
 import re
 import threading
 import unicodedata
+import weakref
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Final
@@ -98,6 +98,10 @@ SPANS = 8
 next passes')."""
 SPAN_TURNS = 256
 """Longer spans are not kept whole (a pass's span is about ``every_turns`` turns)."""
+SPAN_CHARS = TURN_CACHE_CHARS // SPANS
+"""Spans whose candidate lines are longer (in characters) are not kept whole: the kept
+spans stay within the text cache's bound (a span of long tool results, 1 MB a turn, has
+long lines)."""
 
 
 _Slots = tuple[str, ...]
@@ -200,9 +204,11 @@ class ExtractiveSummarizer:
         threads); a lookup takes no lock (one dictionary call)."""
         self._priors: dict[str, tuple[_Row, ...]] = {}
         """The rows of the last :data:`PRIORS` priors (:meth:`_carried`)."""
-        self._spans: dict[tuple[int, int], tuple[tuple[Turn, ...], tuple[_Row, ...]]] = {}
+        self._spans: dict[
+            tuple[int, int], tuple[tuple[weakref.ref[Turn], ...], tuple[_Row, ...]]
+        ] = {}
         """The rows of the last :data:`SPANS` spans of turns, by first index and length,
-        with the turns (:meth:`_from_turns`)."""
+        with weak references to the turns (:meth:`_from_turns`)."""
 
     async def summarize(
         self,
@@ -312,21 +318,30 @@ class ExtractiveSummarizer:
         next pass's middle span and then rolls into the ancient tier, as the same
         :class:`~tiermem.models.turns.Turn` objects (the jobs keep a pass's turns for the
         next): the rows of the last few spans are kept whole, found by the turns'
-        identity (:data:`SPANS`; turns are frozen, and each kept span holds its turns, so
-        an identity is never another turn's)."""
+        identity (:data:`SPANS`; turns are frozen). A kept span holds weak references to
+        its turns, not the turns (up to 1 MB each, of any session, for as long as the
+        summarizer lives): a turn that died is no longer found, so its identity, reused
+        by another object, is never taken for it."""
         if not turns:
             return
         key = (turns[0].index, len(turns))
         held = self._spans.get(key)
-        if held is not None and all(map(operator.is_, held[0], turns)):
+        if held is not None and all(
+            ref() is turn for ref, turn in zip(held[0], turns, strict=True)
+        ):
             out += held[1]
             return
         start = len(out)
         self._read_turns(turns, out)
         if len(turns) <= SPAN_TURNS:
+            rows = tuple(out[start:])
+            if sum(len(row[_LINE_AT]) for row in rows) > SPAN_CHARS:
+                return  # its text blocks are kept, under the text cache's bound
+            refs = tuple(map(weakref.ref, turns))
             with self._whole_lock:
                 spans = self._spans
-                spans[key] = (tuple(turns), tuple(out[start:]))
+                spans.pop(key, None)  # a new span under an old key is the newest kept
+                spans[key] = (refs, rows)
                 if len(spans) > SPANS:
                     del spans[next(iter(spans))]  # the oldest kept
 
