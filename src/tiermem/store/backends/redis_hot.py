@@ -615,7 +615,7 @@ class RedisHotStore(RedisStoreBase):
         reply = await self._write_session(
             session_id,
             HOT_APPEND,
-            self._keys.hot_session(session_id),
+            self._keys.hot_keys(session_id),
             [
                 now_us,
                 expires_us,
@@ -714,7 +714,7 @@ class RedisHotStore(RedisStoreBase):
         reply = await self._write_session(
             session_id,
             APPEND_THROUGH,
-            [*self._keys.durable_session(session_id), *self._keys.hot_session(session_id)],
+            self._keys.through_keys(session_id),
             [
                 now_us,
                 durable.grace_ms,
@@ -776,7 +776,7 @@ class RedisHotStore(RedisStoreBase):
         cached = self._snapshots.get(session_id)
         reply = await self._io.call(
             HOT_LOAD,
-            self._keys.hot_session(session_id),
+            self._keys.hot_keys(session_id),
             [
                 self._now_us(),
                 self._grace_us if include_expired else "",

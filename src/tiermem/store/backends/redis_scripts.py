@@ -148,6 +148,8 @@ class RedisKeys:
         self.activity_shards = activity_shards
         self._session_tags: dict[str, str] = {}
         self._user_tags: dict[str, str] = {}
+        self._turn_keys: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        """Session → (hot keys, durable + hot keys): see :meth:`hot_keys`."""
 
     def _session(self, session_id: str, part: str) -> str:
         tag = self._session_tags.get(session_id)
@@ -177,6 +179,25 @@ class RedisKeys:
 
     def hot_state(self, session_id: str) -> str:
         return self._session(session_id, "state")
+
+    def hot_keys(self, session_id: str) -> tuple[str, ...]:
+        """:meth:`hot_session` as a tuple remembered per session (bounded), for the calls
+        of every turn: the same key objects each time, so neither the keys nor their
+        hashes (the packed script heads of :meth:`RedisIO._packed_call` are looked up by
+        them) are built again."""
+        return (self._turn_keys.get(session_id) or self._remember_keys(session_id))[0]
+
+    def through_keys(self, session_id: str) -> tuple[str, ...]:
+        """:meth:`durable_session` then :meth:`hot_session` (the keys of an append to both
+        tiers), remembered as :meth:`hot_keys` is."""
+        return (self._turn_keys.get(session_id) or self._remember_keys(session_id))[1]
+
+    def _remember_keys(self, session_id: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        if len(self._turn_keys) >= _TAGS_KEPT:
+            self._turn_keys.clear()
+        hot = tuple(self.hot_session(session_id))
+        both = self._turn_keys[session_id] = (hot, (*self.durable_session(session_id), *hot))
+        return both
 
     # durable tier: one session
     def durable_session(self, session_id: str) -> list[str]:
@@ -1170,6 +1191,10 @@ def pack_commands(commands: Sequence[Sequence[Arg]]) -> bytes:
     return b"".join(_pack_command(tuple(args)) for args in commands)
 
 
+_HEADS_KEPT = 4096
+"""Packed script-call heads (script and keys) a :class:`RedisIO` keeps at most."""
+
+
 class RedisIO:
     """The one door to Redis: single script calls, plain commands and pipelines.
 
@@ -1197,6 +1222,31 @@ class RedisIO:
         self.client = client
         self._cluster = client if isinstance(client, RedisCluster) else None
         self._direct = DirectLane.for_client(client)
+        self._heads: dict[tuple[LuaScript | str, ...], bytes] = {}
+        """(script, *keys) → the packed ``EVALSHA sha numkeys keys...`` (see _packed_call)."""
+
+    def _packed_call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> bytes:
+        """``EVALSHA`` of ``script`` on ``keys`` with ``args``, packed as
+        :func:`pack_commands` packs it, byte for byte.
+
+        Why: hiredis formats each argument's length with ``sprintf`` (~1.3k instructions
+        an argument), and a session's script calls repeat the same head (command, SHA,
+        key count, the session's keys: 7-11 of a turn's ~12-25 arguments). The head is
+        packed once per script and keys (a bounded map) and only the arguments are packed
+        per call; the protocol's argument count is written in front of both.
+        """
+        ident: tuple[LuaScript | str, ...] = (script, *keys)
+        head = self._heads.get(ident)
+        if head is None:
+            if len(self._heads) >= _HEADS_KEPT:
+                self._heads.clear()  # forgetting only costs a repacking
+            packed = _pack_command(("EVALSHA", script.sha, len(keys), *keys))
+            head = self._heads[ident] = packed[packed.index(b"\n") + 1 :]
+        total = 3 + len(keys) + len(args)
+        if not args:
+            return b"*%d\r\n%b" % (total, head)
+        tail = _pack_command(tuple(args))
+        return b"".join((b"*%d\r\n" % total, head, tail[tail.index(b"\n") + 1 :]))
 
     async def _ready(self) -> None:
         """Have a cluster client learn the slot map before a command is routed.
@@ -1212,17 +1262,18 @@ class RedisIO:
 
     async def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         if self._direct is not None:
-            command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-            (reply,) = await self._direct.roundtrip(pack_commands([command]), 1)
-            if isinstance(reply, NoScriptError):
-                # Load it and resend, in one round trip (NOSCRIPT ran nothing).
-                loaded, reply = await self._direct.roundtrip(
-                    pack_commands([("SCRIPT", "LOAD", script.source), command]), 2
-                )
-                if isinstance(loaded, Exception):
-                    raise loaded
-            if isinstance(reply, Exception):
-                raise reply
+            packed = self._packed_call(script, keys, args)
+            (reply,) = await self._direct.roundtrip(packed, 1)
+            if isinstance(reply, Exception):  # rare: the common path checks once
+                if isinstance(reply, NoScriptError):
+                    # Load it and resend, in one round trip (NOSCRIPT ran nothing).
+                    loaded, reply = await self._direct.roundtrip(
+                        pack_commands([("SCRIPT", "LOAD", script.source)]) + packed, 2
+                    )
+                    if isinstance(loaded, Exception):
+                        raise loaded
+                if isinstance(reply, Exception):
+                    raise reply
             return reply
         await self._ready()
         with closed_under_command(self._cluster):
