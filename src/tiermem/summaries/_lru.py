@@ -169,7 +169,7 @@ def counted(counter: _Counter, text: str) -> int:
 
 def keep_count(counter: _Counter, text: str, count: int) -> None:
     """Keep ``count`` as ``counter.count(text)`` (known without counting: see
-    :meth:`~tiermem.summaries.offline.ExtractiveSummarizer._joined_tokens`), for
+    :meth:`~tiermem.summaries._line_tokens.LineTokens._joined_tokens`), for
     :func:`counted` to find."""
     cache = _counts_of(counter)
     if cache is not None:

