@@ -6,6 +6,7 @@ values in, values out; the summarizer builds, keeps and ranks the rows.
 from __future__ import annotations
 
 import re
+import threading
 from typing import Final
 
 from tiermem.summaries.structured import (
@@ -161,14 +162,7 @@ def _drop_stale(rows: list[_Row]) -> list[int]:
         if value_key(value, slot=slot or None) not in current_keys
     }
     # The stale values (and their slots' current ones), worked out once for every line.
-    probes = (
-        (
-            ProbeSet([value_probe(value, slot=slot or None) for value, slot in stale.items()]),
-            [value_probe(current[slot][1], slot=slot) if slot else None for slot in stale.values()],
-        )
-        if stale
-        else None
-    )
+    mentions = _mentions_of(stale, current) if stale else None
     kept = []
     for at, row in enumerate(rows):
         slots = row[_SLOTS_AT]
@@ -179,9 +173,67 @@ def _drop_stale(rows: list[_Row]) -> list[int]:
             if any(latest[slots[pos]] == at for pos in stated):
                 kept.append(at)
             continue  # else a later line states the same values again
-        if not row[_WRONG] and probes and _mentions_stale(_body(row), *probes):
+        if not row[_WRONG] and mentions and mentions.said_in(_body(row)):
             continue
         kept.append(at)
+    return kept
+
+
+MENTIONS = 4_096
+"""Bodies whose answer a kept set of stale values keeps (:class:`_Mentions`)."""
+MENTION_CHARS = 1_000_000
+"""Characters of those bodies, at most (a carried line of an LLM's summary may be long)."""
+MENTION_SETS = 8
+"""Sets of stale values kept (a pass has three tiers; each usually has the set it had at the
+previous pass)."""
+
+
+class _Mentions:
+    """One set of stale values (with their slots' current values) and, per body, whether
+    it names one of them without its slot's current value (:func:`_mentions_stale`): a
+    pure function of the two, kept because a tier's rows are mostly the rows it ranked at
+    the previous pass, under the same stale values."""
+
+    __slots__ = ("_answers", "_chars", "_current", "_stale")
+
+    def __init__(self, stale: dict[str, str], current: dict[str, tuple[str, str]]) -> None:
+        self._stale = ProbeSet(
+            [value_probe(value, slot=slot or None) for value, slot in stale.items()]
+        )
+        self._current = [
+            value_probe(current[slot][1], slot=slot) if slot else None for slot in stale.values()
+        ]
+        self._answers: dict[str, bool] = {}
+        self._chars = 0
+
+    def said_in(self, body: str) -> bool:
+        answer = self._answers.get(body)
+        if answer is None:
+            answer = _mentions_stale(body, self._stale, self._current)
+            if len(self._answers) < MENTIONS and self._chars + len(body) <= MENTION_CHARS:
+                self._answers[body] = answer
+                self._chars += len(body)
+        return answer
+
+
+_MENTION_SETS: dict[tuple[tuple[str, str, str], ...], _Mentions] = {}
+_MENTIONS_LOCK = threading.Lock()
+
+
+def _mentions_of(stale: dict[str, str], current: dict[str, tuple[str, str]]) -> _Mentions:
+    """The kept :class:`_Mentions` of ``stale`` (value as written → its slot, "" for a
+    correction's) and ``current`` (slot → value key and value as written), by what its
+    answers depend on: each stale value, its slot and that slot's current value as
+    written, in order (the order does not change an answer)."""
+    key = tuple((value, slot, current[slot][1] if slot else "") for value, slot in stale.items())
+    kept = _MENTION_SETS.get(key)
+    if kept is None:
+        kept = _Mentions(stale, current)
+        with _MENTIONS_LOCK:
+            _MENTION_SETS.pop(key, None)
+            _MENTION_SETS[key] = kept
+            while len(_MENTION_SETS) > MENTION_SETS:
+                del _MENTION_SETS[next(iter(_MENTION_SETS))]  # the oldest kept
     return kept
 
 

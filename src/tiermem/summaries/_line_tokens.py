@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from functools import partial
 
 from tiermem.summaries._candidates import _COST, _JOINED, _LINE_AT, _Row
-from tiermem.summaries._lru import INLINE_KEY, Lru, counted, keep_count, text_key
+from tiermem.summaries._lru import INLINE_KEY, Lru, counted, held_count, keep_count, text_key
 from tiermem.tokens import ENCODING_NAME, TiktokenCounter, TokenCounter
 
 LINE_CACHE = 32_768
@@ -41,6 +41,8 @@ class LineTokens:
         """Tokens of a line's sentence, with the space before it (:meth:`_indexed_tokens`)."""
         self._parts: dict[str, int] = {}
         """Tokens of the parts of line prefixes (:meth:`_part_tokens`)."""
+        self._heads: dict[str, int] = {}
+        """Tokens of a line prefix without its digits, per speaker (:meth:`_prefix_tokens`)."""
         self._tail_changes: dict[str, int] = {}
         """What a newline adds to a line's count after each punctuation ending
         (:meth:`_newline_tokens`; few distinct: ".", "?", ")", "。")."""
@@ -48,7 +50,26 @@ class LineTokens:
         # (:meth:`_joined_tokens`); any other counter counts the whole text.
         self._additive = type(self._counter) is TiktokenCounter and ENCODING_NAME in _ADDITIVE
 
-    def _joined_tokens(self, lines: list[str], text: str, rows: Sequence[_Row] = ()) -> int:
+    @property
+    def counter(self) -> TokenCounter:
+        """The counter these counts are of."""
+        return self._counter
+
+    def count_text(self, text: str) -> int:
+        """``counter.count(text)`` of any text, kept as
+        :func:`~tiermem.summaries._lru.counted` keeps it; with cl100k_base, from the counts
+        of its lines (:meth:`_joined_tokens`). Why: validation rewrites a tier's text when
+        it drops a stale sentence, and the new text is mostly lines this summarizer
+        counted when it made them; encoding it whole cost about as much as the rest of
+        the rewrite."""
+        held = held_count(self._counter, text)
+        if held is not None:
+            return held
+        return self._joined_tokens(text.split("\n"), text)
+
+    def _joined_tokens(
+        self, lines: list[str], text: str, rows: Sequence[_Row] = (), *, dashed: bool = False
+    ) -> int:
         """``counter.count(text)`` of ``text = "\n".join(lines)``, kept for :func:`counted`
         (the builder counts the tier's text again). With cl100k_base it is the sum of the
         lines' counts, each with the newline after it (kept per line: a summary is mostly
@@ -63,11 +84,12 @@ class LineTokens:
         line (``tests/summaries/test_joined_tokens.py`` checks it on random texts).
 
         ``rows``: the candidate rows whose lines end ``lines``; their counts are taken
-        from them, not looked up."""
+        from them, not looked up. ``dashed``: every line is known to start with ``-``
+        (a summary made here), so that is not checked again."""
         if (
             not self._additive
             or not lines
-            or any(not line or line[0].isspace() for line in lines[1:])
+            or (not dashed and any(not line or line[0].isspace() for line in lines[1:]))
         ):
             return counted(self._counter, text)
         counts = self._newline_counts
@@ -106,12 +128,23 @@ class LineTokens:
         the count changes by what it changes for that piece alone, kept per piece. Any
         other ending (whitespace, a combining mark, a character this Python's Unicode
         tables do not know) is encoded (``tests/summaries/test_newline_tokens.py``)."""
+        change = self._newline_change(line)
+        if change is None:
+            return self._counter.count(line + "\n")
+        return self._line_tokens(line) + change
+
+    def _newline_change(self, line: str) -> int | None:
+        """What a newline after ``line`` adds to :meth:`_line_tokens` of it (which counts
+        one for the newline already), or None when the line must be encoded with it (see
+        :meth:`_newline_tokens`). It depends only on how the line ends: a line ending
+        ``: {body}`` has the change of ``": " + body`` (the walk back over punctuation
+        stops at the space)."""
         last = line[-1:]
         kind = unicodedata.category(last)[0] if last else ""
         if kind in ("L", "N"):
-            return self._line_tokens(line)  # the line's count, and one for the newline
+            return 0  # the line's count, and one for the newline
         if kind not in ("P", "S"):
-            return self._counter.count(line + "\n")
+            return None
         start = len(line) - 1
         while start > 0 and unicodedata.category(line[start - 1])[0] in ("P", "S"):
             start -= 1
@@ -120,16 +153,16 @@ class LineTokens:
             if before == " ":
                 start -= 1
             elif not (before.isspace() or unicodedata.category(before)[0] in ("L", "N")):
-                return self._counter.count(line + "\n")
+                return None
         tail = line[start:]
         if len(tail) > _TAIL_CHARS:
-            return self._counter.count(line + "\n")
+            return None
         change = self._tail_changes.get(tail)
         if change is None:
             change = self._counter.count(tail + "\n") - self._counter.count(tail)
             if len(self._tail_changes) < _TAILS:
                 self._tail_changes[tail] = change
-        return self._line_tokens(line) - 1 + change
+        return change - 1
 
     def _indexed_tokens(self, line: str, digits: str, who: str, body: str) -> int:
         """:meth:`_line_tokens` of ``line`` = ``f"- [{digits}] {who}: {body}"``, from the
@@ -149,16 +182,31 @@ class LineTokens:
             return held
         if not self._additive or not digits.isascii() or not digits.isdigit():
             return self._line_tokens(line)
+        total = self._prefix_tokens(digits, who) + self._body_tokens(body)
+        return counts.get(key, lambda: total)
+
+    def _prefix_tokens(self, digits: str, who: str) -> int:
+        """The tokens of ``- [{digits}] {who}:`` and one for the newline: a line's count
+        less its body's (:meth:`_indexed_tokens`; cl100k_base, ``digits`` ASCII digits)."""
         part = self._part_tokens
-        total = part("- [") + part("]") + part(f" {who}:") + 1  # and the newline
+        head = self._heads.get(who)
+        if head is None:
+            head = part("- [") + part("]") + part(f" {who}:") + 1  # and the newline
+            if len(self._heads) < _PARTS:
+                self._heads[who] = head
+        if len(digits) <= 3:
+            return head + part(digits)
         for at in range(0, len(digits), 3):
-            total += part(digits[at : at + 3])
+            head += part(digits[at : at + 3])
+        return head
+
+    def _body_tokens(self, body: str) -> int:
+        """The tokens of `` {body}``, kept (LRU): a line's count less its prefix's."""
         body_key = body if len(body) <= INLINE_KEY else text_key(body)
         said = self._body_counts.held(body_key)
         if said is None:
             said = self._body_counts.get(body_key, partial(self._counter.count, f" {body}"))
-        total += said
-        return counts.get(key, lambda: total)
+        return said
 
     def _part_tokens(self, part: str) -> int:
         """Tokens of a line prefix's part (few distinct: digit runs, speakers), kept."""

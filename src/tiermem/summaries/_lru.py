@@ -19,7 +19,7 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["INLINE_KEY", "Lru", "counted", "keep_count", "text_key"]
+__all__ = ["INLINE_KEY", "Lru", "counted", "held_count", "keep_count", "text_key"]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -165,6 +165,12 @@ def counted(counter: _Counter, text: str) -> int:
     if cache is None:
         return counter.count(text)
     return cache.get(text_key(text), partial(counter.count, text))
+
+
+def held_count(counter: _Counter, text: str) -> int | None:
+    """The count :func:`counted` keeps for ``text``, or None (nothing is counted)."""
+    cache = _counts_of(counter)
+    return None if cache is None else cache.held(text_key(text))
 
 
 def keep_count(counter: _Counter, text: str, count: int) -> None:

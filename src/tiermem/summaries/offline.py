@@ -110,6 +110,27 @@ SPAN_CHARS = TURN_CACHE_CHARS // SPANS
 spans stay within the text cache's bound (a span of long tool results, 1 MB a turn, has
 long lines)."""
 
+SAID_CACHE = TURN_CACHE
+"""Text blocks whose index-free candidate lines a summarizer keeps
+(:meth:`ExtractiveSummarizer._said_lines`), by role and text."""
+SAID_CHARS = TURN_CACHE_CHARS // 2
+"""Characters of their kept bodies, at most."""
+_Said = tuple[float, _Slots, tuple[str, ...], str, int | None, int | None]
+"""One line: ``score, slots, wrong, body, body tokens, newline change``
+(:meth:`ExtractiveSummarizer._said_lines`)."""
+_SaidLines = tuple[_Said, ...]
+
+CARRIED_SAID = 8_192
+"""Carried lines whose index-free part a summarizer keeps, by speaker and sentence (a
+sentence is at most ``max_sentence_chars``)."""
+_CarriedSaid = tuple[float, _Slots, tuple[str, ...], int | None, int | None]
+"""``score, slots, wrong, body tokens, newline change`` of a carried line
+(:meth:`ExtractiveSummarizer._carried_said_of`)."""
+
+
+def _said_chars(said: _SaidLines) -> int:
+    return 64 + sum(len(line[3]) for line in said)
+
 
 class ExtractiveSummarizer(LineTokens):
     """The deterministic :class:`~tiermem.summaries.models.SessionSummarizer` (see the
@@ -149,6 +170,10 @@ class ExtractiveSummarizer(LineTokens):
         self._text_cache: Lru[tuple[int, str, str | bytes], _LineFields] = Lru(
             TURN_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_lines_chars
         )
+        self._said: Lru[tuple[str, str, str | bytes], _SaidLines] = Lru(
+            SAID_CACHE, max_chars=SAID_CHARS, weigh=_said_chars
+        )
+        self._carried_said: Lru[tuple[str, str | bytes], _CarriedSaid] = Lru(CARRIED_SAID)
         self._carried_lines: Lru[str | bytes, _Row] = Lru(
             LINE_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_carried_chars
         )
@@ -248,23 +273,39 @@ class ExtractiveSummarizer(LineTokens):
             cost = self._line_tokens(carried)
             joined = self._newline_tokens(carried)
             return (_UNINDEXED, carried, score, slots, (), _body_of(carried), cost, joined)
-        who, text = match.group("who"), match.group("text")
+        who, text, digits = match.group("who"), match.group("text"), match.group("index")
+        key = (who, text if len(text) <= INLINE_KEY else text_key(text))
+        said = self._carried_said.held(key)
+        if said is None:
+            said = self._carried_said.get(key, partial(self._carried_said_of, who, text))
+        score, slots, wrong, body_cost, change = said
+        if body_cost is None or change is None or not (digits.isascii() and digits.isdigit()):
+            cost = self._indexed_tokens(line, digits, who, text)
+            joined = self._newline_tokens(line)
+        else:
+            cost = self._prefix_tokens(digits, who) + body_cost
+            joined = cost + change
+        return (int(digits), line, score, slots, wrong, text, cost, joined)
+
+    def _carried_said_of(self, who: str, text: str) -> _CarriedSaid:
+        """What a carried line ``- [i] {who}: {text}`` is without its turn index: its
+        score, slots and wrong values, the tokens of `` {text}`` and what a newline after
+        it adds (None: counted from the line). Pure, so kept (:data:`CARRIED_SAID`): a
+        sentence said again at a new turn is carried again under a new index."""
         role = "user" if who == "User" else "assistant"
         weight = _ROLE_WEIGHT["tool" if who.startswith(("Result of", "Assistant called"))
                               else role]  # fmt: skip
         readings = self._reader.read(text, role=role) if not who.startswith("Result") else []
         reading = _merge(readings)
         score = _score(reading, weight) if reading else _TOOL_CALL
-        return (
-            int(match.group("index")),
-            line,
-            max(score, _TOOL_CALL),
-            _slot_keys(reading),
-            reading.wrong if reading else (),
-            text,
-            self._indexed_tokens(line, match.group("index"), who, text),
-            self._newline_tokens(line),
-        )
+        body_cost = change = None
+        # A line as this summarizer writes them (a turn's speaker, a cut sentence): its
+        # count is its parts' (:meth:`_indexed_tokens`).
+        if self._additive and who in ("User", "Assistant") and text and not text[0].isspace():
+            body_cost = self._body_tokens(text)
+            change = self._newline_change(f"{who}: {text}")
+        wrong = reading.wrong if reading else ()
+        return (max(score, _TOOL_CALL), _slot_keys(reading), wrong, body_cost, change)
 
     def _from_turns(self, turns: Sequence[Turn], out: list[_Row]) -> None:
         """Append the candidate rows of ``turns`` to ``out``. A pass's recent span is the
@@ -338,16 +379,43 @@ class ExtractiveSummarizer(LineTokens):
         return self._text_cache.get(key, partial(self._read_lines, index, role, who, text))
 
     def _read_lines(self, index: int, role: str, who: str, text: str) -> _LineFields:
+        key = (role, who, text if len(text) <= INLINE_KEY else text_key(text))
+        said = self._said.held(key)
+        if said is None:
+            said = self._said.get(key, partial(self._said_lines, role, who, text))
         out: list[int | str | float | tuple[str, ...] | None] = []
+        digits = str(index)
+        prefix = self._prefix_tokens(digits, who) if self._additive and digits.isdigit() else None
+        for score, slots, wrong, body, body_cost, change in said:
+            line = f"- [{digits}] {who}: {body}"
+            if prefix is None or body_cost is None or change is None:
+                cost = self._indexed_tokens(line, digits, who, body)
+                joined = self._newline_tokens(line)
+            else:
+                cost = prefix + body_cost
+                joined = cost + change
+            out += (index, line, score, slots, wrong, body, cost, joined)
+        return tuple(out)
+
+    def _said_lines(self, role: str, who: str, text: str) -> _SaidLines:
+        """What a text block's candidate lines are without their turn index: for each,
+        its score, slots, wrong values and body (the cut sentence), the tokens of `` {body}``
+        and what a newline after the line adds (None: not known from parts). A pure
+        function of the text, role and speaker, kept (:data:`SAID_CACHE`): the same
+        sentences are said again at new turns ("ok, thanks", a tool's usual reply), and
+        a new turn's lines then cost a line prefix's count, not a reading and a count."""
+        out: list[_Said] = []
         weight = _ROLE_WEIGHT[role]
         for reading in self._reader.read(text, role=role):
             score = _score(reading, weight)
             if score > 0:
                 body = self._cut(reading.text)
-                line = f"- [{index}] {who}: {body}"
-                cost = self._indexed_tokens(line, str(index), who, body)
-                joined = self._newline_tokens(line)
-                out += (index, line, score, _slot_keys(reading), reading.wrong, body, cost, joined)
+                body_cost = change = None
+                if self._additive and body:
+                    body_cost = self._body_tokens(body)
+                    # How the line ends, from a suffix that holds the space before the body.
+                    change = self._newline_change(f"{who}: {body}")
+                out.append((score, _slot_keys(reading), reading.wrong, body, body_cost, change))
         return tuple(out)
 
     def _candidate(self, index: int, who: str, reading: SentenceReading, score: float) -> _Row:
@@ -377,13 +445,15 @@ class ExtractiveSummarizer(LineTokens):
         the later line), printed in turn order."""
         used = sum(self._line_tokens(line) for line in kept_items)
         indexes = sorted({rows[at][_IDX] for at in kept})
-        rank = {index: position for position, index in enumerate(indexes)}
         top = max(len(indexes) - 1, 1)
-        ranked = []  # (-score, -index, -order): best first once sorted
+        # Each turn's recency once (the same expression, so the same floats), not a row's.
+        recency = {index: _RECENCY * position / top for position, index in enumerate(indexes)}
+        ranked: list[tuple[float, int, int]] = []  # (-score, -index, -order): best first
+        rank = ranked.append
         for at in kept:
             row = rows[at]
             index = row[_IDX]
-            ranked.append((-(row[_SCORE] + _RECENCY * rank[index] / top), -index, -at))
+            rank((-(row[_SCORE] + recency[index]), -index, -at))
         ranked.sort()
         chosen: list[tuple[int, int]] = []  # (index, order) of each line taken
         held = self._line_counts.held
@@ -404,7 +474,8 @@ class ExtractiveSummarizer(LineTokens):
         text = "\n".join(lines)
         # Tokens of joined lines can differ from the sum of their parts by a token or two:
         # drop the weakest lines until the whole fits.
-        while chosen and self._joined_tokens(lines, text, picked) > target:
+        # Every line starts with "-": the items' and the rows' (:data:`_Row`).
+        while chosen and self._joined_tokens(lines, text, picked, dashed=True) > target:
             scores = {-order: -score for score, _, order in ranked}
             weakest = min(chosen, key=lambda pair: (scores[pair[1]], pair[0], pair[1]))
             chosen.remove(weakest)

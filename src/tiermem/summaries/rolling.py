@@ -49,9 +49,10 @@ from tiermem.clock import Clock
 from tiermem.errors import ValidationError
 from tiermem.models.base import FrozenModel
 from tiermem.models.turns import Turn
+from tiermem.summaries._line_tokens import LineTokens
 from tiermem.summaries._lru import counted
 from tiermem.summaries.models import SessionSummarizer, SummaryText, SummaryTier
-from tiermem.tokens import ModelSpec, TokenCounter
+from tiermem.tokens import ModelSpec, TiktokenCounter, TokenCounter
 
 __all__ = [
     "DEFAULT_TRIGGER_TOKENS",
@@ -347,6 +348,18 @@ class RollingBuilder:
         self.verbatim = getattr(summarizer, "verbatim", False) is True
         """The engine's lines are sentences of raw turns as said, with their turn indexes
         (:class:`~tiermem.summaries.offline.ExtractiveSummarizer`)."""
+        self._lines = (
+            summarizer
+            if isinstance(summarizer, LineTokens)
+            and (
+                summarizer.counter is counter
+                or type(summarizer.counter) is type(counter) is TiktokenCounter
+            )
+            else None
+        )
+        """The engine's own line counts, when it counts as this builder's counter does
+        (the same counter, or both the project's tiktoken counter: one encoding): a text
+        validation rewrites is counted from its lines (:meth:`retexted`)."""
 
     async def raw(self, first: int, through: int) -> Sequence[Turn]:
         key = (first, through)
@@ -475,5 +488,7 @@ class RollingBuilder:
         """``tier`` with its text replaced (and counted again)."""
         if text == tier.text.text:
             return tier
-        summary = tier.text.model_copy(update={"text": text, "tokens": counted(self.counter, text)})
+        lines = self._lines
+        tokens = counted(self.counter, text) if lines is None else lines.count_text(text)
+        summary = tier.text.model_copy(update={"text": text, "tokens": tokens})
         return replace(tier, text=summary)

@@ -76,7 +76,7 @@ from tiermem.models.content import TextBlock
 from tiermem.models.turns import Turn
 from tiermem.policies.phrases import TextView, normal_form
 from tiermem.policies.turn_text import rule_window
-from tiermem.summaries._lru import Lru, text_key
+from tiermem.summaries._lru import INLINE_KEY, Lru, text_key
 from tiermem.summaries.models import Fact, Item, StructuredMemory
 
 __all__ = [
@@ -617,18 +617,22 @@ class _LineEntities:
         if canonical in found.get(kind, ()):
             return True
         cache, lines, unread = self._cache, self._lines, self._unread
-        while self._next >= 0:
-            line = lines[self._next]
-            self._next -= 1
+        held_of = cache.held
+        at = self._next
+        while at >= 0:
+            line = lines[at]
+            at -= 1
             if not line.strip():
                 continue
-            held = cache.held(text_key(line))
+            held = held_of(line if len(line) <= INLINE_KEY else text_key(line))
             if held is None:
                 unread.append(line)
             elif held:
                 self._add(held)
                 if canonical in found.get(kind, ()):
+                    self._next = at
                     return True
+        self._next = -1
         reader = self._reader
         while self._unread_at < len(unread):
             line = unread[self._unread_at]
@@ -664,14 +668,38 @@ def _pairs(entities: _EntitySet) -> Iterator[tuple[str, str]]:
 
 
 def _haystack(text: str) -> str:
-    return _HAYSTACKS.get(text_key(text), lambda: _SPACES.sub(" ", normal_form(text).casefold()))
+    key = text if len(text) <= INLINE_KEY else text_key(text)
+    held = _HAYSTACKS.held(key)  # most are: no closure made for a hit
+    if held is None:
+        held = _HAYSTACKS.get(key, lambda: _spaced(normal_form(text).casefold()))
+    return held
+
+
+def _spaced(text: str) -> str:
+    """``_SPACES.sub(" ", text)``: each run of whitespace as one space. Split and joined
+    (``\\s`` and ``str.split`` know the same whitespace), because the pattern's one
+    replacement per space cost a millisecond on a tier's text (validation folds each
+    pass's text whole)."""
+    words = text.split()
+    if not words:
+        return " " if text else ""
+    spaced = " ".join(words)
+    if text[0].isspace():
+        spaced = " " + spaced
+    if text[-1].isspace():
+        spaced += " "
+    return spaced
 
 
 def value_key(value: str, *, slot: str | None = None) -> str:
     """A value in the form two statements of it share: ``"kind:canonical"`` when it is one
     entity ("¥8,000" and "8000円" are both ``money:JPY 8000``; "vol 3" under ``volume`` is
     ``volume:3``), else its folded text with whitespace collapsed. Pure, so kept (LRU)."""
-    return _VALUE_KEYS.get((text_key(value), slot), lambda: _value_key(value, slot))
+    key = (value if len(value) <= INLINE_KEY else text_key(value), slot)
+    held = _VALUE_KEYS.held(key)  # most are: no closure made for a hit
+    if held is None:
+        held = _VALUE_KEYS.get(key, lambda: _value_key(value, slot))
+    return held
 
 
 def _value_key(value: str, slot: str | None) -> str:
@@ -793,7 +821,11 @@ class ValueProbe:
 
 def value_probe(value: str, *, slot: str | None = None) -> ValueProbe:
     """:class:`ValueProbe` of ``value`` (of ``slot``), kept (pure)."""
-    return _PROBES.get((text_key(value), slot), partial(_value_probe, value, slot))
+    key = (value if len(value) <= INLINE_KEY else text_key(value), slot)
+    held = _PROBES.held(key)  # most are: no partial made for a hit
+    if held is None:
+        held = _PROBES.get(key, partial(_value_probe, value, slot))
+    return held
 
 
 def _value_probe(value: str, slot: str | None) -> ValueProbe:
@@ -851,17 +883,23 @@ class SaidIn:
             if kept is None:
                 kept = _SAID[reader] = Lru(VALUE_CACHE, max_chars=CACHE_CHARS, weigh=_said_chars)
             text = self._text
-            entities = self._entities = kept.get(
-                text_key(text), partial(_said_entities, text, reader)
-            )
+            key = text if len(text) <= INLINE_KEY else text_key(text)
+            entities = kept.held(key)
+            if entities is None:
+                entities = kept.get(key, partial(_said_entities, text, reader))
+            self._entities = entities
         return entities
 
     def writes(self, needle: str) -> bool:
         """The folded text holds ``needle`` as written (touching no letter or digit)."""
+        return _found_whole(needle, self.folded())
+
+    def folded(self) -> str:
+        """The text as a needle is looked for in it (:func:`_haystack`)."""
         haystack = self._haystack
         if haystack is None:
             haystack = self._haystack = _haystack(self._text)
-        return _found_whole(needle, haystack)
+        return haystack
 
 
 class ProbeSet:
@@ -892,9 +930,14 @@ class ProbeSet:
                 hits = by_entity.get(pair)
                 if hits is not None:
                     found.update(hits)
-        for at, needle in self._written:
-            if at not in found and said.writes(needle):
-                found.add(at)
+        written = self._written
+        if written:
+            haystack = said.folded()
+            for at, needle in written:
+                # ``in`` first: a sentence holds few of the stale values (a pass asks about
+                # every one, a hundred in a long session), and a miss then costs no call.
+                if needle in haystack and at not in found and _found_whole(needle, haystack):
+                    found.add(at)
         return found
 
 

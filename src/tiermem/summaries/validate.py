@@ -38,7 +38,7 @@ from functools import partial
 from tiermem.extraction.entities import RuleEntityExtractor
 from tiermem.longterm.detect import split_sentences
 from tiermem.models.base import FrozenModel
-from tiermem.summaries._lru import Lru, text_key
+from tiermem.summaries._lru import INLINE_KEY, Lru, text_key
 from tiermem.summaries.models import StructuredMemory, SummaryText, SummaryTier
 from tiermem.summaries.rolling import BuiltTier, RollingBuilder, TierSpan
 from tiermem.summaries.structured import (
@@ -161,8 +161,13 @@ def _words_by_line(text: str) -> frozenset[str]:
     if len(lines) == 1:
         return _read_words(text)
     words: set[str] = set()
+    held = _LINE_WORDS.held
     for line in lines:
-        words.update(_LINE_WORDS.get(text_key(line), partial(_read_words, line)))
+        key = line if len(line) <= INLINE_KEY else text_key(line)
+        said = held(key)  # most are: no partial made for a hit
+        if said is None:
+            said = _LINE_WORDS.get(key, partial(_read_words, line))
+        words.update(said)
     return frozenset(words)
 
 
@@ -253,12 +258,14 @@ def drop_stale(
     dropped = 0
     lines: list[str] = []
     stale_key = values.key
+    held = verdicts.held
     for line in text.splitlines():
         # A line's verdict depends only on it and the stale values: kept across passes.
-        key = (text_key(line), stale_key)
-        verdict = verdicts.held(key)
+        line_key = line if len(line) <= INLINE_KEY else text_key(line)
+        key = (line_key, stale_key)
+        verdict = held(key)
         if verdict is None:
-            sentences = _SENTENCES.get(text_key(line), partial(_split, line))
+            sentences = _SENTENCES.get(line_key, partial(_split, line))
             verdict = verdicts.get(key, partial(_verdict, sentences, values.probes(), reader))
         count, kept = verdict
         if len(kept) == count:
