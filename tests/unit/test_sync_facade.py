@@ -306,6 +306,14 @@ ARGS: dict[str, Callable[[World], Call]] = {
     # MemoryHotStore
     "MemoryHotStore.aclose": lambda w: a(),
     "MemoryHotStore.append_turns": lambda w: a("s-1", [w.new_turn], window=20, expires_at=w.later),
+    "MemoryHotStore.append_built": lambda w: a(
+        MemoryDurableStore(),
+        "s-8",
+        [w.new_turn],
+        window=20,
+        hot_expires_at=w.later,
+        durable_expires_at=None,
+    ),
     "MemoryHotStore.append_through": lambda w: a(
         MemoryDurableStore(),
         "s-9",

@@ -73,6 +73,7 @@ __all__ = [
     "MAX_SHARED_BYTES",
     "MAX_TURNS_PER_APPEND",
     "MAX_TURN_BYTES",
+    "BuiltAppend",
     "Capability",
     "CombinedAppend",
     "CombinedRead",
@@ -630,6 +631,38 @@ class CombinedAppend(Protocol):
         ``next_index`` differs from the archive's (the hot tier lost turns or the session).
         An absent hot session is created (result ``version == 1``). In every one of those
         cases the caller rebuilds the hot session from the durable tier (a rare path)."""
+        ...
+
+
+@runtime_checkable
+class BuiltAppend(Protocol):
+    """A :class:`CombinedAppend` with an entry for the tiered layer, which hands over turns
+    it built and checked itself (the session validated its id at the edge, built each turn
+    as a :class:`~tiermem.models.NewTurn`, and batches at most
+    :data:`MAX_TURNS_PER_APPEND`; ``window`` and ``first_index`` come from its config and
+    its own count): the store skips those argument checks and returns the hot version
+    instead of building a :class:`HotAppendResult` the caller would not read (the memory
+    store's turn path, issue #8). Direct callers use :meth:`CombinedAppend.append_through`,
+    which checks everything."""
+
+    async def append_built(
+        self,
+        durable: DurableStore,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        window: int,
+        hot_expires_at: datetime,
+        durable_expires_at: datetime | None,
+        idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
+        first_index: int | None = None,
+    ) -> tuple[list[Turn], int | None]:
+        """:meth:`CombinedAppend.append_through` for a valid ``session_id``, 1 to
+        :data:`MAX_TURNS_PER_APPEND` ``NewTurn`` objects, ``window >= 1`` and ``first_index``
+        None or >= 0 (not checked again); the key, the expiries, the entity change and the
+        turns' sizes are checked as there. Returns the stored turns and the hot session's
+        new version (None where ``append_through`` returns no hot result)."""
         ...
 
 

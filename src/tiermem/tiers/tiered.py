@@ -63,6 +63,7 @@ from tiermem.policies.ttl import TtlEvent, TtlPolicy
 from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.contract import (
     MAX_TURNS_PER_APPEND,
+    BuiltAppend,
     Capability,
     CombinedAppend,
     CombinedRead,
@@ -265,6 +266,10 @@ class TieredSessionStore:
         self._combined: CombinedAppend | None = None
         if isinstance(hot, CombinedAppend) and hot.can_append_through(durable):
             self._combined = hot
+        # Its entry for the turns this layer built (fewer checks, no result object).
+        self._built: BuiltAppend | None = (
+            hot if self._combined is not None and isinstance(hot, BuiltAppend) else None
+        )
         # Capabilities are declared (class constants): looked up once, not on every append.
         self._durable_takes_entities = _takes_entities(durable)
         self._hot_takes_entities = _takes_entities(hot)
@@ -653,18 +658,33 @@ class TieredSessionStore:
         the TTL policy lengthens it with the session's depth)."""
         sid = metadata.session_id
         now = self.clock.now()  # one reading for both expiries
-        stored, result = await combined.append_through(
-            self.durable,
-            sid,
-            turns,
-            window=self.config.window,
-            hot_expires_at=self._write_expiry(metadata, turn_count, None, now),
-            durable_expires_at=self.durable_expiry(now),
-            idempotency_key=key,
-            entities=change,
-            first_index=first,
-        )
-        if stored and (result is None or result.version == 1):
+        version: int | None
+        if self._built is not None and 0 < len(turns) <= MAX_TURNS_PER_APPEND:
+            stored, version = await self._built.append_built(
+                self.durable,
+                sid,
+                turns,
+                window=self.config.window,
+                hot_expires_at=self._write_expiry(metadata, turn_count, None, now),
+                durable_expires_at=self.durable_expiry(now),
+                idempotency_key=key,
+                entities=change,
+                first_index=first,
+            )
+        else:
+            stored, result = await combined.append_through(
+                self.durable,
+                sid,
+                turns,
+                window=self.config.window,
+                hot_expires_at=self._write_expiry(metadata, turn_count, None, now),
+                durable_expires_at=self.durable_expiry(now),
+                idempotency_key=key,
+                entities=change,
+                first_index=first,
+            )
+            version = None if result is None else result.version
+        if stored and (version is None or version == 1):
             # A retry, or the hot tier had lost turns or the session: rebuild it.
             await self._resync(sid)
         return stored

@@ -67,7 +67,6 @@ from tiermem.store.codec import (
     encode_shared,
     encode_turn,
     is_live,
-    later_of,
 )
 from tiermem.store.contract import (
     DEFAULT_GC_GRACE,
@@ -173,7 +172,7 @@ class MemoryHotStore:
             # Past the grace period: collect it, as a native TTL would.
             del self._sessions[session_id]
             return None
-        if not include_expired and not is_live(session.expires_at, now):
+        if not include_expired and now >= session.expires_at:  # not is_live, inline
             return None
         return session
 
@@ -187,13 +186,41 @@ class MemoryHotStore:
     def _write(self, session_id: str, expires_at: datetime, now: datetime) -> _HotSession:
         """The live session (created if absent) after one more write."""
         self._collect_some(now)
-        session = self._write_target(session_id, now) or _HotSession(expires_at=expires_at)
-        self._sessions[session_id] = session
-        self._queue_expiry(session_id, expires_at)
-        session.version += 1
-        session.expires_at = expires_at
-        self._activity[session_id] = _Activity(expires_at=expires_at)
-        return session
+        return self._write_over(
+            session_id, self._write_target(session_id, now), expires_at, now, collected=True
+        )
+
+    def _write_over(
+        self,
+        session_id: str,
+        current: _HotSession | None,
+        expires_at: datetime,
+        now: datetime,
+        *,
+        collected: bool = False,
+    ) -> _HotSession:
+        """:meth:`_write` for a caller that already read the session with :meth:`_live` at
+        ``now`` under the same lock (``current``): no second lookup. Collection cannot take
+        a live session (it drops only those past expiry + grace, which ``_live`` refused),
+        and an absent or expired one is replaced, as :meth:`_write_target` would."""
+        if not collected:
+            heap = self._by_expiry
+            if heap and heap[0][0] + self._gc_grace <= now:  # else collection finds nothing
+                self._collect_some(now)
+        if current is None:
+            current = self._sessions[session_id] = _HotSession(expires_at=expires_at)
+        if session_id not in self._queued:
+            heapq.heappush(self._by_expiry, (expires_at, session_id))
+            self._queued.add(session_id)
+        current.version += 1
+        current.expires_at = expires_at
+        activity = self._activity.get(session_id)
+        if activity is None:
+            self._activity[session_id] = _Activity(expires_at=expires_at)
+        else:  # a write sets the expiry and ends any lease, as a fresh entry would
+            activity.expires_at = expires_at
+            activity.lease_owner = activity.lease_until = None
+        return current
 
     @staticmethod
     def _check_version(session: _HotSession | None, expected: int | None, session_id: str) -> None:
@@ -234,13 +261,22 @@ class MemoryHotStore:
             indexed = _numbered(turns, start)
             for turn in indexed:
                 _check_turn_size(turn)  # before anything changes
-            return self._append_checked(
-                session_id, indexed, window, expires_at, now, metadata=metadata, entities=entities
+            version = self._append_checked(
+                session_id,
+                current,
+                indexed,
+                window,
+                expires_at,
+                now,
+                metadata=metadata,
+                entities=entities,
             )
+        return _hot_result(indexed, version)
 
     def _append_checked(
         self,
         session_id: str,
+        current: _HotSession | None,
         indexed: list[Turn],
         window: int,
         expires_at: datetime,
@@ -248,10 +284,12 @@ class MemoryHotStore:
         *,
         metadata: SessionMetadata | None = None,
         entities: EntityChange | None = None,
-    ) -> HotAppendResult:
+    ) -> int:
         """Append turns already numbered from the session's next index and checked (sizes,
-        entity kinds, versions): the write half of :meth:`append_turns`, under the lock."""
-        session = self._write(session_id, expires_at, now)
+        entity kinds, versions) to ``current`` (the session as ``_live`` read it at ``now``):
+        the write half of :meth:`append_turns`, under the lock. Returns the session's new
+        version (its next index follows the last turn: :func:`_hot_result`)."""
+        session = self._write_over(session_id, current, expires_at, now)
         session.turns = (*session.turns, *indexed)[-window:]
         session.next_index = indexed[-1].index + 1
         if metadata is not None:
@@ -260,9 +298,7 @@ class MemoryHotStore:
             for kind in entities.remove:
                 session.entities.pop(kind, None)
             session.entities.update(entities.upsert)
-        return HotAppendResult.trusted(
-            {"turns": tuple(indexed), "version": session.version, "next_index": session.next_index}
-        )
+        return session.version
 
     # -- CombinedAppend ---------------------------------------------------------------------
 
@@ -296,31 +332,112 @@ class MemoryHotStore:
             ConflictError: ``first_index`` is not the archive's next index; nothing was
                 written.
         """
-        if not self.can_append_through(durable):
+        self._check_through(durable)
+        check_append(session_id, turns, window=window, first_index=first_index)
+        stored, version = self._through(
+            durable,
+            session_id,
+            turns,
+            window,
+            hot_expires_at,
+            durable_expires_at,
+            idempotency_key,
+            entities,
+            first_index,
+        )
+        return stored, None if version is None else _hot_result(stored, version)
+
+    async def append_built(
+        self,
+        durable: DurableStore,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        window: int,
+        hot_expires_at: datetime,
+        durable_expires_at: datetime | None,
+        idempotency_key: str | None = None,
+        entities: EntityChange | None = None,
+        first_index: int | None = None,
+    ) -> tuple[list[Turn], int | None]:
+        """:meth:`append_through` for turns the caller built and checked itself
+        (:class:`~tiermem.store.contract.BuiltAppend`): the checks of ``session_id``,
+        ``turns``, ``window`` and ``first_index`` are left out, and the hot half's new
+        version (None: skipped) comes back instead of a :class:`HotAppendResult` (the
+        tiered layer reads only that). The key, the expiries, the entity change and the
+        turns' sizes are checked as in :meth:`append_through`.
+
+        Raises:
+            ValidationError: as :meth:`append_through`, for what it still checks.
+            ConflictError: as :meth:`append_through`.
+        """
+        self._check_through(durable)
+        return self._through(
+            durable,
+            session_id,
+            turns,
+            window,
+            hot_expires_at,
+            durable_expires_at,
+            idempotency_key,
+            entities,
+            first_index,
+        )
+
+    def _check_through(self, durable: DurableStore) -> None:
+        # Both exact classes, the usual case, pass without the call.
+        if not (
+            type(self) is MemoryHotStore and type(durable) is MemoryDurableStore
+        ) and not self.can_append_through(durable):
             raise ValidationError(
                 "append_through needs a MemoryDurableStore (not a subclass); check "
                 "can_append_through first"
             )
+
+    def _through(
+        self,
+        durable: DurableStore,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        window: int,
+        hot_expires_at: datetime,
+        durable_expires_at: datetime | None,
+        idempotency_key: str | None,
+        entities: EntityChange | None,
+        first_index: int | None,
+    ) -> tuple[list[Turn], int | None]:
+        """Both halves of :meth:`append_through` after the checks of its first arguments:
+        the stored turns and the hot session's new version (None: the hot half skipped)."""
         assert isinstance(durable, MemoryDurableStore)
-        check_append(session_id, turns, window=window, first_index=first_index)
-        key = check_idempotency_key(idempotency_key)
-        check_aware(hot_expires_at, what="hot_expires_at")
-        check_aware(durable_expires_at, what="durable_expires_at")
-        _check_change(entities)
+        # The usual arguments (UTC expiries, no key, no change) pass the checks without
+        # calling them: this runs on every turn of memory+memory.
+        key = None if idempotency_key is None else check_idempotency_key(idempotency_key)
+        if hot_expires_at is not None and hot_expires_at.tzinfo is not UTC:
+            check_aware(hot_expires_at, what="hot_expires_at")
+        if durable_expires_at is not None and durable_expires_at.tzinfo is not UTC:
+            check_aware(durable_expires_at, what="durable_expires_at")
+        if entities is not None:
+            _check_change(entities)
         with durable._lock, self._lock:
+            now = self._clock.now()  # one reading for both halves when they share a clock
             stored, repeat = durable._append_checked(
-                session_id, turns, first_index, durable_expires_at, key, entities
+                session_id,
+                turns,
+                first_index,
+                durable_expires_at,
+                key,
+                entities,
+                now=now if durable._clock is self._clock else None,
             )
             if repeat or not stored:
                 return stored, None
-            now = self._clock.now()
             current = self._live(session_id, now)
             if current is not None and current.next_index != stored[0].index:
                 return stored, None  # the hot tier lost turns: the caller rebuilds it
-            result = self._append_checked(
-                session_id, stored, window, hot_expires_at, now, entities=entities
+            version = self._append_checked(
+                session_id, current, stored, window, hot_expires_at, now, entities=entities
             )
-            return stored, result
+            return stored, version
 
     async def load(
         self, session_id: str, *, include_expired: bool = False
@@ -649,8 +766,8 @@ class MemoryDurableStore:
         """The session's header while it lives; a dead one is collected on sight. ``now``
         is the store call's one clock reading, as in every helper here."""
         header = self._headers.get(session_id)
-        if header is not None and not is_live(header.lifetime, now):
-            self._drop(session_id)
+        if header is not None and header.lifetime is not None and now >= header.lifetime:
+            self._drop(session_id)  # not is_live (inline: this runs on every call)
             return None
         return header
 
@@ -666,12 +783,22 @@ class MemoryDurableStore:
 
     def _extend(self, session_id: str, expires_at: datetime | None, now: datetime) -> _Header:
         """The live header with its lifetime raised to at least ``expires_at``."""
-        self._collect_some(now)
-        header = self._header(session_id, now)
+        heap = self._by_lifetime
+        if heap and heap[0][0] <= now:  # else collection finds nothing
+            self._collect_some(now)
+        return self._extend_header(session_id, self._header(session_id, now), expires_at)
+
+    def _extend_header(
+        self, session_id: str, header: _Header | None, expires_at: datetime | None
+    ) -> _Header:
+        """:meth:`_extend` once collection ran and ``header`` is the live header (None:
+        none)."""
         if header is None:
             header = self._headers[session_id] = _Header(lifetime=expires_at)
-        else:
-            header.lifetime = later_of(header.lifetime, expires_at)
+        else:  # later_of, inline
+            lifetime = header.lifetime
+            if lifetime is not None:
+                header.lifetime = None if expires_at is None else max(lifetime, expires_at)
         if header.lifetime is not None and session_id not in self._queued:
             heapq.heappush(self._by_lifetime, (header.lifetime, session_id))
             self._queued.add(session_id)
@@ -727,16 +854,20 @@ class MemoryDurableStore:
         expires_at: datetime | None,
         key: str | None,
         entities: EntityChange | None,
+        *,
+        now: datetime | None = None,
     ) -> tuple[list[Turn], bool]:
         """:meth:`append_turns` after its argument checks, under the lock; also says
         whether the append was a recognised retry (its turns as first stored, if live).
-        The turns' sizes are checked here, before anything changes."""
-        now = self._clock.now()
+        The turns' sizes are checked here, before anything changes. ``now``: the call's
+        clock reading, if the caller took it from this store's clock."""
+        if now is None:
+            now = self._clock.now()
         header = self._header(session_id, now)
         if key is not None and header is not None and key in header.keys:
             start, count = header.keys[key]
             return self._live_range(session_id, start, start + count, now), True
-        start = self._next_index(session_id)
+        start = self._next.get(session_id, 0)
         if first_index is not None and first_index != start:
             raise ConflictError(
                 f"session {session_id!r}: next archived turn index is {start}, not {first_index}",
@@ -746,8 +877,13 @@ class MemoryDurableStore:
         indexed = _numbered(turns, start)
         for turn in indexed:
             _check_turn_size(turn)
-        merged = self._merged_entities(session_id, entities, now)  # size check first too
-        header = self._extend(session_id, expires_at, now)
+        # Size check first too.
+        merged = None if entities is None else self._merged_entities(session_id, entities)
+        heap = self._by_lifetime
+        if heap and heap[0][0] <= now:  # else collection finds nothing
+            # It drops only dead sessions: ``header``, live at ``now``, stays as it is.
+            self._collect_some(now)
+        header = self._extend_header(session_id, header, expires_at)
         if merged is not None:
             data, sizes = merged
             record = self._set_record(session_id, ENTITIES_RECORD, data, header, now)
@@ -766,7 +902,7 @@ class MemoryDurableStore:
         return indexed, False
 
     def _merged_entities(
-        self, session_id: str, change: EntityChange | None, now: datetime
+        self, session_id: str, change: EntityChange | None
     ) -> tuple[dict[str, JsonValue], dict[str, int] | None] | None:
         """The ``entities`` record's data with ``change`` merged in, and the serialized
         size of each of its members (None: no change).
@@ -780,7 +916,8 @@ class MemoryDurableStore:
         """
         if change is None or (not change.upsert and not change.remove):
             return None
-        self._header(session_id, now)  # a dead session's records are dropped first
+        # The caller looked the header up at this call's ``now``: a dead session's records
+        # are dropped already.
         current = self._records.get(session_id, {}).get(ENTITIES_RECORD)
         data: dict[str, JsonValue] = dict(current.data) if current is not None else {}
         cached = self._entity_sizes.get(session_id)
@@ -796,7 +933,7 @@ class MemoryDurableStore:
             if sizes is not None:
                 sizes.pop(kind, None)
         for kind, entity in change.upsert.items():
-            value = entity.model_dump(mode="json")
+            value = _entity_json(entity)
             data[kind] = value
             if sizes is not None:
                 size = _member_size(kind, value)
@@ -1095,6 +1232,48 @@ class MemoryDurableStore:
         return None
 
 
+_ENTITY_FIELDS = ("kind", "value", "turn_index", "updated_at")
+_ENTITY_FAST = tuple(ActiveEntity.model_fields) == _ENTITY_FIELDS
+"""Whether :func:`_entity_json` may build the usual entity itself (the model has exactly
+these fields, in this order)."""
+
+
+def _entity_json(entity: ActiveEntity) -> dict[str, JsonValue]:
+    """``entity.model_dump(mode="json")``, built directly for the usual entity (plain
+    strings, a UTC time; pydantic writes UTC as ``Z``): every entity change of a turn
+    dumps one, and pydantic's serializer costs several times more. Anything else goes
+    through pydantic."""
+    values = entity.__dict__
+    kind, value = values.get("kind"), values.get("value")
+    turn_index, updated_at = values.get("turn_index"), values.get("updated_at")
+    if (
+        _ENTITY_FAST
+        and type(entity) is ActiveEntity
+        and type(kind) is str
+        and type(value) is str
+        and (turn_index is None or type(turn_index) is int)
+        and type(updated_at) is datetime
+        and updated_at.tzinfo is UTC
+    ):
+        stamp = updated_at.isoformat()
+        return {
+            "kind": kind,
+            "value": value,
+            "turn_index": turn_index,
+            "updated_at": stamp[:-6] + "Z",  # "+00:00", as pydantic writes UTC
+        }
+    dumped: dict[str, JsonValue] = entity.model_dump(mode="json")
+    return dumped
+
+
+def _hot_result(turns: list[Turn], version: int) -> HotAppendResult:
+    """What a hot append that wrote ``turns`` (numbered, the last one the session's last)
+    and reached ``version`` returns."""
+    return HotAppendResult.trusted(
+        {"turns": tuple(turns), "version": version, "next_index": turns[-1].index + 1}
+    )
+
+
 def _member_size(kind: str, value: JsonValue) -> int | None:
     """UTF-8 bytes of ``"kind":value`` as :func:`encode_data` writes it inside an object;
     None if it cannot be written (the caller lets :func:`encode_data` say why).
@@ -1156,21 +1335,18 @@ def _flat_size(value: JsonValue) -> int:
     -1 for anything else (the caller serializes it)."""
     if type(value) is not dict:
         return _scalar_size(value)
+    if not value:
+        return 2
     # Braces, a colon per member and a comma between members.
-    total = 2 * len(value) + 1 if value else 2
+    total = 2 * len(value) + 1
+    strings: list[str] = []
     for key, item in value.items():
-        # The usual members inline (this runs on every entity change): printable ASCII
-        # without quotes or backslashes is written as it is, in quotes.
-        if type(key) is str and key.isascii() and key.isprintable() and _plain(key):
-            total += len(key) + 2
-        else:
-            key_size = _string_size(key)
-            if key_size < 0:
-                return -1
-            total += key_size
+        if type(key) is not str:
+            return -1
+        strings.append(key)
         kind = type(item)
-        if kind is str and item.isascii() and item.isprintable() and _plain(item):
-            total += len(item) + 2
+        if kind is str:
+            strings.append(item)
         elif kind is int:
             total += len(repr(item))
         else:
@@ -1178,11 +1354,17 @@ def _flat_size(value: JsonValue) -> int:
             if item_size < 0:
                 return -1
             total += item_size
+    # The usual strings, tested at once (this runs on every entity change): printable ASCII
+    # without quotes or backslashes is written as it is, in quotes. Else one by one.
+    text = "".join(strings)
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return total + len(text) + 2 * len(strings)
+    for string in strings:
+        size = _string_size(string)
+        if size < 0:
+            return -1
+        total += size
     return total
-
-
-def _plain(text: str) -> bool:
-    return '"' not in text and "\\" not in text
 
 
 def _member_sizes(data: Mapping[str, JsonValue]) -> dict[str, int] | None:
@@ -1230,30 +1412,41 @@ def _check_turn_size(turn: Turn) -> None:
     plain text blocks and flat metadata, whose JSON size is bounded by their characters.
     Anything else is serialized, which raises what the contract says."""
     content = turn.content
-    strings: list[str] = [block.text for block in content if type(block) is TextBlock]
-    if len(strings) != len(content):
-        encode_turn(turn)
-        return
+    strings: list[str]
+    if len(content) == 1 and type(content[0]) is TextBlock:  # most turns: one text block
+        strings = [content[0].text]
+    else:
+        strings = [block.text for block in content if type(block) is TextBlock]
+        if len(strings) != len(content):
+            encode_turn(turn)
+            return
     numbers = 0
-    for key, value in turn.metadata.items():
-        if type(key) is not str:
-            encode_turn(turn)
-            return
-        strings.append(key)
-        if isinstance(value, str):
-            strings.append(value)
-        elif isinstance(value, int | float | bool | None):
-            numbers += 1
-        else:
-            encode_turn(turn)
-            return
+    metadata = turn.metadata
+    if metadata:
+        for key, value in metadata.items():
+            if type(key) is not str:
+                encode_turn(turn)
+                return
+            strings.append(key)
+            if type(value) is str or isinstance(value, str):
+                strings.append(value)
+            elif isinstance(value, int | float | bool | None):
+                numbers += 1
+            else:
+                encode_turn(turn)
+                return
     for entity in turn.entities:
-        strings += (entity.kind, entity.value)
-    strings += (turn.agent_name or "", turn.intent or "")
+        strings.append(entity.kind)
+        strings.append(entity.value)
+    agent_name, intent = turn.agent_name, turn.intent
+    if agent_name:
+        strings.append(agent_name)
+    if intent:
+        strings.append(intent)
     # One string to measure and test: Python's UTF-8 codec refuses every surrogate,
     # paired or not, so joining cannot hide a lone one.
     text = "".join(strings)
-    if len(text) + 32 * numbers > _SMALL_TEXT or not _utf8(text):
+    if len(text) + 32 * numbers > _SMALL_TEXT or not (text.isascii() or _utf8(text)):
         encode_turn(turn)
 
 
