@@ -178,6 +178,9 @@ class _PassTurns:
     read_at: datetime
     """When the first-read of them was read from the archive."""
     turns: Mapping[int, Turn]
+    sizes: Mapping[int, int]
+    """Each turn's characters of text (by index), so that the next pass, which keeps most
+    of these very turns again, need not count them again."""
     chars: int
     """Characters of text the turns hold (for :data:`TURN_CACHE_CHARS`)."""
 
@@ -758,11 +761,14 @@ class SummaryJobs:
         # The turns the tiers are built from (a verbatim engine's ancient tier needs only
         # those rolled into it) and those to extract from: the planning read's, and one
         # more read only for turns before it.
+        prior: _PassTurns | None = None  # the previous pass's turns, when this one uses them
         if pending is None:
             turns = await self.durable.get_turns(session_id, start, last + 1)
         elif start <= done:
+            prior = self._pass_turns.get(session_id)  # what _earlier_turns takes, if it does
             held = self._earlier_turns(session_id, summary_rec, start, done)
             if held is None:
+                prior = None
                 earlier = await self.durable.get_turns(session_id, start, done + 1)
             else:
                 earlier, read_at = held[0], min(read_at, held[1])
@@ -773,7 +779,14 @@ class SummaryJobs:
 
         fresh_structured: StructuredMemory | None = None
         if structured.through_index < last:
-            fresh = [t for t in turns if t.index > structured.through_index]
+            extracted = structured.through_index
+            # Every turn of ``turns`` after ``done`` is one of ``pending``: when extraction
+            # has reached ``done`` (a steady session), only those are looked at.
+            fresh = [
+                t
+                for t in (pending if pending is not None and extracted >= done else turns)
+                if t.index > extracted
+            ]
             fresh_structured = await self.extractor.extract(fresh, prior=structured)
             if fresh_structured.through_index < last:
                 # Turns that expired before extraction cannot be read again: move on.
@@ -841,7 +854,7 @@ class SummaryJobs:
             self._keep_written(
                 session_id, _Written(summary_now, tiers, new_marks, structured_now, effective)
             )
-            self._keep_turns(session_id, summary_now.version, by_index, target, read_at)
+            self._keep_turns(session_id, summary_now.version, by_index, target, read_at, prior)
         except ConflictError:
             self._records.pop(session_id, None)
             latest_tiers = _tiers(await self.durable.get_record(session_id, SUMMARY_RECORD))
@@ -1060,15 +1073,22 @@ class SummaryJobs:
         by_index: Mapping[int, Turn],
         target: int,
         read_at: datetime,
+        prior: _PassTurns | None = None,
     ) -> None:
         """Keep the newest turns a pass committed (through ``target``) for the next pass;
-        ``read_at``: when the oldest-read of them was read from the archive."""
+        ``read_at``: when the oldest-read of them was read from the archive; ``prior``: the
+        previous pass's turns this pass used (their sizes are not counted again)."""
         kept = {i: t for i, t in by_index.items() if target - TURN_CACHE_TURNS < i <= target}
-        chars = sum(map(_chars, kept.values()))
+        if prior is None:
+            sizes = {i: _chars(t) for i, t in kept.items()}
+        else:
+            held, held_sizes = prior.turns, prior.sizes
+            sizes = {i: held_sizes[i] if held.get(i) is t else _chars(t) for i, t in kept.items()}
+        chars = sum(sizes.values())
         self._drop_pass_turns(session_id)
         if chars > TURN_CACHE_CHARS:
             return
-        self._pass_turns[session_id] = _PassTurns(version, read_at, kept, chars)
+        self._pass_turns[session_id] = _PassTurns(version, read_at, kept, sizes, chars)
         self._pass_turn_chars += chars
         while (
             len(self._pass_turns) > RECORD_CACHE_SESSIONS
