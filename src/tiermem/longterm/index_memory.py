@@ -50,7 +50,7 @@ from tiermem.longterm.postings import (
 )
 from tiermem.longterm.text import query_terms
 from tiermem.longterm.vectors import cosine_top, matrix_of, unit_vector
-from tiermem.store.keys import validate_id
+from tiermem.store.keys import MAX_ID_LENGTH, validate_id
 
 _np: Any
 try:
@@ -124,7 +124,17 @@ def check_docs(docs: Sequence[IndexedDoc]) -> None:
     for doc in docs:
         if doc.user_id != checked:
             checked = validate_id(doc.user_id, what="user_id")
-        validate_id(doc.doc_id, what="doc_id")
+        doc_id = doc.doc_id
+        # ``validate_id``'s own test of a common id, inline: a turn's doc id is new each
+        # time (never in its cache of ids seen), and remembering every one would only push
+        # the session and user ids out of that cache. Anything else takes the full check.
+        if not (
+            type(doc_id) is str
+            and 0 < len(doc_id) <= MAX_ID_LENGTH
+            and doc_id.isascii()
+            and doc_id.isprintable()
+        ):
+            validate_id(doc_id, what="doc_id")
 
 
 @dataclass(slots=True)
@@ -253,44 +263,51 @@ class _UserIndex:
 
     def add(self, doc: IndexedDoc) -> None:
         doc_id = doc.doc_id
-        if doc_id in self.docs:  # a rewrite (most writes are new documents)
+        docs = self.docs
+        if doc_id in docs:  # a rewrite (most writes are new documents)
             self.remove(doc_id)
-        if len(self.keys) > 2 * len(self.docs) + 1024:
+        if len(self.keys) > 2 * len(docs) + 1024:
             self.renumber()
-        slot = self.slots[doc_id] = len(self.keys)
-        self.keys.append(doc_id)
-        dense_cache = self.dense_cache
+        keys = self.keys
+        slot = self.slots[doc_id] = len(keys)
+        keys.append(doc_id)
         counts = terms_of(doc)
-        vector = unit_vector(doc.embedding) if doc.embedding else None
+        embedding = doc.embedding
+        vector = unit_vector(embedding) if embedding else None
         length = sum(counts.values())
         expires_at = doc.expires_at
-        self.docs[doc_id] = _Doc(doc.kind, length, tuple(counts), vector, expires_at)
+        docs[doc_id] = _Doc(doc.kind, length, tuple(counts), vector, expires_at)
         if expires_at is not None:
             self.expiring += 1
         self.total_length += length
         packed = length * POSTING_SHIFT
-        postings, groups = self.postings, self.groups
+        postings = self.postings
         # get-then-create: ``setdefault(term, {})`` would build a dict per term even when
         # it exists, and this runs for every term of every indexed turn.
         for term, tf in counts.items():
             posting = postings.get(term)
             if posting is None:
-                posting = postings[term] = {}
-            value = packed + tf
-            posting[doc_id] = value
-            if dense_cache:
-                cached = dense_cache.get(term)
-                if cached is not None:
-                    cached[0].append(slot)
-                    cached[1].append(value)
-            if groups:  # only searched terms have one (``_Groups``)
-                by_value = groups.get(term)
-                if by_value is not None:
-                    holders = by_value.get(value)
-                    if holders is None:
-                        by_value[value] = {doc_id}
-                    else:
-                        holders.add(doc_id)
+                postings[term] = {doc_id: packed + tf}
+            else:
+                posting[doc_id] = packed + tf
+        # Only searched terms have a dense list or groups (most terms never are): find the
+        # document's ones with one set intersection, not a test per term.
+        dense_cache = self.dense_cache
+        if dense_cache:
+            for term in dense_cache.keys() & counts.keys():
+                cached = dense_cache[term]
+                cached[0].append(slot)
+                cached[1].append(packed + counts[term])
+        groups = self.groups
+        if groups:
+            for term in groups.keys() & counts.keys():
+                value = packed + counts[term]
+                by_value = groups[term]
+                holders = by_value.get(value)
+                if holders is None:
+                    by_value[value] = {doc_id}
+                else:
+                    holders.add(doc_id)
         if vector is not None:
             self.matrix_cache.clear()
 
@@ -339,19 +356,22 @@ class InProcessIndex:
     async def upsert(self, docs: Sequence[IndexedDoc]) -> None:
         check_docs(docs)
         now = self._clock.now()
+        users, expiries, push = self._users, self._expiries, heapq.heappush
         for doc in docs:
-            user = self._users.get(doc.user_id)
-            if doc.expires_at is not None and doc.expires_at <= now:
+            user_id = doc.user_id
+            user = users.get(user_id)
+            expires_at = doc.expires_at
+            if expires_at is not None and expires_at <= now:
                 if user is not None:
-                    self._remove(doc.user_id, user, [doc.doc_id])
+                    self._remove(user_id, user, [doc.doc_id])
                 continue
             if user is None:
-                user = self._users[doc.user_id] = _UserIndex()
+                user = users[user_id] = _UserIndex()
             before = user.expiring
             user.add(doc)
             self._expiring += user.expiring - before
-            if doc.expires_at is not None:
-                heapq.heappush(self._expiries, (doc.expires_at, doc.user_id, doc.doc_id))
+            if expires_at is not None:
+                push(expiries, (expires_at, user_id, doc.doc_id))
         self._collect(now, collect_budget(len(docs)))
         if len(self._expiries) > 2 * self._expiring + 1024:
             self._compact()

@@ -81,6 +81,8 @@ _CJK = (
     "\u4e00-\u9fff\uf900-\ufa6d\ufa70-\ufad9"
 )
 _TOKEN = re.compile(f"([{_CJK}]+)|([^\\W_{_CJK}]+)")
+_BIGRAMS = re.compile("(?=(..))", re.DOTALL).findall
+"""The overlapping two-character slices of a string, in order."""
 _GAP = re.compile(f"[^\\w{_CJK}]|_")  # never inside a token: where a long text may be cut
 _CHUNK_CHARS = 8_192
 _ASCII_WORD = re.compile(r"[a-z0-9]+")  # _TOKEN's words in casefolded ASCII text
@@ -140,7 +142,16 @@ def tokenize(text: str | TurnText) -> list[str]:
 def _terms(text: str | TurnText) -> Iterable[str]:
     """:func:`tokenize`'s terms: a list, or for most turns a lazy iterator over them (the
     caller counting them needs no list)."""
-    normal = (text.nfkc if isinstance(text, TurnText) else nfkc(text)).casefold()
+    if isinstance(text, TurnText):
+        normal = text.nfkc
+        if normal.isascii() and text.view.normal == normal:
+            # The rule view of the whole turn (an ASCII turn of up to 12,000 characters):
+            # its words are the turn's lower-cased ASCII letter-digit runs, the words this
+            # tokenizer finds, and the turn analysis has split them already.
+            return filter(None, map(_term, text.view.words))
+        normal = normal.casefold()
+    else:
+        normal = nfkc(text).casefold()
     size = len(normal)
     if size <= _CHUNK_CHARS and normal.isascii():
         # Most turns: no CJK run can occur, and a word is an ASCII letter-digit run.
@@ -160,7 +171,7 @@ def _terms(text: str | TurnText) -> Iterable[str]:
                 if len(cjk) == 1:
                     append(cjk)
                 else:
-                    tokens += [cjk[i : i + 2] for i in range(len(cjk) - 1)]
+                    tokens += _BIGRAMS(cjk)  # cjk[i : i + 2] for each i, in C
             elif term := _term(word):
                 append(term)
         start = end
