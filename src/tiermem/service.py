@@ -39,6 +39,7 @@ from tiermem.errors import ValidationError
 from tiermem.extraction.entities import EntityExtractor, RuleEntityExtractor
 from tiermem.extraction.turn_analysis import (
     TurnAnalysis,
+    analyse_text_block,
     analyse_turn,
     analyse_turn_async,
     is_large_turn,
@@ -329,9 +330,7 @@ class MemoryService:
             check_shape(text, what="turn content")
         # A str is all a text block validates: no second validation.
         blocks = (TextBlock.trusted({"type": "text", "text": text}, _TEXT_FIELDS),)
-        analysis = analyse_turn(
-            role, blocks, tokens=self.tokens, entities=self.entities, importance=self.importance
-        )
+        analysis = analyse_text_block(role, blocks, self.tokens, self.entities, self.importance)
         score = analysis.importance
         assert score is not None  # a scorer was given
         importance = score.score

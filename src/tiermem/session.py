@@ -14,6 +14,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import Field
@@ -246,7 +247,7 @@ class Session:
         for n, start in enumerate(range(0, len(analysed), MAX_TURNS_PER_APPEND)):
             key = idempotency_key if not n or idempotency_key is None else f"{idempotency_key}#{n}"
             sent = analysed[start : start + MAX_TURNS_PER_APPEND]
-            batch_turns = [turn for turn, _ in sent]
+            batch_turns = list(map(_first, sent))  # no comprehension frame per turn
             first = self._view.next_index
             change = self._entity_change(batch_turns, first)
             batch = await self._tiers.append(
@@ -267,7 +268,7 @@ class Session:
                 )
             stored.extend(batch)
             # A retry may return fewer turns (some expired): then analyse them again later.
-            analyses += [a for _, a in sent] if len(batch) == len(sent) else [None] * len(batch)
+            analyses += map(_second, sent) if len(batch) == len(sent) else [None] * len(batch)
         if not stored:
             return stored
         index = self._service.index_turns
@@ -687,6 +688,10 @@ class Session:
                 self.id,
                 exc,
             )
+
+
+_first = itemgetter(0)
+_second = itemgetter(1)
 
 
 @dataclass(slots=True)

@@ -367,12 +367,23 @@ class RuleEntityExtractor:
         # test passes, in the form of the text it reads.
         gated = [r for r in self._rules if isinstance(r, EntityRule) and r.requires]
         self._folded_gates = tuple({t for r in gated if r.folded for t in r.requires})
-        self._normal_gates = tuple(
-            {(t, _NORMAL + t) for r in gated if not r.folded for t in r.requires}
-        )
+        normal_gates = {t: _NORMAL + t for r in gated if not r.folded for t in r.requires}
+        self._normal_gates = tuple(normal_gates)
+        self._normal_keys = normal_gates
         # A string with a non-ASCII character is in no ASCII text: most turns test fewer.
         self._folded_ascii_gates = tuple(t for t in self._folded_gates if t.isascii())
-        self._normal_ascii_gates = tuple(g for g in self._normal_gates if g[0].isascii())
+        self._normal_ascii_gates = tuple(t for t in self._normal_gates if t.isascii())
+        # A word list runs only when one of its phrases' first words (first characters)
+        # is a key of the text (TextView.keys): its gate keys are those first words,
+        # marked apart (``_PHRASE``). One intersection with the keys of the text finds
+        # the word lists that can match; most turns name none. A list that has phrases
+        # starting with ASCII punctuation (not among an ASCII text's keys) always runs.
+        phrase_firsts: dict[str, set[str]] = {}
+        for rule in self._rules:
+            if isinstance(rule, PhraseRule) and not rule._index.punctuation_firsts:
+                for first in rule._index.firsts:
+                    phrase_firsts.setdefault(first, set()).add(_PHRASE + first)
+        self._phrase_firsts = frozenset(phrase_firsts)
         self._plan = tuple((r, _gate_keys(r)) for r in self._rules)
         self._ungated = tuple(r for r, gate in self._plan if gate is None)
         # The rules to run for a set of gate strings found: few distinct sets occur.
@@ -388,6 +399,9 @@ class RuleEntityExtractor:
         found = self.find(text)
         if not found:
             return ()
+        if len(found) == 1:  # most turns that name anything name one thing
+            _, _, kind, value = found[0]
+            return _entities(((kind, value),))
         seen: set[tuple[str, str]] = set()
         pairs: list[tuple[str, str]] = []
         for _, _, kind, value in found:
@@ -412,11 +426,22 @@ class RuleEntityExtractor:
             # last that starts at or before it.
             starts = [start for start, _, _ in titles]
         folded, normal = view.folded, view.normal
-        gates = self._folded_ascii_gates if folded.isascii() else self._folded_gates
-        present = {t for t in gates if t in folded}
-        for t, key in self._normal_ascii_gates if normal.isascii() else self._normal_gates:
-            if t in normal:
-                present.add(key)
+        # The gate strings in the text, tested without a Python frame per string.
+        if folded.isascii():  # then so is ``normal``
+            present = set(filter(folded.__contains__, self._folded_ascii_gates))
+            normal_gates = self._normal_ascii_gates
+        else:
+            present = set(filter(folded.__contains__, self._folded_gates))
+            normal_gates = self._normal_gates
+        if normal_gates:
+            present.update(
+                map(self._normal_keys.__getitem__, filter(normal.__contains__, normal_gates))
+            )
+        phrase_firsts = self._phrase_firsts
+        if phrase_firsts:
+            keys = view._keys if view._keys is not None else view.keys
+            if not keys.isdisjoint(phrase_firsts):
+                present.update(_PHRASE + first for first in keys & phrase_firsts)
         # Only the rules one of whose strings is in the text run (the others cannot match).
         rules = self._rules_for(frozenset(present)) if present else self._ungated
         for rule in rules:
@@ -449,12 +474,18 @@ class RuleEntityExtractor:
 
 
 _NORMAL = "\x00"
+_PHRASE = "\x01"
 
 
 def _gate_keys(rule: EntityRule | PhraseRule) -> frozenset[str] | None:
     """The keys of ``rule``'s gate strings in the extractor's set of those found (None:
     no gate, the rule always runs)."""
-    if not isinstance(rule, EntityRule) or not rule.requires:
+    if isinstance(rule, PhraseRule):
+        index = rule._index
+        if index.punctuation_firsts:
+            return None
+        return frozenset(_PHRASE + first for first in index.firsts)
+    if not rule.requires:
         return None
     return frozenset(rule.requires if rule.folded else (_NORMAL + t for t in rule.requires))
 

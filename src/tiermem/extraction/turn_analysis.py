@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LARGE_TURN_CHARS",
     "TurnAnalysis",
+    "analyse_text_block",
     "analyse_turn",
     "analyse_turn_async",
     "is_large_turn",
@@ -112,6 +113,34 @@ def analyse_turn(
             "importance": score,
             "drafts": drafts,
             "terms": doc_terms(text) if index_terms else None,
+        },
+    )
+    return analysis
+
+
+def analyse_text_block(
+    role: str,
+    blocks: tuple[TextBlock],
+    tokens: TokenCounter,
+    entities: EntityExtractor,
+    importance: ImportanceScorer,
+) -> TurnAnalysis:
+    """:func:`analyse_turn` of a checked role and one text block, scored, with no memory
+    detection or search terms: every plain ``add_turn``, without the general path's
+    checks and dispatch (the caller checked the role; the block is one)."""
+    text = TurnText.of(blocks[0].text)
+    found = entities.extract(text)
+    analysis = _new(TurnAnalysis)
+    _set(
+        analysis,
+        "__dict__",
+        {
+            "text": text,
+            "token_count": tokens.count_blocks(blocks),
+            "entities": found,
+            "importance": importance.score(role, blocks, entities=found, text=text),
+            "drafts": (),
+            "terms": None,
         },
     )
     return analysis

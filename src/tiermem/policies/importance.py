@@ -56,7 +56,7 @@ def _word_units(text: str) -> int:
     if text.isascii():
         # No CJK; and an ASCII spaced word ([^\W_]) is a run of [0-9A-Za-z], a Latin word.
         return len(latin_words(text))
-    cjk = len(text) - len(_CJK_RUN.sub("", text))  # a match per run, not per character
+    cjk = sum(map(len, _CJK_RUN.findall(text)))  # a match per run, not per character
     return len(_SPACED_WORD.findall(text)) + (cjk + 1) // 2
 
 
@@ -214,6 +214,15 @@ class RuleImportanceScorer:
         self._recommendation = PhraseIndex(rules.recommendation_cues)
         self._acknowledgement = PhraseIndex(rules.acknowledgement_cues)
         self._social = PhraseIndex(rules.acknowledgement_cues + rules.greeting_cues)
+        # A text none of whose keys starts a cue of any list (TextView.keys; most density
+        # turns) goes straight to the density rule: one intersection instead of a lookup
+        # per list. Lists with phrases that start with ASCII punctuation are always read.
+        indexes = (self._preference, self._correction, self._recommendation, self._social)
+        self._cue_firsts: frozenset[str] | None = (
+            None
+            if any(index.punctuation_firsts for index in indexes)
+            else frozenset().union(*(index.firsts for index in indexes))
+        )
         # The fixed scores, built (and checked) once rather than per turn.
         self._preference_score = ImportanceScore(rules.preference, "preference")
         self._correction_score = ImportanceScore(rules.correction, "correction")
@@ -237,6 +246,16 @@ class RuleImportanceScorer:
             raise ValidationError(f"role must be 'user' or 'assistant', got {role!r}")
         read = text if text is not None else TurnText.of_blocks(content)
         said = read.said
+        cue_firsts = self._cue_firsts
+        if cue_firsts is not None:
+            keys = said._keys if said._keys is not None else said.keys
+            if keys.isdisjoint(cue_firsts):
+                # No cue of any list: neither rule 1-3 nor 5-6 (those need a social cue).
+                if (len(content) != 1 or type(content[0]) is not TextBlock) and any(
+                    isinstance(b, ToolResultBlock) for b in content
+                ):
+                    return self._tool_result_score
+                return self._density_score(read.view, entities)
         if role == "user":
             if self._preference.search(said):
                 return self._preference_score
@@ -252,7 +271,9 @@ class RuleImportanceScorer:
             if self._acknowledgement.search(said):
                 return self._acknowledgement_score
             return self._greeting_score
-        view = read.view
+        return self._density_score(read.view, entities)
+
+    def _density_score(self, view: TextView, entities: tuple[Entity, ...]) -> ImportanceScore:
         window = view.folded
         words = None
         if len(window) > self.DENSITY_WINDOW_CHARS:

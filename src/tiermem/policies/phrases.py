@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from tiermem.errors import ValidationError
@@ -70,7 +70,8 @@ def straight_apostrophes(text: str) -> str:
     """``text`` with curly and modifier apostrophes (``’ ‘ ʼ``) as ``'``."""
     if text.isascii():  # most text: none of them
         return text
-    if any(mark in text for mark in _CURLY_APOSTROPHES):
+    # Three tests, not ``any`` over a generator: this runs for every non-ASCII turn.
+    if "\u2019" in text or "\u2018" in text or "\u02bc" in text:
         return text.translate(_APOSTROPHES)
     return text
 
@@ -110,8 +111,14 @@ class TextView:
     def of_normal(cls, normal: str) -> TextView:
         """A view of text that is already in :func:`normal_form` (not checked: the caller
         normalised it, e.g. once for a whole turn)."""
-        view = cls.__new__(cls)
-        view._set(normal)
+        # ``_set`` inlined: this runs for every turn.
+        view = _new(cls)
+        folded = normal.lower()
+        if len(folded) != len(normal):  # "İ" lower-cases to two characters; keep one
+            folded = "".join(ch.lower()[0] for ch in normal)
+        view.normal = normal
+        view.folded = folded
+        view._keys = view._words = None
         return view
 
     def _set(self, normal: str) -> None:
@@ -146,6 +153,9 @@ class TextView:
             words = frozenset(self.words)
             self._keys = words if folded.isascii() else words.union(folded)
         return self._keys
+
+
+_new = object.__new__
 
 
 def phrase_key(phrase: str) -> str:
@@ -194,6 +204,19 @@ class PhraseIndex:
             for first in groups:
                 self._pattern(first)
 
+    @property
+    def firsts(self) -> frozenset[str]:
+        """The first words (or first characters) of the phrases: a text none of whose
+        :attr:`TextView.keys` is one of them holds no phrase, unless
+        :attr:`punctuation_firsts` is not empty."""
+        return self._firsts
+
+    @property
+    def punctuation_firsts(self) -> tuple[str, ...]:
+        """The ASCII characters other than Latin letters and digits that phrases start
+        with: not among the keys of an ASCII text, so looked for apart."""
+        return self._ascii_char_firsts
+
     def _pattern(self, first: str) -> re.Pattern[str]:
         pattern = self._patterns.get(first)
         if pattern is None:
@@ -229,7 +252,11 @@ class PhraseIndex:
         if keys.isdisjoint(self._firsts) and not self._ascii_char_firsts:
             return False
         folded = view.folded
-        return any(self._pattern(first).search(folded) for first in self._firsts_in(view))
+        # A loop, not ``any`` over a generator: this runs several times per turn.
+        for first in self._firsts_in(view):  # noqa: SIM110 (see above)
+            if self._pattern(first).search(folded):
+                return True
+        return False
 
     def find(self, view: TextView) -> list[tuple[int, int, str]]:
         """``(start, end, phrase_key)`` of each match in ``view.folded``, left to right."""
@@ -241,17 +268,22 @@ class PhraseIndex:
         if not patterns:
             return []
         if len(patterns) == 1:
-            spans: Iterable[tuple[int, int]] = (m.span() for m in patterns[0].finditer(text))
+            spans: Iterable[tuple[int, int]] = map(_span, patterns[0].finditer(text))
         else:
             spans = _leftmost_longest(patterns, text)
         return [(start, end, " ".join(text[start:end].split())) for start, end in spans]
 
 
-def _leftmost_longest(patterns: list[re.Pattern[str]], text: str) -> Iterator[tuple[int, int]]:
+_span = re.Match.span
+
+
+def _leftmost_longest(patterns: list[re.Pattern[str]], text: str) -> list[tuple[int, int]]:
     # Merge several patterns' matches: each time take the leftmost, then longest, match that
     # starts after the last one taken (of equals, the earlier pattern's), re-searching a
-    # pattern whose next match overlapped it. Plain loops: this runs on most turns.
+    # pattern whose next match overlapped it. Plain loops and a list, not a generator:
+    # this runs on most turns.
     heads = [pattern.search(text) for pattern in patterns]
+    spans: list[tuple[int, int]] = []
     while True:
         best = None
         for match in heads:
@@ -262,9 +294,9 @@ def _leftmost_longest(patterns: list[re.Pattern[str]], text: str) -> Iterator[tu
             ):
                 best = match
         if best is None:
-            return
+            return spans
         start, end = best.span()
-        yield start, end
+        spans.append((start, end))
         for i, match in enumerate(heads):
             if match is not None and match.start() < end:
                 heads[i] = patterns[i].search(text, end)

@@ -51,6 +51,7 @@ RULE_TAIL_CHARS = 4_000
 RULE_ELISION = "\n...\n"
 """What stands for the unread middle of a long turn in its rule window."""
 _WORD_SLACK = 64
+_WHOLE_CHARS = RULE_HEAD_CHARS + RULE_TAIL_CHARS
 _SPACES = (" ", "\n", "\t")
 
 
@@ -128,8 +129,15 @@ class TurnText:
 
     @classmethod
     def _build(cls, text: str, said_text: str) -> TurnText:
-        normal = nfkc(text)
-        view, truncated = _window_view(normal)
+        if text.isascii():  # most turns: in NFKC, no curly apostrophe
+            normal = text
+            if len(text) <= _WHOLE_CHARS:
+                view, truncated = TextView.of_normal(text), False
+            else:
+                view, truncated = _window_view(text)
+        else:
+            normal = nfkc(text)
+            view, truncated = _window_view(normal)
         if said_text is text or said_text == text:
             said, said_truncated = view, truncated
         else:
