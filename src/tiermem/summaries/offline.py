@@ -114,22 +114,40 @@ SAID_CACHE = TURN_CACHE
 """Text blocks whose index-free candidate lines a summarizer keeps
 (:meth:`ExtractiveSummarizer._said_lines`), by role and text."""
 SAID_CHARS = TURN_CACHE_CHARS // 2
-"""Characters of their kept bodies, at most."""
-_Said = tuple[float, _Slots, tuple[str, ...], str, int | None, int | None]
-"""One line: ``score, slots, wrong, body, body tokens, newline change``
-(:meth:`ExtractiveSummarizer._said_lines`)."""
-_SaidLines = tuple[_Said, ...]
+"""Characters they hold (bodies, slot values, wrong values), at most: a slot's value is
+not cut with its body, so a long sentence's value may be longer than the line."""
+_SaidLines = tuple[float | _Slots | tuple[str, ...] | str | int | None, ...]
+"""Per line, flat: ``score, slots, wrong, body, body tokens, newline change``
+(:meth:`ExtractiveSummarizer._said_lines`). Flat, as :data:`_LineFields` is, so that a
+young and a middle collection untrack it (one nesting level fewer than a tuple of
+tuples)."""
+_SAID_FIELDS = 6
 
 CARRIED_SAID = 8_192
 """Carried lines whose index-free part a summarizer keeps, by speaker and sentence (a
 sentence is at most ``max_sentence_chars``)."""
+CARRIED_SAID_CHARS = TURN_CACHE_CHARS // 8
+"""Characters of their slot and wrong values, at most (a carried line of an LLM's summary
+is not cut, and a value in it may run to thousands of characters)."""
 _CarriedSaid = tuple[float, _Slots, tuple[str, ...], int | None, int | None]
 """``score, slots, wrong, body tokens, newline change`` of a carried line
 (:meth:`ExtractiveSummarizer._carried_said_of`)."""
 
 
+def _values_chars(slots: _Slots, wrong: tuple[str, ...]) -> int:
+    return sum(map(len, slots)) + sum(map(len, wrong))
+
+
 def _said_chars(said: _SaidLines) -> int:
-    return 64 + sum(len(line[3]) for line in said)
+    fields = _SAID_FIELDS
+    bodies: tuple[str, ...] = said[3::fields]  # type: ignore[assignment]
+    slots: tuple[_Slots, ...] = said[1::fields]  # type: ignore[assignment]
+    wrong: tuple[tuple[str, ...], ...] = said[2::fields]  # type: ignore[assignment]
+    return 64 + sum(map(len, bodies)) + sum(map(_values_chars, slots, wrong))
+
+
+def _carried_said_chars(said: _CarriedSaid) -> int:
+    return 64 + _values_chars(said[1], said[2])
 
 
 class ExtractiveSummarizer(LineTokens):
@@ -173,7 +191,9 @@ class ExtractiveSummarizer(LineTokens):
         self._said: Lru[tuple[str, str, str | bytes], _SaidLines] = Lru(
             SAID_CACHE, max_chars=SAID_CHARS, weigh=_said_chars
         )
-        self._carried_said: Lru[tuple[str, str | bytes], _CarriedSaid] = Lru(CARRIED_SAID)
+        self._carried_said: Lru[tuple[str, str | bytes], _CarriedSaid] = Lru(
+            CARRIED_SAID, max_chars=CARRIED_SAID_CHARS, weigh=_carried_said_chars
+        )
         self._carried_lines: Lru[str | bytes, _Row] = Lru(
             LINE_CACHE, max_chars=TURN_CACHE_CHARS, weigh=_carried_chars
         )
@@ -386,7 +406,10 @@ class ExtractiveSummarizer(LineTokens):
         out: list[int | str | float | tuple[str, ...] | None] = []
         digits = str(index)
         prefix = self._prefix_tokens(digits, who) if self._additive and digits.isdigit() else None
-        for score, slots, wrong, body, body_cost, change in said:
+        fields = iter(said)
+        for score, slots, wrong, body, body_cost, change in zip(
+            fields, fields, fields, fields, fields, fields, strict=True
+        ):
             line = f"- [{digits}] {who}: {body}"
             if prefix is None or body_cost is None or change is None:
                 cost = self._indexed_tokens(line, digits, who, body)
@@ -404,7 +427,7 @@ class ExtractiveSummarizer(LineTokens):
         function of the text, role and speaker, kept (:data:`SAID_CACHE`): the same
         sentences are said again at new turns ("ok, thanks", a tool's usual reply), and
         a new turn's lines then cost a line prefix's count, not a reading and a count."""
-        out: list[_Said] = []
+        out: list[float | _Slots | tuple[str, ...] | str | int | None] = []
         weight = _ROLE_WEIGHT[role]
         for reading in self._reader.read(text, role=role):
             score = _score(reading, weight)
@@ -415,7 +438,7 @@ class ExtractiveSummarizer(LineTokens):
                     body_cost = self._body_tokens(body)
                     # How the line ends, from a suffix that holds the space before the body.
                     change = self._newline_change(f"{who}: {body}")
-                out.append((score, _slot_keys(reading), reading.wrong, body, body_cost, change))
+                out += (score, _slot_keys(reading), reading.wrong, body, body_cost, change)
         return tuple(out)
 
     def _candidate(self, index: int, who: str, reading: SentenceReading, score: float) -> _Row:
