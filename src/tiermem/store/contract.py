@@ -636,14 +636,12 @@ class CombinedAppend(Protocol):
 
 @runtime_checkable
 class BuiltAppend(Protocol):
-    """A :class:`CombinedAppend` with an entry for the tiered layer, which hands over turns
-    it built and checked itself (the session validated its id at the edge, built each turn
-    as a :class:`~tiermem.models.NewTurn`, and batches at most
-    :data:`MAX_TURNS_PER_APPEND`; ``window`` and ``first_index`` come from its config and
-    its own count): the store skips those argument checks and returns the hot version
+    """A :class:`CombinedAppend` with an entry for the tiered layer: the same write and the
+    same checks as :meth:`CombinedAppend.append_through`, returning the hot version
     instead of building a :class:`HotAppendResult` the caller would not read (the memory
-    store's turn path, issue #8). Direct callers use :meth:`CombinedAppend.append_through`,
-    which checks everything."""
+    store's turn path, issue #8). The tiered layer takes it only where the class that
+    defines it also defines ``append_through`` (a subclass overriding ``append_through``,
+    a test's fault injection, is not gone around)."""
 
     async def append_built(
         self,
@@ -658,11 +656,9 @@ class BuiltAppend(Protocol):
         entities: EntityChange | None = None,
         first_index: int | None = None,
     ) -> tuple[list[Turn], int | None]:
-        """:meth:`CombinedAppend.append_through` for a valid ``session_id``, 1 to
-        :data:`MAX_TURNS_PER_APPEND` ``NewTurn`` objects, ``window >= 1`` and ``first_index``
-        None or >= 0 (not checked again); the key, the expiries, the entity change and the
-        turns' sizes are checked as there. Returns the stored turns and the hot session's
-        new version (None where ``append_through`` returns no hot result)."""
+        """:meth:`CombinedAppend.append_through`, every argument checked as there. Returns
+        the stored turns and the hot session's new version (None where ``append_through``
+        returns no hot result)."""
         ...
 
 

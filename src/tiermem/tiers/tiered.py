@@ -244,6 +244,11 @@ def derive_metadata(
     )
 
 
+def _defined_by(cls: type, name: str) -> type | None:
+    """The class in ``cls``'s MRO whose body defines ``name`` (None: none does)."""
+    return next((klass for klass in cls.__mro__ if name in vars(klass)), None)
+
+
 class TieredSessionStore:
     """Sessions over a hot and a durable store. One per process; safe for concurrent tasks."""
 
@@ -266,9 +271,14 @@ class TieredSessionStore:
         self._combined: CombinedAppend | None = None
         if isinstance(hot, CombinedAppend) and hot.can_append_through(durable):
             self._combined = hot
-        # Its entry for the turns this layer built (fewer checks, no result object).
+        # Its entry for this layer (no result object), where the class defining it also
+        # defines append_through: a subclass's own append_through is not gone around.
         self._built: BuiltAppend | None = (
-            hot if self._combined is not None and isinstance(hot, BuiltAppend) else None
+            hot
+            if self._combined is not None
+            and isinstance(hot, BuiltAppend)
+            and _defined_by(type(hot), "append_built") is _defined_by(type(hot), "append_through")
+            else None
         )
         # Capabilities are declared (class constants): looked up once, not on every append.
         self._durable_takes_entities = _takes_entities(durable)
@@ -659,7 +669,7 @@ class TieredSessionStore:
         sid = metadata.session_id
         now = self.clock.now()  # one reading for both expiries
         version: int | None
-        if self._built is not None and 0 < len(turns) <= MAX_TURNS_PER_APPEND:
+        if self._built is not None:
             stored, version = await self._built.append_built(
                 self.durable,
                 sid,

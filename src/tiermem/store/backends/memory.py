@@ -360,18 +360,19 @@ class MemoryHotStore:
         entities: EntityChange | None = None,
         first_index: int | None = None,
     ) -> tuple[list[Turn], int | None]:
-        """:meth:`append_through` for turns the caller built and checked itself
-        (:class:`~tiermem.store.contract.BuiltAppend`): the checks of ``session_id``,
-        ``turns``, ``window`` and ``first_index`` are left out, and the hot half's new
-        version (None: skipped) comes back instead of a :class:`HotAppendResult` (the
-        tiered layer reads only that). The key, the expiries, the entity change and the
-        turns' sizes are checked as in :meth:`append_through`.
+        """:meth:`append_through` for the tiered layer
+        (:class:`~tiermem.store.contract.BuiltAppend`): the hot half's new version (None:
+        skipped) comes back instead of a :class:`HotAppendResult` (the tiered layer reads
+        only that). Every argument is checked as in :meth:`append_through`: the tiered
+        layer's public ``append`` passes on a caller's session id, turns and count hint
+        unchecked (the checks cost little: a known id is one set lookup).
 
         Raises:
-            ValidationError: as :meth:`append_through`, for what it still checks.
+            ValidationError: as :meth:`append_through`.
             ConflictError: as :meth:`append_through`.
         """
         self._check_through(durable)
+        check_append(session_id, turns, window=window, first_index=first_index)
         return self._through(
             durable,
             session_id,
@@ -1320,7 +1321,7 @@ def _scalar_size(value: JsonValue) -> int:
     if kind is str:
         return _string_size(value)
     if kind is int:
-        return len(repr(value))
+        return _int_size(value)
     if kind is bool:
         return 4 if value else 5
     if value is None:
@@ -1328,6 +1329,15 @@ def _scalar_size(value: JsonValue) -> int:
     if kind is float and math.isfinite(value):
         return len(repr(value))  # what json writes: float.__repr__
     return -1
+
+
+def _int_size(value: int) -> int:
+    """Digits (and sign) of an int in JSON; -1 past Python's limit on int-to-text
+    conversion, where json cannot write it either (the caller serializes it and says so)."""
+    try:
+        return len(repr(value))
+    except ValueError:
+        return -1
 
 
 def _flat_size(value: JsonValue) -> int:
@@ -1348,7 +1358,10 @@ def _flat_size(value: JsonValue) -> int:
         if kind is str:
             strings.append(item)
         elif kind is int:
-            total += len(repr(item))
+            item_size = _int_size(item)
+            if item_size < 0:
+                return -1
+            total += item_size
         else:
             item_size = _scalar_size(item)
             if item_size < 0:
