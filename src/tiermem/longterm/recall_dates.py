@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import lru_cache
+from operator import itemgetter
 from typing import Literal
 
 __all__ = [
@@ -65,36 +66,99 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("day_month", re.compile(rf"\b{_ORD} (?:of )?{_MON}\b")),
     ("in_month", re.compile(rf"\bin {_MON}\b")),
 )
-# Literal text without which a pattern cannot match (it needs one of them). Most turns
-# mention no date: a handful of substring searches rule out most of the patterns' scans of
-# every indexed turn. Every month name and abbreviation holds its first three letters.
-_MONTH_STEMS = tuple(month[:3] for month in _MONTHS)
-_GATES: dict[str, tuple[str, ...]] = {
-    "iso": ("-",),
-    "before_yesterday": ("yesterday",),
-    "yesterday": ("yesterday",),
-    "today": ("today", "tonight", "this "),
-    "tomorrow": ("tomorrow",),
-    "days_ago": (" ago",),
-    "weeks_ago": (" ago",),
-    "months_ago": (" ago",),
-    "last_weekday": ("day",),  # every weekday's name
-    "last_week": ("week",),
-    "this_week": ("week",),
-    "next_week": ("week",),
-    "last_month": ("month",),
-    "month_day": _MONTH_STEMS,
-    "day_month": _MONTH_STEMS,
-    "in_month": _MONTH_STEMS,
-}
-_GATE_LIST = list(dict.fromkeys(_GATES.values()))
-_GATE_REGEXES = tuple(re.compile("|".join(map(re.escape, gate))) for gate in _GATE_LIST)
-_GATED_PATTERNS = tuple(
-    (kind, pattern, _GATE_LIST.index(_GATES[kind])) for kind, pattern in _PATTERNS
+_ISO, _BEFORE_YESTERDAY, _YESTERDAY, _TODAY, _TOMORROW, _DAYS_AGO, _WEEKS_AGO, _MONTHS_AGO = (
+    _PATTERNS[:8]
 )
-# Every gate's strings at once: a text that holds none of them opens no gate (one search
-# rules out a dateless turn, the usual one).
-_ANY_GATE = re.compile("|".join(map(re.escape, dict.fromkeys(s for g in _GATE_LIST for s in g))))
+_LAST_WEEKDAY, _LAST_WEEK, _THIS_WEEK, _NEXT_WEEK, _LAST_MONTH = _PATTERNS[8:13]
+_MONTH_DAY, _DAY_MONTH, _IN_MONTH = _PATTERNS[13:]
+_DIGIT = re.compile(r"\d")
+_MONTH_STEMS = tuple(month[:3] for month in _MONTHS)
+
+
+def _has_month_stem(lowered: str) -> bool:
+    """Whether ``lowered`` holds a month's first three letters (which every month name and
+    abbreviation holds); a chain of ``in`` tests costs less than one regex alternation."""
+    return (
+        "jan" in lowered
+        or "feb" in lowered
+        or "mar" in lowered
+        or "apr" in lowered
+        or "may" in lowered
+        or "jun" in lowered
+        or "jul" in lowered
+        or "aug" in lowered
+        or "sep" in lowered
+        or "oct" in lowered
+        or "nov" in lowered
+        or "dec" in lowered
+    )
+
+
+# Text one of which every pattern needs: on text beyond ASCII (Japanese, say) each ``in``
+# test of ``_scans`` first widens its needle, and this one search rules most such turns out.
+_ANY_DATE_WORD = re.compile(
+    "|".join(("-", "day", "tonight", "tomorrow", "this", "ago", "week", "month", *_MONTH_STEMS))
+)
+
+
+def _scans(lowered: str) -> list[tuple[str, re.Pattern[str], int]]:
+    """The patterns that can match ``lowered``, in ``_PATTERNS``' order (which settles
+    overlaps), each with where its first match can start. Each pattern needs literal text
+    (or digits) that a substring test finds absent in most turns: most indexed turns
+    mention no date, and a few ``in`` tests cost less than one regex search for any date
+    word, let alone a scan with every pattern. A pattern that starts with a literal word
+    is scanned from that word's first occurrence (``\\b`` still sees the text before it);
+    ``find`` runs only once ``in`` saw the word, as it parses its arguments slowly."""
+    scans: list[tuple[str, re.Pattern[str], int]] = []
+    # An ISO date: 4 digits, a hyphen, 2 digits ("ORD-12345" has no 4 digits before its
+    # hyphen, so it opens no scan). ``isdecimal`` is what ``\\d`` matches.
+    hyphen = lowered.find("-", 4) if "-" in lowered else -1
+    while hyphen != -1:
+        if (
+            lowered[hyphen - 4 : hyphen].isdecimal()
+            and lowered[hyphen + 1 : hyphen + 3].isdecimal()
+        ):
+            scans.append((*_ISO, hyphen - 4))
+            break
+        hyphen = lowered.find("-", hyphen + 1)
+    day = "day" in lowered  # yesterday, today and every weekday's name hold it
+    if day and "yesterday" in lowered:
+        if "the day before yesterday" in lowered:
+            scans.append((*_BEFORE_YESTERDAY, lowered.find("the day before yesterday")))
+        scans.append((*_YESTERDAY, lowered.find("yesterday")))
+    if (day and "today" in lowered) or "tonight" in lowered or "this " in lowered:
+        scans.append((*_TODAY, 0))
+    if "tomorrow" in lowered:
+        scans.append((*_TOMORROW, lowered.find("tomorrow")))
+    week = "week" in lowered
+    month = "month" in lowered
+    if (day or week or month) and " ago" in lowered:
+        if day:
+            scans.append((*_DAYS_AGO, 0))
+        if week:
+            scans.append((*_WEEKS_AGO, 0))
+        if month:
+            scans.append((*_MONTHS_AGO, 0))
+    if day:
+        scans.append((*_LAST_WEEKDAY, 0))
+    if week:
+        for phrase, pattern in (
+            ("last week", _LAST_WEEK),
+            ("this week", _THIS_WEEK),
+            ("next week", _NEXT_WEEK),
+        ):
+            if phrase in lowered:
+                scans.append((*pattern, lowered.find(phrase)))
+    if month and "last month" in lowered:
+        scans.append((*_LAST_MONTH, lowered.find("last month")))
+    # A month is said with a day of the month ("March 9", "9th of March") or after "in ".
+    if _has_month_stem(lowered):
+        if _DIGIT.search(lowered) is not None:
+            scans.append((*_MONTH_DAY, 0))
+            scans.append((*_DAY_MONTH, 0))
+        if "in " in lowered:
+            scans.append((*_IN_MONTH, 0))
+    return scans
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,15 +216,28 @@ def _month_back(anchor: date, months: int) -> date:
     return date(index // 12, index % 12 + 1, 1)
 
 
+_DAY_SHIFTS = {
+    "before_yesterday": timedelta(days=-2),
+    "yesterday": timedelta(days=-1),
+    "today": timedelta(0),
+    "tomorrow": timedelta(days=1),
+}
+_WEEK_SHIFTS = {
+    "last_week": timedelta(days=-7),
+    "this_week": timedelta(0),
+    "next_week": timedelta(days=7),
+}
+
+
 def _resolve(kind: str, match: re.Match[str], anchor: date) -> DateMention | None:
     phrase = match.group(0)
+    shift = _DAY_SHIFTS.get(kind)
+    if shift is not None:  # the kinds without groups
+        return DateMention(phrase, anchor + shift, "day", True)
     groups = match.groups()
     if kind == "iso":
         found = _dated(int(groups[0]), int(groups[1]), int(groups[2]))
         return None if found is None else DateMention(phrase, found, "day", False)
-    if kind in ("before_yesterday", "yesterday", "today", "tomorrow"):
-        shift = {"before_yesterday": -2, "yesterday": -1, "today": 0, "tomorrow": 1}[kind]
-        return DateMention(phrase, anchor + timedelta(days=shift), "day", True)
     if kind == "days_ago":
         return DateMention(phrase, anchor - timedelta(days=_number(groups[0])), "day", True)
     if kind == "weeks_ago":
@@ -173,8 +250,7 @@ def _resolve(kind: str, match: re.Match[str], anchor: date) -> DateMention | Non
         days_back = (anchor.weekday() - target) % 7 or 7
         return DateMention(phrase, anchor - timedelta(days=days_back), "day", True)
     if kind in ("last_week", "this_week", "next_week"):
-        shift = {"last_week": -7, "this_week": 0, "next_week": 7}[kind]
-        day = anchor + timedelta(days=shift)
+        day = anchor + _WEEK_SHIFTS[kind]
         return DateMention(phrase, day - timedelta(days=day.weekday()), "week", True)
     if kind == "last_month":
         return DateMention(phrase, _month_back(anchor, 1), "month", True)
@@ -195,24 +271,27 @@ def find_date_mentions(text: str, anchor: date | datetime) -> list[DateMention]:
     """The dates ``text`` mentions, resolved against ``anchor`` (the day it was said), in
     order of appearance; overlapping phrases count once (the longest pattern first)."""
     lowered = text.casefold()
-    if _ANY_GATE.search(lowered) is None:
+    if not lowered.isascii() and _ANY_DATE_WORD.search(lowered) is None:
+        return []
+    scans = _scans(lowered)
+    if not scans:
         return []
     day = anchor.date() if isinstance(anchor, datetime) else anchor
     taken: list[tuple[int, int]] = []
     found: list[tuple[int, DateMention]] = []
-    gates = [gate.search(lowered) is not None for gate in _GATE_REGEXES]
-    for kind, pattern, gate in _GATED_PATTERNS:
-        if not gates[gate]:
-            continue
-        for match in pattern.finditer(lowered):
+    for kind, pattern, first in scans:
+        for match in pattern.finditer(lowered, first):
             start, end = match.span()
-            if any(start < e and s < end for s, e in taken):
+            if taken and any(start < e and s < end for s, e in taken):
                 continue
             mention = _resolve(kind, match, day)
             if mention is not None:
                 taken.append((start, end))
                 found.append((start, mention))
-    return [mention for _, mention in sorted(found, key=lambda pair: pair[0])]
+    if len(found) == 1:
+        return [found[0][1]]
+    found.sort(key=itemgetter(0))  # stable: overlaps were settled in pattern order
+    return [mention for _, mention in found]
 
 
 @lru_cache(maxsize=256)
