@@ -120,6 +120,18 @@ _WORDS = (
     "Hello!", "ok", "thanks", "please", "ships", "order", "Berserk", "vol",
 )  # fmt: skip
 _SEPARATORS = (" ", " ", " ", "", "-", ". ", ", ", "/", "\n", "  ", "(", ")", "!", "\t")
+# Not in ``_random_text``'s draws (kept as they were): spaces other than " " (the patterns
+# and gates say " "), full-width forms and characters that casefold to ASCII letters.
+_MORE_PIECES = (
+    "\u00a0",
+    "\u3000",
+    "－",
+    "ＴＯＤＡＹ",
+    "ｌａｓｔ ｗｅｅｋ",
+    "\u212a",
+    "ﬅ",
+    "\u0130",
+)
 
 
 def _random_text(rng: random.Random) -> str:
@@ -196,7 +208,11 @@ def test_every_pattern_is_exercised_by_the_random_texts() -> None:
 
 
 _word_texts = st.lists(
-    st.one_of(st.sampled_from(_WORDS), st.sampled_from(_SEPARATORS), st.text(max_size=4)),
+    st.one_of(
+        st.sampled_from(_WORDS),
+        st.sampled_from(_SEPARATORS + _MORE_PIECES),
+        st.text(max_size=4),
+    ),
     max_size=16,
 ).map("".join)
 

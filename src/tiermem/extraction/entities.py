@@ -380,7 +380,7 @@ class RuleEntityExtractor:
         # starting with ASCII punctuation (not among an ASCII text's keys) always runs.
         phrase_firsts: dict[str, set[str]] = {}
         for rule in self._rules:
-            if isinstance(rule, PhraseRule) and not rule._index.punctuation_firsts:
+            if type(rule) is PhraseRule and not rule._index.punctuation_firsts:
                 for first in rule._index.firsts:
                     phrase_firsts.setdefault(first, set()).add(_PHRASE + first)
         self._phrase_firsts = frozenset(phrase_firsts)
@@ -427,9 +427,10 @@ class RuleEntityExtractor:
             starts = [start for start, _, _ in titles]
         folded, normal = view.folded, view.normal
         # The gate strings in the text, tested without a Python frame per string.
-        if folded.isascii():  # then so is ``normal``
+        if folded.isascii():
             present = set(filter(folded.__contains__, self._folded_ascii_gates))
-            normal_gates = self._normal_ascii_gates
+            # Not always ASCII too: "İ" folds to "i".
+            normal_gates = self._normal_ascii_gates if normal.isascii() else self._normal_gates
         else:
             present = set(filter(folded.__contains__, self._folded_gates))
             normal_gates = self._normal_gates
@@ -480,12 +481,14 @@ _PHRASE = "\x01"
 def _gate_keys(rule: EntityRule | PhraseRule) -> frozenset[str] | None:
     """The keys of ``rule``'s gate strings in the extractor's set of those found (None:
     no gate, the rule always runs)."""
-    if isinstance(rule, PhraseRule):
+    # Only a plain word list is gated by its first words: a subclass's ``find`` (or a
+    # rule of another class, which only needs ``kind`` and ``find``) may match otherwise.
+    if type(rule) is PhraseRule:
         index = rule._index
         if index.punctuation_firsts:
             return None
         return frozenset(_PHRASE + first for first in index.firsts)
-    if not rule.requires:
+    if not isinstance(rule, EntityRule) or not rule.requires:
         return None
     return frozenset(rule.requires if rule.folded else (_NORMAL + t for t in rule.requires))
 
