@@ -132,7 +132,7 @@ async def test_sqlite_index_migrates_a_file_written_before_expiry(tmp_path: Path
         await index.aclose()
     with sqlite3.connect(path) as conn:
         versions = dict(conn.execute("SELECT component, version FROM schema_versions"))
-    assert versions[INDEX_COMPONENT] == len(INDEX_MIGRATIONS) == 2
+    assert versions[INDEX_COMPONENT] == len(INDEX_MIGRATIONS) == 3
 
 
 def _owner(user_id: str) -> str:

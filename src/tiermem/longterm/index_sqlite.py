@@ -6,21 +6,24 @@ Tables (its own migrations, tracked in ``schema_versions`` under the component
 
     schema_versions (component) → version                    shared bookkeeping table
     recall_docs     id INTEGER PRIMARY KEY, (user_id, doc_id) UNIQUE → kind, length,
-                    created_at_us, expires_at_us (NULL: never); partial index on
-                    expires_at_us (migration 2)
+                    created_at_us, expires_at_us (NULL: never), tokens; partial index
+                    on expires_at_us (migration 2)
     recall_users    (user_id) → docs, total_length            BM25 corpus statistics
-    recall_fts      FTS5(tokens, owner; unicode61 remove_diacritics 0; detail=column),
-                    rowid = recall_docs.id
     recall_vectors  id = recall_docs.id → user_id, dims, float32 blob; index (user_id)
 
 Text is tokenized in Python with :func:`tiermem.longterm.text.tokenize` (CJK bigrams,
-stopwords, plural folding) and stored pre-tokenized, space-separated, in ``tokens``;
-``unicode61`` then only splits on those spaces. So a two-character Japanese word such as
-漫画 is searchable, which an FTS5 trigram tokenizer cannot do (the store's former
-trigram table, ``memories_fts``, is dropped by store migration 2).
-``owner`` holds one token derived from the user id (a hash), and every query is
-``owner : "<it>" AND tokens : ("t1" OR "t2" ...)``: FTS5 finds the user's matching rows
-through its posting lists without scanning other users' rows.
+stopwords, plural folding) and stored pre-tokenized, space-separated, in ``tokens``. So a
+two-character Japanese word such as 漫画 is searchable, which a trigram tokenizer cannot
+do (the store's former trigram table, ``memories_fts``, is dropped by store migration 2).
+
+Migration 3 dropped the FTS5 table (``recall_fts``) that held the tokens until then
+(issue #8): searches are served from process memory (:class:`_SearchCache`, the default),
+which loads a user's documents with a plain read and never used FTS5, while every indexed
+document paid FTS5's insert and its pending-term flush at each commit (about a sixth of the
+SQLite work of an embedded turn), and a deleted document's terms stayed in its segments
+until a merge. Without the cache (``cache_users=0``) a search reads the user's documents
+that hold a query term (an ``instr`` test per row in SQLite, over the user's rows only,
+through the ``(user_id, doc_id)`` index): the same rows FTS5 matched, so the same hits.
 
 Scores are BM25 over the user's documents, computed in Python from the matched rows and
 ``recall_users``, not FTS5's ``bm25()``: ``bm25()`` takes its statistics from the whole
@@ -48,7 +51,7 @@ statistics once per transaction, not once per document. Its migrations run on th
 connection before its first operation; opening the connection applies the store's: either
 may open a new file first. A document written again with the same terms (a summary's
 chunks, rewritten on every pass with new dates) keeps its full-text row: only its kind,
-dates and vector are rewritten, which spares FTS5 a delete and an insert.
+dates and vector are rewritten.
 """
 
 from __future__ import annotations
@@ -132,6 +135,15 @@ INDEX_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # reads it from the earliest expiry on.
         "CREATE INDEX recall_docs_by_expiry ON recall_docs (expires_at_us) "
         "WHERE expires_at_us IS NOT NULL",
+    ),
+    (
+        # The tokens move into recall_docs and the FTS5 table goes (module docstring).
+        # A process still running older code on the file fails its index writes (no
+        # recall_fts) until it is restarted; one opening the file refuses the newer schema.
+        "ALTER TABLE recall_docs ADD COLUMN tokens TEXT NOT NULL DEFAULT ''",
+        "UPDATE recall_docs SET tokens = coalesce("
+        "(SELECT f.tokens FROM recall_fts AS f WHERE f.rowid = recall_docs.id), '')",
+        "DROP TABLE recall_fts",
     ),
 )
 """Migration n of the index is ``INDEX_MIGRATIONS[n - 1]``; append-only, like the store's."""
@@ -221,10 +233,9 @@ def _set_up_index(conn: sqlite3.Connection, path: str) -> None:
     apply_index_migrations(conn, path=path)
 
 
-@functools.lru_cache(maxsize=4096)
 def _owner_token(user_id: str) -> str:
-    # Letters and digits only, so unicode61 keeps it whole; a hash, so any id fits.
-    # Cached: every document written and every query of a user needs it.
+    """The ``owner`` token ``recall_fts`` rows held before migration 3 (for tests that
+    write files as older code did)."""
     return "u" + hashlib.sha256(user_id.encode()).hexdigest()[:32]
 
 
@@ -237,13 +248,13 @@ DEFAULT_CACHE_TTL = timedelta(minutes=5)
 class _SearchCache:
     """BM25 search from process memory for the recently queried users of a SQLiteIndex.
 
-    Why: FTS5 returns every matching row with its tokens, and term frequencies are counted
-    in Python: ~25 ms for a broad query over 10,000 documents. An in-process posting list
-    (:class:`~tiermem.longterm.index_memory.InProcessIndex`, same BM25, same scores) answers
-    in a few. A user is loaded from the file (one query) on their first search; this
-    index's writes are applied to it as they happen; at most ``max_users`` stay (least
-    recently searched evicted), and each is reloaded after ``ttl``, so writes made by
-    another process on the same file are seen within ``ttl``.
+    Why: a search of the file returns every matching row with its tokens, and term
+    frequencies are counted in Python: ~25 ms for a broad query over 10,000 documents. An
+    in-process posting list (:class:`~tiermem.longterm.index_memory.InProcessIndex`, same
+    BM25, same scores) answers in a few. A user is loaded from the file (one query) on
+    their first search; this index's writes are applied to it as they happen; at most
+    ``max_users`` stay (least recently searched evicted), and each is reloaded after
+    ``ttl``, so writes made by another process on the same file are seen within ``ttl``.
     """
 
     def __init__(
@@ -276,11 +287,11 @@ class _SearchCache:
 
 
 class SQLiteIndex:
-    """BM25 (FTS5 over pre-tokenized text) and cosine over float32 blobs, in a SQLite file.
+    """BM25 over pre-tokenized text and cosine over float32 blobs, in a SQLite file.
 
     ``path`` is normally the durable store's file (``SQLiteDurableStore(path)``); the index
-    keeps its own tables there. Costs per query: one FTS5 query returning the user's rows
-    that contain any query term, with their tokens (term frequencies are counted in Python);
+    keeps its own tables there. Costs per query: one read of the user's rows that contain
+    any query term, with their tokens (term frequencies are counted in Python);
     vector search reads all the user's vectors of the asked kinds.
 
     Raises (every method): :class:`~tiermem.errors.ValidationError` for bad ids, kinds or
@@ -305,7 +316,7 @@ class SQLiteIndex:
         )
         self._clock: Clock = clock or SystemClock()
         # BM25 search cache: the postings of the most recently queried users, in process
-        # (see _SearchCache). 0 users: every search reads FTS5.
+        # (see _SearchCache). 0 users: every search reads the file.
         self._cache = (
             _SearchCache(self._load_user, cache_users, cache_ttl, self._clock)
             if cache_users > 0
@@ -356,8 +367,8 @@ class SQLiteIndex:
                 expired = expires_us is not None and expires_us <= now_us
                 if held is not None and held[2] == tokens and not expired:
                     # The same terms (a summary's chunks are written again on every pass
-                    # with new dates only): the full-text row stays, which spares FTS5 a
-                    # delete and an insert; the rest is rewritten.
+                    # with new dates only): the row stays (its id, so its vector's too);
+                    # the rest is rewritten.
                     _refresh_doc(conn, held[0], doc, created_us, expires_us, blob, dims)
                     continue
                 if held is not None:
@@ -368,15 +379,11 @@ class SQLiteIndex:
                     continue  # expired already: removing the old version is all there is
                 cursor = conn.execute(
                     "INSERT INTO recall_docs "
-                    "(user_id, doc_id, kind, length, created_at_us, expires_at_us) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (doc.user_id, doc.doc_id, doc.kind, length, created_us, expires_us),
+                    "(user_id, doc_id, kind, length, created_at_us, expires_at_us, tokens) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (doc.user_id, doc.doc_id, doc.kind, length, created_us, expires_us, tokens),
                 )
                 rowid = cursor.lastrowid
-                conn.execute(
-                    "INSERT INTO recall_fts (rowid, tokens, owner) VALUES (?, ?, ?)",
-                    (rowid, tokens, _owner_token(doc.user_id)),
-                )
                 if blob is not None:
                     conn.execute(
                         "INSERT INTO recall_vectors (id, user_id, dims, vector) "
@@ -432,16 +439,15 @@ class SQLiteIndex:
         check_search_args(user_id, kinds, limit)
         if self._cache is not None:
             return await self._cache.search(user_id, query, kinds=kinds, limit=limit)
-        return await self._search_fts(user_id, query, kinds=kinds, limit=limit)
+        return await self._search_file(user_id, query, kinds=kinds, limit=limit)
 
     async def _load_user(self, user_id: str) -> list[IndexedDoc]:
         """Every indexed document of the user, as terms (no text), for the search cache."""
 
         def op(conn: sqlite3.Connection) -> list[tuple[str, str, str, int, int | None]]:
             return conn.execute(
-                "SELECT d.doc_id, d.kind, f.tokens, d.created_at_us, d.expires_at_us "
-                "FROM recall_docs AS d JOIN recall_fts AS f ON f.rowid = d.id "
-                "WHERE d.user_id = ?",
+                "SELECT doc_id, kind, tokens, created_at_us, expires_at_us "
+                "FROM recall_docs WHERE user_id = ?",
                 (user_id,),
             ).fetchall()
 
@@ -459,20 +465,17 @@ class SQLiteIndex:
             for doc_id, kind, tokens, created_us, expires_us in rows
         ]
 
-    async def _search_fts(
+    async def _search_file(
         self, user_id: str, query: str, *, kinds: Collection[DocKind], limit: int
     ) -> list[SearchHit]:
         terms = query_terms(query)
         wanted = sorted(set(kinds))
         if not terms or not wanted:
             return []
-        # Tokens are letters, digits and CJK only, so quoting them is safe and keeps words
-        # such as "and" or "near" from being read as FTS5 operators.
-        match = (
-            f'owner : "{_owner_token(user_id)}" AND tokens : ('
-            + " OR ".join(f'"{term}"' for term in terms)
-            + ")"
-        )
+        # A row holds a term when its space-separated tokens, padded with a space on each
+        # side, contain the term so padded (terms hold no spaces): the rows FTS5 matched.
+        # Only placeholders are joined into the statement.
+        holds = " OR ".join(["instr(' ' || tokens || ' ', ?) > 0"] * len(terms))
         now_us = to_epoch_us(self._clock.now(), what="now")
 
         def op(conn: sqlite3.Connection) -> list[SearchHit]:
@@ -482,17 +485,13 @@ class SQLiteIndex:
             if stats is None or stats[0] <= 0:
                 return []
             count, average = int(stats[0]), stats[1] / stats[0]
-            # CROSS JOIN fixes the loop order: the FTS5 match outside, one rowid lookup per
-            # match inside. Left to itself the planner loops over the user's documents and
-            # runs the match once per document.
             # Expired rows are read too: they count in df until collected, as in every
             # index (see tiermem.longterm.index), and _rank leaves them out of the hits.
             rows = conn.execute(
-                "SELECT d.doc_id, d.kind, d.length, f.tokens, "
-                "d.expires_at_us IS NOT NULL AND d.expires_at_us <= ? "
-                "FROM recall_fts AS f CROSS JOIN recall_docs AS d ON d.id = f.rowid "
-                "WHERE recall_fts MATCH ? AND d.user_id = ?",
-                (now_us, match, user_id),
+                "SELECT doc_id, kind, length, tokens, "  # noqa: S608 -- see above
+                "expires_at_us IS NOT NULL AND expires_at_us <= ? "
+                f"FROM recall_docs WHERE user_id = ? AND ({holds})",
+                (now_us, user_id, *[f" {term} " for term in terms]),
             ).fetchall()
             return _rank(rows, terms, wanted, count, average, limit)
 
@@ -540,18 +539,9 @@ class SQLiteIndex:
         validate_id(user_id, what="user_id")
 
         def op(conn: sqlite3.Connection) -> None:
-            ids = [
-                row[0]
-                for row in conn.execute("SELECT id FROM recall_docs WHERE user_id = ?", (user_id,))
-            ]
-            conn.executemany("DELETE FROM recall_fts WHERE rowid = ?", [(i,) for i in ids])
             conn.execute("DELETE FROM recall_vectors WHERE user_id = ?", (user_id,))
             conn.execute("DELETE FROM recall_docs WHERE user_id = ?", (user_id,))
             conn.execute("DELETE FROM recall_users WHERE user_id = ?", (user_id,))
-            # An FTS5 delete only records a tombstone: the user's terms stay in the index's
-            # segments (recall_fts_data) until they are merged. An erasure must leave none,
-            # so rewrite the segments now (a cost paid per purge, not per delete).
-            conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
 
         await self._db.write(op)
         if self._vectors is not None:
@@ -616,15 +606,13 @@ def _held_docs(conn: sqlite3.Connection, chunk: Sequence[_Row]) -> dict[tuple[st
         group = keys[start : start + _KEYS_PER_STATEMENT]
         # Padded to a power of two (repeating a key) so that a few statement texts serve
         # every chunk size; only placeholders are joined into it. CROSS JOIN fixes the
-        # loop order: each wanted key, then its document by the (user_id, doc_id) index,
-        # then its full-text row by rowid.
+        # loop order: each wanted key, then its document by the (user_id, doc_id) index.
         size = 1 << (len(group) - 1).bit_length()
         bound = group + group[-1:] * (size - len(group))
         rows = conn.execute(
-            "SELECT w.column1, w.column2, d.id, d.length, f.tokens "  # noqa: S608
+            "SELECT w.column1, w.column2, d.id, d.length, d.tokens "  # noqa: S608
             f"FROM (VALUES {', '.join(['(?, ?)'] * size)}) AS w "
-            "CROSS JOIN recall_docs AS d ON d.user_id = w.column1 AND d.doc_id = w.column2 "
-            "CROSS JOIN recall_fts AS f ON f.rowid = d.id",
+            "CROSS JOIN recall_docs AS d ON d.user_id = w.column1 AND d.doc_id = w.column2",
             [part for key in bound for part in key],
         )
         for user_id, doc_id, rowid, length, tokens in rows:
@@ -664,7 +652,6 @@ def _delete_doc(conn: sqlite3.Connection, user_id: str, doc_id: str) -> None:
 
 
 def _delete_row(conn: sqlite3.Connection, user_id: str, rowid: int, length: int) -> None:
-    conn.execute("DELETE FROM recall_fts WHERE rowid = ?", (rowid,))
     conn.execute("DELETE FROM recall_vectors WHERE id = ?", (rowid,))
     conn.execute("DELETE FROM recall_docs WHERE id = ?", (rowid,))
     conn.execute(
@@ -697,7 +684,9 @@ def _rank(
     average: float,
     limit: int,
 ) -> list[SearchHit]:
-    """BM25 of the matched rows, the in-process index's way (same formula, same order)."""
+    """BM25 of the matched rows, the in-process index's way (same formula, same order).
+    A row holding none of the terms (none is read: see :meth:`SQLiteIndex._search_file`)
+    would be no hit."""
     wanted = set(terms)
     frequencies: list[dict[str, int]] = []
     df = dict.fromkeys(terms, 0)
@@ -713,7 +702,7 @@ def _rank(
     allowed = set(kinds)
     scored: list[tuple[str, DocKind, float]] = []
     for (doc_id, kind, length, _, expired), tf in zip(rows, frequencies, strict=True):
-        if kind not in allowed or expired:
+        if kind not in allowed or expired or not tf:
             continue
         score = 0.0
         for term in terms:
