@@ -38,6 +38,7 @@ __all__ = [
     "HOT_APPEND",
     "HOT_PRELUDE",
     "RECENT_WRITES",
+    "RECORD_PRELUDE",
     "TTL_SLACK",
     "bind_durable",
     "bind_hot",
@@ -119,26 +120,33 @@ end
 _RECENT_WRITES_LUA = """
 local function with_write(recent, wid, first, count)
   -- A list of recent write ids (' id:a:b ...') once this write is added: its id
-  -- first, then up to @RECENT@ - 1 older ones.
-  local kept, n = {' ' .. wid .. ':' .. string.format('%d:%d', first, count)}, 1
-  for old in string.gmatch(recent or '', ' [^ ]+') do
-    if n >= @RECENT@ then break end
-    kept[#kept + 1] = old
-    n = n + 1
-  end
-  return table.concat(kept)
+  -- first, then up to @RECENT@ - 1 older ones (one pattern match keeps them, where a
+  -- loop over every entry cost a C call each).
+  local entry = ' ' .. wid .. ':' .. string.format('%d:%d', first, count)
+  if not recent then return entry end
+  return entry .. (string.match(recent, '@KEEP@') or recent)
 end
-""".replace("@RECENT@", str(RECENT_WRITES))
+""".replace("@RECENT@", str(RECENT_WRITES)).replace(
+    "@KEEP@", "^(" + " [^ ]+" * (RECENT_WRITES - 1) + ")"
+)
 
-HOT_PRELUDE = (
-    _RECENT_WRITES_LUA
-    + _NATIVE_TTL_LUA
-    + """
+_HOT_STATUS_LUA = """
 -- HK: 1 meta, 2 turns, 3 entities, 4 state (one hot session, one hash tag)
 local function hot_live(now)
   local x = redis.call('HGET', HK[1], 'x')
   return x ~= false and tonumber(x) > now
 end
+local function hot_version(live)
+  if not live then return 0 end
+  return tonumber(redis.call('HGET', HK[1], 'v') or '0')
+end
+local function hot_deadline(live)
+  -- The native deadline of a live session's keys (meta 'd'), false when unknown.
+  return live and redis.call('HGET', HK[1], 'd')
+end
+"""
+
+_HOT_WRITE_LUA = """
 local function hot_begin(live, epoch)
   -- The write goes ahead: an expired, not yet collected session is dropped first, so the
   -- write starts afresh, under a new epoch (readers' caches key on epoch and version).
@@ -148,20 +156,12 @@ local function hot_begin(live, epoch)
     redis.call('HSET', HK[1], 'e', epoch)
   end
 end
-local function hot_version(live)
-  if not live then return 0 end
-  return tonumber(redis.call('HGET', HK[1], 'v') or '0')
-end
 local function hot_read(now)
   -- One read for an append: live?, version, next index, epoch, recent write ids, native
   -- deadline of the session's keys.
   local m = redis.call('HMGET', HK[1], 'x', 'v', 'n', 'e', 'w', 'd')
   if m[1] == false or tonumber(m[1]) <= now then return false, 0, 0, '', false, false end
   return true, tonumber(m[2] or '0'), tonumber(m[3] or '0'), m[4] or '', m[5], m[6]
-end
-local function hot_deadline(live)
-  -- The native deadline of a live session's keys (meta 'd'), false when unknown.
-  return live and redis.call('HGET', HK[1], 'd')
 end
 local function hot_commit(version, expires, ttl, next_index, now, deadline, fresh, fresh2)
   -- Version, expiry and next index; the native TTL of the four keys is re-set only when
@@ -195,9 +195,15 @@ local function hot_commit(version, expires, ttl, next_index, now, deadline, fres
 end
 local function hot_entities(at, removed, upserts)
   -- ARGV[at ..]: `removed` kinds to delete, then `upserts` kind/json pairs to set.
+  -- Answers whether this may have created the hash: not when its first upsert replaced a
+  -- field (the hash was there, and removals all come before it) or when nothing is set.
   for i = at, at + removed - 1 do redis.call('HDEL', HK[3], ARGV[i]) end
-  local from = at + removed
-  for i = from, from + 2 * upserts - 1, 2 do redis.call('HSET', HK[3], ARGV[i], ARGV[i + 1]) end
+  local from, created = at + removed, false
+  for i = from, from + 2 * upserts - 1, 2 do
+    local added = redis.call('HSET', HK[3], ARGV[i], ARGV[i + 1])
+    if i == from then created = added == 1 end
+  end
+  return created
 end
 local function hot_push(turns, window)
   -- Answers whether the list was created by this push (it has no native TTL yet).
@@ -205,12 +211,14 @@ local function hot_push(turns, window)
   redis.call('LTRIM', HK[2], -window, -1)
   return length == #turns
 end
-local function fresh_keys(created_turns, upserts)
+local function fresh_keys(created_turns, created_entities)
   -- HK indexes an append may have created: the turns list, the entities hash (or nil).
-  return created_turns and 2 or nil, upserts > 0 and 3 or nil
+  return created_turns and 2 or nil, created_entities and 3 or nil
 end
 """
-)
+
+HOT_PRELUDE = _RECENT_WRITES_LUA + _NATIVE_TTL_LUA + _HOT_STATUS_LUA + _HOT_WRITE_LUA
+"""What a hot script may use (bound to ``HK``)."""
 
 HORIZON_PRELUDE = """
 -- Native TTL of a group of keys that share one logical lifetime: they live until the
@@ -242,18 +250,19 @@ local function extend_horizon(meta, keys, now, grace, expires)
 end
 """
 
-DURABLE_PRELUDE = (
-    (
-        HORIZON_PRELUDE
-        + _RECENT_WRITES_LUA
-        + _NATIVE_TTL_LUA
-        + """
+_SESSION_LUA = """
 -- DK: 1 archive, 2 records, 3 dmeta, 4 idem (one durable session, one hash tag).
 -- The session's lifetime is its horizon: it lives while 'h' is 'inf' or after now.
 local function session_live(now)
   local h = redis.call('HGET', DK[3], 'h')
   return h == 'inf' or (h ~= false and tonumber(h) > now)
 end
+local function session_extend(now, grace, expires)
+  extend_horizon(DK[3], DK, now, grace, expires)
+end
+"""
+
+_SESSION_BEGIN_LUA = """
 local function session_begin(live)
   -- The write goes ahead on a session whose lifetime has passed (or that never was):
   -- what is left of its last life is dropped first, so nothing of it reappears (records,
@@ -264,9 +273,9 @@ local function session_begin(live)
     redis.call('HDEL', DK[3], 'h', 'o', 'c', 'w', 't')
   end
 end
-local function session_extend(now, grace, expires)
-  extend_horizon(DK[3], DK, now, grace, expires)
-end
+"""
+
+_ARCHIVE_LUA = """
 local function seen_append(key, wid, recent)
   -- first index and count of an earlier append of this live session with the same
   -- idempotency key or write id (`recent`: the header's 'w'), or nil.
@@ -277,8 +286,9 @@ local function seen_append(key, wid, recent)
       return tonumber(first), tonumber(count)
     end
   end
-  if wid ~= '' and recent then
-    -- write ids are hex: no pattern magic characters
+  if wid ~= '' and recent and string.find(recent, ' ' .. wid .. ':', 1, true) then
+    -- write ids are hex: no pattern magic characters. (The plain find first: the usual
+    -- answer, not seen, without an unanchored pattern search, ~14k instructions.)
     local first, count = string.match(recent, ' ' .. wid .. ':(%d+):(%d+)')
     if first then return tonumber(first), tonumber(count) end
   end
@@ -286,7 +296,8 @@ local function seen_append(key, wid, recent)
 end
 local function record_entities(now_arg, lifetime, at, removed, upserts)
   -- Merge an entity change into the entities record (kind -> ActiveEntity object),
-  -- framed as record_put frames it: 'version|lifetime_us|updated_us|data json'.
+  -- framed as record_put frames it: 'version|lifetime_us|updated_us|data json'. Answers
+  -- whether the records hash may be new (no entities record was there).
   local raw = redis.call('HGET', DK[2], '@ENTITIES@')
   local version, data = 0, {}
   if raw then
@@ -301,6 +312,7 @@ local function record_entities(now_arg, lifetime, at, removed, upserts)
   if next(data) ~= nil then encoded = cjson.encode(data) end
   redis.call('HSET', DK[2], '@ENTITIES@', string.format('%d', version + 1) .. '|' .. lifetime
              .. '|' .. now_arg .. '|' .. encoded)
+  return not raw
 end
 local function archive_append(now_arg, grace, expires, first, key, wid, ent_at, removed,
                               upserts, tpl_at)
@@ -344,7 +356,10 @@ local function archive_append(now_arg, grace, expires, first, key, wid, ent_at, 
     if expires == '' then horizon = 'inf'
     elseif not h or tonumber(expires) > tonumber(h) then horizon = expires end
   end
-  if removed + upserts > 0 then record_entities(now_arg, horizon, ent_at, removed, upserts) end
+  local records_new = false
+  if removed + upserts > 0 then
+    records_new = record_entities(now_arg, horizon, ent_at, removed, upserts)
+  end
   local set, until_us
   if horizon ~= 'inf' then
     local ttl = math.ceil((tonumber(horizon) - now) / 1000) + grace
@@ -369,21 +384,33 @@ local function archive_append(now_arg, grace, expires, first, key, wid, ent_at, 
   elseif set then
     local ms = string.format('%d', set)
     for _, k in ipairs(DK) do redis.call('PEXPIRE', k, ms) end
-  elseif start == 0 or removed + upserts > 0 or key ~= '' then
+  elseif start == 0 or records_new or key ~= '' then
     -- The keys this append may have created get the deadline the others have: the
-    -- archive (empty before it), the entities record, the idempotency keys.
+    -- archive (empty before it), the records hash (no entities record before it), the
+    -- idempotency keys. (A key that was there has that deadline already.)
     local left = ms_left(deadline, now)
     if start == 0 then redis.call('PEXPIRE', DK[1], left) end
-    if removed + upserts > 0 then redis.call('PEXPIRE', DK[2], left) end
+    if records_new then redis.call('PEXPIRE', DK[2], left) end
     if key ~= '' then redis.call('PEXPIRE', DK[4], left) end
   end
   return 'ok', start, turns
 end
-"""
-    )
-    .replace("@ENTITIES@", ENTITIES_RECORD)
-    .replace("@RECENT@", str(RECENT_WRITES))
+""".replace("@ENTITIES@", ENTITIES_RECORD)
+
+DURABLE_PRELUDE = (
+    HORIZON_PRELUDE
+    + _RECENT_WRITES_LUA
+    + _NATIVE_TTL_LUA
+    + _SESSION_LUA
+    + _SESSION_BEGIN_LUA
+    + _ARCHIVE_LUA
 )
+"""What a durable script may use (bound to ``DK``)."""
+
+RECORD_PRELUDE = _SESSION_BEGIN_LUA
+"""What ``record_put`` uses (bound to ``DK``): ``session_begin`` alone (it reads the
+header once itself, where ``session_live``, ``later_horizon`` and ``extend_horizon`` read
+it four times)."""
 
 HOT_APPEND = LuaScript(
     "hot_append",
@@ -422,9 +449,9 @@ end
 local created = hot_push(turns, tonumber(ARGV[4]))
 if ARGV[7] ~= '' then redis.call('HSET', HK[1], 'm', ARGV[7]) end
 redis.call('HSET', HK[1], 'w', with_write(live and recent, ARGV[8], version + 1, start))
-hot_entities(11, removed, upserts)
+local ent_created = hot_entities(11, removed, upserts)
 hot_commit(version + 1, ARGV[2], ARGV[3], start + #turns, now, live and deadline,
-           fresh_keys(created, upserts))
+           fresh_keys(created, ent_created))
 return {'ok', version + 1, start, live and 0 or 1, epoch}
 """,
 )
@@ -457,8 +484,11 @@ return {tag, start}
 APPEND_THROUGH = LuaScript(
     "append_through",
     _BIND_BOTH
-    + DURABLE_PRELUDE
-    + HOT_PRELUDE
+    + _RECENT_WRITES_LUA
+    + _NATIVE_TTL_LUA
+    + _SESSION_BEGIN_LUA
+    + _ARCHIVE_LUA
+    + _HOT_WRITE_LUA
     + """
 -- KEYS: 1-4 the durable session (archive, records, dmeta, idem), 5-8 the hot session
 -- (meta, turns, entities, state): one session id, one hash tag.
@@ -493,9 +523,9 @@ if not live then
   epoch = ARGV[10]
 end
 local created = hot_push(turns, tonumber(ARGV[9]))
-hot_entities(13, removed, upserts)
+local ent_created = hot_entities(13, removed, upserts)
 hot_commit(version + 1, ARGV[7], ARGV[8], start + #turns, now, live and deadline,
-           fresh_keys(created, upserts))
+           fresh_keys(created, ent_created))
 return {'ok', start, #turns, 'ok', version + 1, live and 0 or 1, epoch}
 """,
 )

@@ -36,6 +36,7 @@ from tiermem.store.backends.redis_append import (
     ARCHIVE_APPEND,
     DURABLE_PRELUDE,
     HORIZON_PRELUDE,
+    RECORD_PRELUDE,
     bind_durable,
     turn_templates,
 )
@@ -128,23 +129,44 @@ return 1
 
 RECORD_PUT = LuaScript(
     "record_put",
-    _SESSION_PRELUDE
+    bind_durable
+    + RECORD_PRELUDE
     + """
 -- ARGV: 1 now, 2 grace_ms, 3 kind, 4 expected_version|'', 5 expires_us|'', 6 updated_us,
 --       7 data json. A record lives as long as its session: in a dead one it is absent.
+-- The session's lifetime rises to the record's expiry (never falls) and every key's
+-- native TTL is set to it + grace, as extend_horizon does, with one read of the header.
 local now = tonumber(ARGV[1])
-local live = session_live(now)
-local raw = live and redis.call('HGET', KEYS[2], ARGV[3])
+local h = redis.call('HGET', DK[3], 'h')
+local live = h == 'inf' or (h ~= false and tonumber(h) > now)
+local raw = live and redis.call('HGET', DK[2], ARGV[3])
 local actual = 0
 if raw then actual = tonumber(string.match(raw, '^(%d+)|')) end
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= actual then return {'conflict', actual} end
-session_begin(live)
-local lifetime = later_horizon(KEYS[3], ARGV[5])
-if lifetime == 'inf' then lifetime = '' end
-redis.call('HSET', KEYS[2], ARGV[3], string.format('%d', actual + 1) .. '|' .. lifetime .. '|'
+if not live then
+  session_begin(false)
+  h = false
+end
+local lifetime
+if h == 'inf' or ARGV[5] == '' then lifetime = 'inf'
+elseif h and tonumber(h) > tonumber(ARGV[5]) then lifetime = h
+else lifetime = ARGV[5] end
+local stored = lifetime
+if lifetime == 'inf' then stored = '' end
+redis.call('HSET', DK[2], ARGV[3], string.format('%d', actual + 1) .. '|' .. stored .. '|'
            .. ARGV[6] .. '|' .. ARGV[7])
-session_extend(now, tonumber(ARGV[2]), ARGV[5])
-return {'ok', actual + 1, lifetime}
+if h == 'inf' then return {'ok', actual + 1, stored} end
+if lifetime == 'inf' then
+  redis.call('HSET', DK[3], 'h', 'inf')
+  for _, k in ipairs(DK) do redis.call('PERSIST', k) end
+  return {'ok', actual + 1, stored}
+end
+local ttl = math.ceil((tonumber(lifetime) - now) / 1000) + tonumber(ARGV[2])
+if ttl < 1 then ttl = 1 end
+redis.call('HSET', DK[3], 'h', lifetime, 't', string.format('%d', now + ttl * 1000))
+local ms = string.format('%d', ttl)
+for _, k in ipairs(DK) do redis.call('PEXPIRE', k, ms) end
+return {'ok', actual + 1, stored}
 """,
 )
 
