@@ -224,8 +224,42 @@ class BackgroundWork:
         """Queue ``item`` for ``batch.run`` (waits while the queue is full); it runs with
         the items of the same batch queued next to it. Returns a future of its result:
         the batch's, shared by every item of the run (a failure fails them all)."""
-        done = asyncio.get_running_loop().create_future()
-        return await self._put(_Entry(user_id, session_id, None, done, batch, item))
+        entry = _Entry(user_id, session_id, None, _new_future(), batch, item)
+        if self._offer(entry):
+            return entry.done
+        return await self._put(entry)
+
+    def offer_batched(
+        self, user_id: str, session_id: str, batch: Batch[T], item: T
+    ) -> asyncio.Future[None] | None:
+        """:meth:`submit_batched` when its lane has room now (most calls: a turn's
+        background item is queued without a coroutine); None, and nothing queued, when
+        the caller would have to wait: then await :meth:`submit_batched`, which waits
+        its turn for room."""
+        entry = _Entry(user_id, session_id, None, _new_future(), batch, item)
+        return entry.done if self._offer(entry) else None
+
+    def _offer(self, entry: _Entry) -> bool:
+        """Queue ``entry`` if its lane has room and no writer waits for room (tracked for
+        the scoped waits); False, and nothing queued or tracked, otherwise."""
+        if not self._tasks:
+            self._start()
+        lane = self._lane(entry.session_id)
+        if not lane.try_put(entry):
+            return False
+        self._track(entry)
+        return True
+
+    def _lane(self, session_id: str) -> _Lane:
+        """The session's lane (a hash of its id: one session's jobs run in order)."""
+        lane = self._lane_of.get(session_id)
+        if lane is None:
+            if len(self._lane_of) >= _LANES_KEPT:
+                self._lane_of.clear()
+            lane = self._lane_of[session_id] = self._lanes[
+                zlib.crc32(session_id.encode()) % self._workers
+            ]
+        return lane
 
     def submit_beside(self, user_id: str, session_id: str, job: Job) -> asyncio.Future[None]:
         """Run ``job`` in a task of its own, beside the lanes; returns a future of its result
@@ -259,13 +293,7 @@ class BackgroundWork:
             self._start()
         self._track(entry)
         done = entry.done
-        lane = self._lane_of.get(entry.session_id)
-        if lane is None:
-            if len(self._lane_of) >= _LANES_KEPT:
-                self._lane_of.clear()
-            lane = self._lane_of[entry.session_id] = self._lanes[
-                zlib.crc32(entry.session_id.encode()) % self._workers
-            ]
+        lane = self._lane(entry.session_id)
         try:
             if not lane.try_put(entry):  # most puts find room: no coroutine to run
                 await lane.put(entry)
@@ -440,6 +468,10 @@ async def _settle(futures: set[asyncio.Future[None]]) -> None:
             errors.append(exc)
     if errors:
         raise ExceptionGroup(f"{len(errors)} background job(s) failed", errors)
+
+
+def _new_future() -> asyncio.Future[None]:
+    return asyncio.get_running_loop().create_future()
 
 
 def _wake(woken: asyncio.Future[None]) -> None:

@@ -193,8 +193,8 @@ class Session:
         ):
             # Every plain turn's path: a role and a string, analysed in place.
             check_idempotency_key(idempotency_key)
-            analysed = [self._service.analyse_text_turn(role, content)]
-            turns = await self._append_analysed(analysed, idempotency_key)
+            turn, analysis = self._service.analyse_text_turn(role, content)
+            turns = await self._append_one(turn, analysis, idempotency_key)
             if not turns:
                 raise NotFoundError(
                     f"the turn added with idempotency key {idempotency_key!r} has expired"
@@ -269,8 +269,41 @@ class Session:
             stored.extend(batch)
             # A retry may return fewer turns (some expired): then analyse them again later.
             analyses += map(_second, sent) if len(batch) == len(sent) else [None] * len(batch)
+        if stored:
+            await self._after_stored(stored, analyses)
+        return stored
+
+    async def _append_one(
+        self, turn: NewTurn, analysis: TurnAnalysis | None, idempotency_key: str | None
+    ) -> list[Turn]:
+        """:meth:`_append_analysed` of one turn (a plain ``add_turn``), without its batch
+        loop."""
+        view = self._view
+        first = view.next_index
+        # Most turns name no entity: no call to find that nothing changed.
+        change = self._entity_change([turn], first) if turn.entities else None
+        stored = await self._tiers.append(
+            view.stored_metadata,  # what the tiers read of it is never derived
+            [turn],
+            turn_count_hint=first,
+            idempotency_key=idempotency_key,
+            entities=change,
+        )
         if not stored:
             return stored
+        view = self._view  # as _append_analysed: the handle's view after the write
+        entities = view.entities
+        if change is not None:
+            if stored[0].index != first:  # another writer got there first
+                change = rebase_entity_change(change, first, stored[0].index, len(stored))
+            entities = {**entities, **change.upsert}
+        self._view = view.after_append(max(view.next_index, stored[-1].index + 1), entities)
+        await self._after_stored(stored, [analysis] if len(stored) == 1 else [None] * len(stored))
+        return stored
+
+    async def _after_stored(self, stored: list[Turn], analyses: list[TurnAnalysis | None]) -> None:
+        """Queue the background work of turns just stored (indexing, memory detection) and
+        a summary pass when one is due."""
         index = self._service.index_turns
         detect = self._service.auto_detect and (
             stored[0].role == "user"  # one turn: most calls
@@ -281,12 +314,12 @@ class Session:
             # One background item for both; queued items of any session are merged into
             # one index write (AFTER_APPEND), so at 50 sessions it costs one transaction.
             after = _AfterAppend(self, stored, analyses, index=index, detect=detect)
-            await self._service.background.submit_batched(
-                self.user_id, self.id, AFTER_APPEND, after
-            )
+            background = self._service.background
+            # Queued without a coroutine when the lane has room (most turns).
+            if background.offer_batched(self._user_id, self._id, AFTER_APPEND, after) is None:
+                await background.submit_batched(self._user_id, self._id, AFTER_APPEND, after)
         if self._service.auto_summarize:
             await self._queue_summary(stored)
-        return stored
 
     def _index_docs(self, appends: Sequence[_AfterAppend]) -> list[IndexedDoc]:
         """The recall documents of this session's archived turns of ``appends`` (BM25),

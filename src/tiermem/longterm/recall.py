@@ -580,8 +580,10 @@ class Recaller:
             BackendError: the embedder failed and ``raise_embedding_errors`` is set.
         """
         embedder = self._embedder
+        if embedder is None:  # every turn's batch without embeddings: no scan of the texts
+            return list(docs)
         todo = [i for i, doc in enumerate(docs) if doc.embedding is None and doc.text.strip()]
-        if embedder is None or not todo:
+        if not todo:
             return list(docs)
         vectors = await self._embed(embedder, [docs[i].text for i in todo])
         if vectors is None:

@@ -561,37 +561,15 @@ class TieredSessionStore:
         """
         if entities is not None and not entities.upsert and not entities.remove:
             entities = None
-        if self.config.write_policy is WritePolicy.WRITE_THROUGH or idempotency_key:
-            return await self._append_write_through(
-                metadata, turns, idempotency_key, entities, turn_count_hint
-            )
-        stored = await self._append_write_behind(metadata, turns, turn_count_hint)
-        if entities is not None and stored:
-            await self._merge_entities_after(metadata, entities, turn_count_hint, stored)
-        return stored
-
-    async def _merge_entities_after(
-        self,
-        metadata: SessionMetadata,
-        change: EntityChange,
-        expected_first: int,
-        stored: Sequence[Turn],
-    ) -> None:
-        """The separate entity write, for stores that cannot take it in the append."""
-        change = rebase_entity_change(change, expected_first, stored[0].index, len(stored))
-        await self.update_entities(
-            metadata, change.upsert, change.remove, turn_count_hint=stored[-1].index + 1
-        )
-
-    async def _append_write_through(
-        self,
-        metadata: SessionMetadata,
-        turns: Sequence[NewTurn],
-        key: str | None = None,
-        entities: EntityChange | None = None,
-        turn_count_hint: int = 0,
-    ) -> list[Turn]:
+        if self.config.write_policy is not WritePolicy.WRITE_THROUGH and not idempotency_key:
+            behind = await self._append_write_behind(metadata, turns, turn_count_hint)
+            if entities is not None and behind:
+                await self._merge_entities_after(metadata, entities, turn_count_hint, behind)
+            return behind
+        # Write-through, in this coroutine: the combined stores' write is awaited from here,
+        # not through two more coroutines (this is every turn's path).
         sid = metadata.session_id
+        key = idempotency_key
         in_append = entities is not None and self._durable_takes_entities
         # Pin the first index when the change names turn indexes (they must be the ones
         # allocated), or when the store saves a read by being told it.
@@ -600,6 +578,7 @@ class TieredSessionStore:
         base = turn_count_hint  # the index the change's turn indexes count from
         combined = self._combined
         stored: list[Turn] = []
+        version: int | None = None
         for attempt in range(CAS_ATTEMPTS + 1):
             if attempt == CAS_ATTEMPTS:
                 # The session kept moving under pinned writes: append unpinned, entities apart.
@@ -607,10 +586,38 @@ class TieredSessionStore:
             change = entities if in_append else None
             try:
                 if combined is not None:
-                    expected = first if first is not None else turn_count_hint
-                    stored = await self._append_through(
-                        combined, metadata, turns, key, change, first, expected + len(turns)
-                    )
+                    # Both tiers in one round trip (the hot store writes the durable one
+                    # too). The expected count after the append sets the hot expiry (the
+                    # TTL policy lengthens it with the session's depth).
+                    count = (first if first is not None else turn_count_hint) + len(turns)
+                    now = self.clock.now()  # one reading for both expiries
+                    hot_expires_at = self._write_expiry(metadata, count, None, now)
+                    durable_expires_at = self.durable_expiry(now)
+                    if self._built is not None:
+                        stored, version = await self._built.append_built(
+                            self.durable,
+                            sid,
+                            turns,
+                            window=self.config.window,
+                            hot_expires_at=hot_expires_at,
+                            durable_expires_at=durable_expires_at,
+                            idempotency_key=key,
+                            entities=change,
+                            first_index=first,
+                        )
+                    else:
+                        stored, result = await combined.append_through(
+                            self.durable,
+                            sid,
+                            turns,
+                            window=self.config.window,
+                            hot_expires_at=hot_expires_at,
+                            durable_expires_at=durable_expires_at,
+                            idempotency_key=key,
+                            entities=change,
+                            first_index=first,
+                        )
+                        version = None if result is None else result.version
                 else:
                     stored = await self._append_durable(sid, turns, key, change, first)
                 break
@@ -628,9 +635,25 @@ class TieredSessionStore:
             return stored  # a retry whose turns have expired since: nothing to show
         if combined is None:
             await self._append_hot(metadata, stored, entities if in_append else None)
+        elif version is None or version == 1:
+            # A retry, or the hot tier had lost turns or the session: rebuild it.
+            await self._resync(sid)
         if entities is not None and not in_append:
             await self._merge_entities_after(metadata, entities, base, stored)
         return stored
+
+    async def _merge_entities_after(
+        self,
+        metadata: SessionMetadata,
+        change: EntityChange,
+        expected_first: int,
+        stored: Sequence[Turn],
+    ) -> None:
+        """The separate entity write, for stores that cannot take it in the append."""
+        change = rebase_entity_change(change, expected_first, stored[0].index, len(stored))
+        await self.update_entities(
+            metadata, change.upsert, change.remove, turn_count_hint=stored[-1].index + 1
+        )
 
     async def _append_durable(
         self,
@@ -652,52 +675,6 @@ class TieredSessionStore:
             idempotency_key=key,
             entities=change,
         )
-
-    async def _append_through(
-        self,
-        combined: CombinedAppend,
-        metadata: SessionMetadata,
-        turns: Sequence[NewTurn],
-        key: str | None,
-        change: EntityChange | None,
-        first: int | None,
-        turn_count: int,
-    ) -> list[Turn]:
-        """Both tiers in one round trip (the hot store writes the durable one too).
-        ``turn_count`` is the session's expected count after the append (for the expiry:
-        the TTL policy lengthens it with the session's depth)."""
-        sid = metadata.session_id
-        now = self.clock.now()  # one reading for both expiries
-        version: int | None
-        if self._built is not None:
-            stored, version = await self._built.append_built(
-                self.durable,
-                sid,
-                turns,
-                window=self.config.window,
-                hot_expires_at=self._write_expiry(metadata, turn_count, None, now),
-                durable_expires_at=self.durable_expiry(now),
-                idempotency_key=key,
-                entities=change,
-                first_index=first,
-            )
-        else:
-            stored, result = await combined.append_through(
-                self.durable,
-                sid,
-                turns,
-                window=self.config.window,
-                hot_expires_at=self._write_expiry(metadata, turn_count, None, now),
-                durable_expires_at=self.durable_expiry(now),
-                idempotency_key=key,
-                entities=change,
-                first_index=first,
-            )
-            version = None if result is None else result.version
-        if stored and (version is None or version == 1):
-            # A retry, or the hot tier had lost turns or the session: rebuild it.
-            await self._resync(sid)
-        return stored
 
     async def _append_hot(
         self, metadata: SessionMetadata, stored: list[Turn], change: EntityChange | None
