@@ -35,6 +35,7 @@ import threading
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from tiermem.clock import Clock, SystemClock
 from tiermem.errors import ConflictError, NotFoundError, ValidationError
@@ -1118,7 +1119,7 @@ class MemoryDurableStore:
         validate_id(session_id, what="session_id")
         check_kind(kind)
         check_aware(expires_at, what="expires_at")
-        copy = json.loads(encode_data(data, what=f"record {kind!r}"))
+        copy = _json_copy(data, encode_data(data, what=f"record {kind!r}"))
         with self._lock:
             now = self._clock.now()
             # What get_record would return, without its argument checks (done above).
@@ -1265,6 +1266,53 @@ def _entity_json(entity: ActiveEntity) -> dict[str, JsonValue]:
         }
     dumped: dict[str, JsonValue] = entity.model_dump(mode="json")
     return dumped
+
+
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Types whose values a JSON round trip gives back equal and of the same type (a float
+through its ``repr``, which round-trips exactly; ``encode_data`` refuses NaN and the
+infinities). They are immutable, so a copy may share them."""
+
+
+class _UnusualJsonError(Exception):
+    """A value :func:`_json_copy` leaves to the JSON round trip (a subclass, a key that is
+    not a string)."""
+
+
+def _json_copy(data: Mapping[str, JsonValue], payload: str) -> dict[str, JsonValue]:
+    """What ``json.loads(payload)`` returns, ``payload`` being ``encode_data(data)``,
+    without parsing it: every dict and list is a new one (a tuple becomes a list, as JSON
+    makes it), scalars of :data:`_JSON_SCALARS` are shared. Anything else (a ``str`` or
+    ``int`` subclass, a key JSON would turn into a string) takes the round trip.
+
+    Why: a stored record must not alias the caller's containers, and parsing the text just
+    written cost a pass more than copying what it was written from (issue #8)."""
+    try:
+        copy = _copy_json_value(data)
+    except (_UnusualJsonError, RecursionError):  # the C encoder nests deeper than Python frames
+        loaded: dict[str, JsonValue] = json.loads(payload)
+        return loaded
+    assert type(copy) is dict  # encode_data accepted a mapping, and only a dict encodes
+    return copy
+
+
+def _copy_json_value(value: Mapping[str, JsonValue] | JsonValue) -> JsonValue:
+    kind = type(value)
+    if kind is dict:
+        out: dict[str, JsonValue] = {}
+        for key, item in cast("dict[object, JsonValue]", value).items():
+            if type(key) is not str:
+                raise _UnusualJsonError
+            out[key] = item if type(item) in _JSON_SCALARS else _copy_json_value(item)
+        return out
+    if kind is list or kind is tuple:
+        return [
+            item if type(item) in _JSON_SCALARS else _copy_json_value(item)
+            for item in cast("Sequence[JsonValue]", value)
+        ]
+    if kind in _JSON_SCALARS:
+        return cast("JsonValue", value)
+    raise _UnusualJsonError
 
 
 def _hot_result(turns: list[Turn], version: int) -> HotAppendResult:
