@@ -550,6 +550,38 @@ _SAID: weakref.WeakKeyDictionary[RuleEntityExtractor, Lru[str | bytes, _SaidEnti
 _SAID = weakref.WeakKeyDictionary()
 
 
+RECENT_KEYS = 8
+"""Long texts whose :func:`~tiermem.summaries._lru.text_key` is remembered (:func:`whole_key`)."""
+RECENT_KEY_CHARS = 65_536
+"""Only texts up to this many characters are remembered: at most 8 x 64 K characters held."""
+_RECENT_KEYS: list[tuple[str, str | bytes]] = []
+"""``(text, text_key(text))`` of the last long texts asked, most recent first."""
+
+
+def whole_key(text: str) -> str | bytes:
+    """``text_key(text)``, remembered for the last :data:`RECENT_KEYS` long texts.
+
+    Why: a pass asks the key of the same tier text several times (its checks, its entity
+    lines, its folded form; the next pass's drift baseline is the same text again), and a
+    long key is a digest of the whole text (~30 instructions a character), where finding
+    the text again is a comparison (a pointer, else a length, else ~1 per character).
+    Lock-free: a racing thread can only miss an entry or keep one twice, and every entry
+    is a text with its own key."""
+    if len(text) <= INLINE_KEY:
+        return text
+    recent = _RECENT_KEYS
+    for at, (held, key) in enumerate(recent):
+        if held is text or held == text:
+            if at:
+                recent.insert(0, recent.pop(at))
+            return key
+    key = text_key(text)
+    if len(text) <= RECENT_KEY_CHARS:
+        recent.insert(0, (text, key))
+        del recent[RECENT_KEYS:]
+    return key
+
+
 def _reading_chars(readings: tuple[SentenceReading, ...]) -> int:
     return 64 + sum(len(r.text) for r in readings)
 
@@ -567,7 +599,7 @@ def _entities_in(text: str, extractor: RuleEntityExtractor) -> _EntitySet:
     given). Each line's entities are kept per extractor: a pass's summary is mostly the
     previous pass's lines, and validation asks this of it once per slot."""
     cache = _entity_cache(extractor)
-    return cache.get(text_key(text), partial(_read_entities, text, extractor, cache))
+    return cache.get(whole_key(text), partial(_read_entities, text, extractor, cache))
 
 
 class _LineEntities:
@@ -592,7 +624,7 @@ class _LineEntities:
         self._unread: list[str] = []
         """Lines looked at whose entities are not kept, newest first."""
         self._unread_at = 0
-        whole = cache.held(text_key(text))
+        whole = cache.held(whole_key(text))
         if whole is not None:
             self._add(whole)
             self._lines: list[str] = []
@@ -668,7 +700,7 @@ def _pairs(entities: _EntitySet) -> Iterator[tuple[str, str]]:
 
 
 def _haystack(text: str) -> str:
-    key = text if len(text) <= INLINE_KEY else text_key(text)
+    key = whole_key(text)
     held = _HAYSTACKS.held(key)  # most are: no closure made for a hit
     if held is None:
         held = _HAYSTACKS.get(key, lambda: _spaced(normal_form(text).casefold()))
@@ -736,7 +768,7 @@ def states_value(
     cache = _STATED.get(reader)
     if cache is None:
         cache = _STATED[reader] = Lru(VALUE_CACHE)
-    key = (text_key(text), value, slot)
+    key = (whole_key(text), value, slot)
     return cache.get(key, lambda: _states_value(text, value, slot, reader))
 
 
@@ -755,7 +787,7 @@ def stated_in(
     kept = _STATED_TEXTS.get(reader)
     if kept is None:
         kept = _STATED_TEXTS[reader] = Lru(STATED_TEXTS, max_chars=CACHE_CHARS, weigh=_text_chars)
-    return kept.get(text_key(text), partial(_TextChecks, text, reader)).check
+    return kept.get(whole_key(text), partial(_TextChecks, text, reader)).check
 
 
 class _TextChecks:

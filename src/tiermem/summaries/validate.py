@@ -49,6 +49,7 @@ from tiermem.summaries.structured import (
     stated_in,
     states_value,
     value_probe,
+    whole_key,
 )
 
 __all__ = [
@@ -149,7 +150,7 @@ def _norm(text: str) -> str:
 def _words(text: str) -> frozenset[str]:
     """The content words of ``text``; kept (LRU): a pass asks them of one summary text
     once per item."""
-    return _WORDS.get(text_key(text), partial(_words_by_line, text))
+    return _WORDS.get(whole_key(text), partial(_words_by_line, text))
 
 
 def _words_by_line(text: str) -> frozenset[str]:
