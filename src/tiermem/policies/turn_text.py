@@ -116,6 +116,28 @@ class TurnText:
     @classmethod
     def of(cls, text: str) -> TurnText:
         """The text someone wrote, all of it said (as for one text block)."""
+        if text.isascii() and len(text) <= _WHOLE_CHARS:
+            # Most turns: what ``_build`` and ``TextView.of_normal`` do for them, without
+            # their two frames (ASCII is in NFKC, has no curly apostrophe, and lower-cases
+            # to the same length).
+            view = _new(TextView)
+            view.normal = text
+            view.folded = text.lower()
+            view._keys = view._words = None
+            built = _new(cls)
+            _set(
+                built,
+                "__dict__",
+                {
+                    "text": text,
+                    "said_text": text,
+                    "nfkc": text,
+                    "view": view,
+                    "said": view,
+                    "truncated": False,
+                },
+            )
+            return built
         return cls._build(text, text)
 
     @classmethod
