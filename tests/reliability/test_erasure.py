@@ -123,10 +123,9 @@ async def test_redaction_and_purge_leave_nothing_in_any_store(deployment: Deploy
         assert REDACTED not in rebuilt.model_dump_json()
         await memory.drain()
         residue = await deployment.scan([REDACTED])
-        # SQLite's FTS5 (3.40 here; secure-delete needs 3.44) keeps a deleted document's
-        # terms in its segment data until a merge: no query matches them any more (checked
-        # above), and a purge rewrites the segments. Everything else must be clean.
-        assert [r for r in residue if not r.startswith("sqlite recall_fts_data")] == []
+        # No residue anywhere: the SQLite index has had no FTS5 segments (which kept a
+        # deleted document's terms until a merge) since its migration 3.
+        assert residue == []
 
         # -- purge ---------------------------------------------------------------------
         await session.close()  # the handoff writes an interaction summary memory

@@ -90,9 +90,7 @@ async def test_redacting_a_handed_off_turn_reaches_long_term_memory(
             assert await leaks(memory, user) == []
             if name == "memory+sqlite":
                 residue = scan_sqlite(tmp_path / "durable" / "tiermem.db", [SECRET])
-                # FTS5 keeps a deleted document's terms in segment data until a merge (see
-                # tests/reliability/test_erasure.py); no query matches them (checked above).
-                assert [r for r in residue if not r.startswith("sqlite recall_fts_data")] == []
+                assert residue == []  # the index's row and its tokens went together
 
             # Rebuilt, not just deleted: the session still has its summary and digest,
             # attributed to the session, from the turns that remain.
