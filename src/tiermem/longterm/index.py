@@ -7,8 +7,9 @@ Implementations (see ``docs/recall.md`` for why each exists):
 
 * :class:`~tiermem.longterm.index_memory.InProcessIndex` — pure Python BM25 and brute-force
   cosine; the reference, and the index for the in-memory backend.
-* :class:`~tiermem.longterm.index_sqlite.SQLiteIndex` — FTS5 over pre-tokenized text (words
-  and CJK bigrams) in the embedded SQLite file, vectors in a side table.
+* :class:`~tiermem.longterm.index_sqlite.SQLiteIndex` — pre-tokenized text (words and CJK
+  bigrams) in the embedded SQLite file, searched through a per-user cache, vectors in a side
+  table.
 * :class:`~tiermem.longterm.index_redis.RedisIndex` — BM25 postings kept in Redis (the hot
   tier of production deployments) under the user's hash tag: each term's postings packed in
   two strings, read by one script per search and scored in the client (``postings``).

@@ -17,8 +17,9 @@ Tokenization:
    with the S-stemmer (Harman 1991: ``recommendations`` → ``recommendation``,
    ``stories`` → ``story``), and a short list of English stopwords is dropped.
 
-Tokens consist of letters, digits and CJK characters only, so they survive FTS5's
-``unicode61`` tokenizer and Redis key segments unchanged.
+Tokens consist of letters, digits and CJK characters only, so they can be stored
+space-separated (the SQLite index's ``tokens`` column) and used as Redis key segments
+unchanged.
 
 BM25 (Robertson / Lucene form), with ``N`` the user's documents, ``df`` those containing the
 term, ``tf`` the term's count in a document of ``len`` tokens and ``avg`` the average length::
