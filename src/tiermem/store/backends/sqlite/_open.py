@@ -58,6 +58,7 @@ def open_worker_connection(
             )
         # A checked literal: NORMAL or FULL (see _mapping).
         conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute(_SECURE_DELETE)
         apply_migrations(conn, path=path)
     except BaseException:
         conn.close()
@@ -85,10 +86,17 @@ def open_direct_connection(path: str, synchronous: Synchronous) -> sqlite3.Conne
         conn.execute("PRAGMA busy_timeout = 0")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute(_SECURE_DELETE)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+_SECURE_DELETE = "PRAGMA secure_delete = ON"
+"""Deleted rows are overwritten, not left in free pages: a purge or redaction leaves no
+trace in the file (docs/reliability.md). Many builds (Debian's) default to it; others,
+some macOS and Windows builds among them, do not, so every connection asks for it."""
 
 
 def _enable_wal(conn: sqlite3.Connection, seconds: float) -> str:
