@@ -52,6 +52,7 @@ takes understanding the rules do not have.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -566,14 +567,20 @@ def whole_key(text: str) -> str | bytes:
     long key is a digest of the whole text (~30 instructions a character), where finding
     the text again is a comparison (a pointer, else a length, else ~1 per character).
     Lock-free: a racing thread can only miss an entry or keep one twice, and every entry
-    is a text with its own key."""
+    is a text with its own key. An entry is moved by itself, not by the position it was
+    found at: another thread may have moved entries since (an index could then be past
+    the end, or name another entry)."""
     if len(text) <= INLINE_KEY:
         return text
     recent = _RECENT_KEYS
-    for at, (held, key) in enumerate(recent):
+    for at, entry in enumerate(recent):
+        held, key = entry
         if held is text or held == text:
             if at:
-                recent.insert(0, recent.pop(at))
+                with contextlib.suppress(ValueError):  # another thread took it out meanwhile
+                    recent.remove(entry)  # this very tuple first (identity), else an equal one
+                recent.insert(0, entry)
+                del recent[RECENT_KEYS:]
             return key
     key = text_key(text)
     if len(text) <= RECENT_KEY_CHARS:
