@@ -108,6 +108,7 @@ from tiermem.models import (
     SessionRef,
     Turn,
 )
+from tiermem.store.backends._lanes import Lanes
 from tiermem.store.backends.dynamodb_header import (
     HeaderCache,
     KnownRecord,
@@ -311,6 +312,8 @@ class DynamoDBDurableStore:
         self._wall_clock = wall_clock or SystemClock()
         self._gc_grace = gc_grace
         self._known = HeaderCache(header_cache_size)
+        # Appends of one session from this process queue here rather than race (see _lanes).
+        self._lanes = Lanes()
         # Per partition, the keys of the BatchGetItem about to be sent and its task.
         self._record_reads: dict[
             str, tuple[set[tuple[str, str]], asyncio.Task[dict[str, Item]]]
@@ -494,6 +497,22 @@ class DynamoDBDurableStore:
         idem = check_idempotency_key(idempotency_key)
         check_aware(expires_at, what="expires_at")
         change = check_entity_change(entities)
+        async with self._lanes.lane(session_id):
+            return await self._append_in_lane(
+                session_id, turns, first_index, expires_at, idem, change
+            )
+
+    async def _append_in_lane(
+        self,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        first_index: int | None,
+        expires_at: datetime | None,
+        idem: str | None,
+        change: EntityChange | None,
+    ) -> list[Turn]:
+        """:meth:`append_turns` on checked arguments, alone among this process's appends
+        to the session (so a lost condition means another process wrote)."""
         upsert: dict[str, JsonValue] = {}
         if change is not None:
             upsert = {kind: e.model_dump(mode="json") for kind, e in change.upsert.items()}
