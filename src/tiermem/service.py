@@ -37,6 +37,7 @@ from tiermem.background import BackgroundWork
 from tiermem.clock import Clock, IdFactory, SystemClock, UlidFactory
 from tiermem.errors import ValidationError
 from tiermem.extraction.entities import EntityExtractor, RuleEntityExtractor
+from tiermem.extraction.plain_analysis import analyse_plain_text
 from tiermem.extraction.turn_analysis import (
     TurnAnalysis,
     analyse_text_block,
@@ -330,7 +331,16 @@ class MemoryService:
             check_shape(text, what="turn content")
         # A str is all a text block validates: no second validation.
         blocks = (TextBlock.trusted({"type": "text", "text": text}, _TEXT_FIELDS),)
-        analysis = analyse_text_block(role, blocks, self.tokens, self.entities, self.importance)
+        tokens, entities, scorer = self.tokens, self.entities, self.importance
+        if (
+            type(tokens) is TiktokenCounter
+            and type(entities) is RuleEntityExtractor
+            and type(scorer) is RuleImportanceScorer
+        ):
+            # The built-in engines: the same analysis, inlined (plain_analysis says why).
+            analysis = analyse_plain_text(role, blocks, tokens, entities, scorer)
+        else:
+            analysis = analyse_text_block(role, blocks, tokens, entities, scorer)
         score = analysis.importance
         assert score is not None  # a scorer was given
         importance = score.score

@@ -416,6 +416,8 @@ class RuleEntityExtractor:
         ``text``, by position, repeats included. Positions index the window's normal form
         (``as_turn_text(text).view.normal``; for a short plain string, its NFKC form), so a
         caller can tell where a value was said ("¥8,000, not ¥5,000")."""
+        # ``plain_analysis.analyse_plain_text`` inlines this method and ``extract`` for a
+        # service's turns: a change here is made there too (its tests compare the two).
         view = as_turn_text(text).view
         found: list[tuple[int, int, int, str, str]] = []
         titles = self._titles.find(view) if self._titles else []

@@ -242,6 +242,8 @@ class RuleImportanceScorer:
         """Score one turn; ``text``, if given, is ``TurnText.of_blocks(content)`` already
         computed. Raises :class:`~tiermem.errors.ValidationError` for a role other than
         ``"user"`` or ``"assistant"``."""
+        # ``tiermem.extraction.plain_analysis`` inlines this method (and the density rule)
+        # for a service's plain turns: a change here is made there too (its tests compare).
         if role not in ("user", "assistant"):
             raise ValidationError(f"role must be 'user' or 'assistant', got {role!r}")
         read = text if text is not None else TurnText.of_blocks(content)
