@@ -187,7 +187,8 @@ local function chunked(cmd, key, values)
 end
 
 -- Remove documents (from both layouts); each posting list is rewritten once. Answers how
--- many were in this layout. One HMGET finds them, and each hash is cleaned in one command.
+-- many were in this layout, and their total length. One HMGET finds them, and each hash
+-- is cleaned in one command.
 local function unindex(ids)
   local lists, order, removed = {}, {}, 0
   local seen, dropped, numbers, total = {}, {}, {}, 0
@@ -235,13 +236,14 @@ local function unindex(ids)
       cut(string.sub(key, 1, 1), string.sub(key, 2), lists[key], top)
     end
   end
-  return removed
+  return removed, total
 end
 
 -- Fail, before any write, when `adds` more numbers would not fit in a u32 (struct.pack
--- would wrap them: lists out of order, numbers naming two documents).
-local function check_numbers(adds)
-  local top = tonumber(redis.call('HGET', KEYS[3], 'next') or '0')
+-- would wrap them: lists out of order, numbers naming two documents). `top`: the user's
+-- 'next' when the caller has read it, else nil.
+local function check_numbers(adds, top)
+  top = top or tonumber(redis.call('HGET', KEYS[3], 'next') or '0')
   if top + adds > MAX_NUMBER then
     error({err = 'tiermem index: the user has used up its document numbers (2^32 - 1); ' ..
       'purge_user and reindex the user to start them again'})
@@ -273,14 +275,16 @@ end
 -- Index the documents `docs` under new numbers, in order: each {doc_id, kind, length,
 -- expires_at or false, where its terms start in ARGV, how many, its terms space-separated,
 -- their packed values (u64 `length * 2^20 + tf` each, in term order, built by the
--- client)}. What `add` does for one, batched: one HINCRBY gives every number, a list that
+-- client)}, given the statistics as they are now: `top` (the last number given), `n`
+-- and `len`. What `add` does for one, batched: the numbers follow `top`, a list that
 -- several of the documents share gets their postings in one APPEND (numbers ascending),
--- and each hash is written in one command. Why the client packs the values and joins the
--- terms: per term, `tonumber` + `struct.pack` and a table per list cost Redis more than
--- the APPENDs themselves (measured: ~1/3 of the script's time, bench/redis_commandstats.py).
-local function add_many(docs)
+-- and each hash, the statistics included, is written in one command. Why the client
+-- packs the values and joins the terms: per term, `tonumber` + `struct.pack` and a table
+-- per list cost Redis more than the APPENDs themselves (measured: ~1/3 of the script's
+-- time, bench/redis_commandstats.py).
+local function add_many(docs, top, n, len)
   if #docs == 0 then return end
-  local num = redis.call('HINCRBY', KEYS[3], 'next', #docs) - #docs
+  local num = top
   local nacc, vacc, order = {}, {}, {}
   local dfields, tfields, ifields, zargs, total = {}, {}, {}, {}, 0
   for _, d in ipairs(docs) do
@@ -324,8 +328,8 @@ local function add_many(docs)
   chunked('HSET', KEYS[2], tfields)
   chunked('HSET', IDS, ifields)
   if #zargs > 0 then chunked('ZADD', KEYS[4], zargs) end
-  redis.call('HINCRBY', KEYS[3], 'n', #docs)
-  redis.call('HINCRBY', KEYS[3], 'len', total)
+  redis.call('HSET', KEYS[3], 'next', string.format('%d', num), 'n',
+             string.format('%d', n + #docs), 'len', string.format('%d', len + total))
 end
 
 -- A user with no document keeps no statistics (numbers and epoch start again).
@@ -364,12 +368,17 @@ while i <= last do
   end
   i = i + 7 + n
 end
-check_numbers(#docs)
-redis.call('HSETNX', KEYS[3], 'epoch', ARGV[3])
-unindex(ids)
-add_many(docs)
+-- The statistics are read once and written once (with the new documents' numbers), and
+-- a user given documents here keeps them through the collection (they have not expired),
+-- so it is not tidied: each command a script runs costs Redis ~5-10k instructions.
+local stats = redis.call('HMGET', KEYS[3], 'next', 'n', 'len', 'epoch')
+local top = tonumber(stats[1] or '0')
+check_numbers(#docs, top)
+if not stats[4] then redis.call('HSET', KEYS[3], 'epoch', ARGV[3]) end
+local removed, total = unindex(ids)
+add_many(docs, top, tonumber(stats[2] or '0') - removed, tonumber(stats[3] or '0') - total)
 collect(ARGV[1], tonumber(ARGV[2]))
-tidy()
+if #docs == 0 then tidy() end
 return 'ok'
 """,
 )
