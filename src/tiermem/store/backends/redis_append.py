@@ -314,15 +314,17 @@ local function record_entities(now_arg, lifetime, at, removed, upserts)
              .. '|' .. now_arg .. '|' .. encoded)
   return not raw
 end
-local function archive_append(now_arg, grace, expires, first, key, wid, ent_at, removed,
-                              upserts, tpl_at)
-  -- Archive the turn templates ARGV[tpl_at ..]; answers 'ok', start, turn jsons or
-  -- 'repeat', first, count (an earlier append with this key or write id: nothing
-  -- written) or 'index', next index (first is not it: nothing written).
-  local now = tonumber(now_arg)
+local function archive_append(now_arg, now, grace, expires, first, key, wid, ent_at,
+                              removed, upserts, tpl_at)
+  -- Archive the turn templates ARGV[tpl_at ..] (`now`: now_arg as a number, which the
+  -- caller has parsed); answers 'ok', start, turn jsons or 'repeat', first, count (an
+  -- earlier append with this key or write id: nothing written) or 'index', next index
+  -- (first is not it: nothing written). Each number is parsed once: a tonumber of a
+  -- timestamp costs redis-server ~2k instructions.
   local header = redis.call('HMGET', DK[3], 'h', 'w', 't')
   local h, recent, deadline = header[1], header[2], header[3]
-  local live = h == 'inf' or (h ~= false and tonumber(h) > now)
+  local h_us = h and h ~= 'inf' and tonumber(h)
+  local live = h == 'inf' or (h_us and h_us > now)
   if live then
     local seen_first, seen_count = seen_append(key, wid, recent)
     if seen_first then
@@ -354,7 +356,7 @@ local function archive_append(now_arg, grace, expires, first, key, wid, ent_at, 
   local horizon = h
   if h ~= 'inf' then
     if expires == '' then horizon = 'inf'
-    elseif not h or tonumber(expires) > tonumber(h) then horizon = expires end
+    elseif not h or tonumber(expires) > h_us then horizon = expires end
   end
   local records_new = false
   if removed + upserts > 0 then
@@ -467,9 +469,9 @@ ARCHIVE_APPEND = LuaScript(
 -- Answers 'ok', start | 'index', next index | 'repeat', then the frames the first
 -- append stored, as they are now.
 local removed, upserts = tonumber(ARGV[7]), tonumber(ARGV[8])
-local tag, start, count = archive_append(ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4],
-                                         ARGV[5], ARGV[6], 9, removed, upserts,
-                                         9 + removed + 2 * upserts)
+local tag, start, count = archive_append(ARGV[1], tonumber(ARGV[1]), tonumber(ARGV[2]),
+                                         ARGV[3], ARGV[4], ARGV[5], ARGV[6], 9, removed,
+                                         upserts, 9 + removed + 2 * upserts)
 if tag == 'repeat' then
   local out = {'repeat'}
   for _, raw in ipairs(redis.call('LRANGE', DK[1], start, start + count - 1)) do
@@ -503,8 +505,8 @@ APPEND_THROUGH = LuaScript(
 -- Answers 'index', next index (nothing written), or: durable tag ('ok' | 'repeat'),
 -- start, count, hot tag ('ok' | 'skip'), hot version, 1 if the hot session started
 -- afresh, epoch, then (a repeat only) the archive frames the first append stored.
-local removed, upserts = tonumber(ARGV[11]), tonumber(ARGV[12])
-local tag, start, turns = archive_append(ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4],
+local removed, upserts, now = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[1])
+local tag, start, turns = archive_append(ARGV[1], now, tonumber(ARGV[2]), ARGV[3], ARGV[4],
                                          ARGV[5], ARGV[6], 13, removed, upserts,
                                          13 + removed + 2 * upserts)
 if tag == 'index' then return {'index', start} end
@@ -515,7 +517,6 @@ if tag == 'repeat' then
   end
   return out
 end
-local now = tonumber(ARGV[1])
 local live, version, held, epoch, _, deadline = hot_read(now)
 if live and held ~= start then return {'ok', start, #turns, 'skip', version, 0, ''} end
 if not live then
