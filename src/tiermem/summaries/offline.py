@@ -110,6 +110,11 @@ SPAN_CHARS = TURN_CACHE_CHARS // SPANS
 spans stay within the text cache's bound (a span of long tool results, 1 MB a turn, has
 long lines)."""
 
+RANKINGS = 4
+"""Candidate rankings a summarizer keeps (:meth:`ExtractiveSummarizer._ranking`): a pass's
+middle tier ranks the same prior and span as the next pass's ancient tier (the new ancient
+text, and the recent span rolled into it), and a validation retry ranks its tier's again."""
+
 SAID_CACHE = TURN_CACHE
 """Text blocks whose index-free candidate lines a summarizer keeps
 (:meth:`ExtractiveSummarizer._said_lines`), by role and text."""
@@ -132,6 +137,32 @@ is not cut, and a value in it may run to thousands of characters)."""
 _CarriedSaid = tuple[float, _Slots, tuple[str, ...], int | None, int | None]
 """``score, slots, wrong, body tokens, newline change`` of a carried line
 (:meth:`ExtractiveSummarizer._carried_said_of`)."""
+
+
+_Ranked = list[tuple[float, int, int]]
+"""``(-score, -index, -order)`` of the rows that stay, best first (:func:`_ranked`)."""
+_Ranking = tuple[tuple["weakref.ref[Turn]", ...], list[_Row], _Ranked]
+"""A kept ranking (:meth:`ExtractiveSummarizer._ranking`): the kept span's references to
+its turns (held, so that their id is not reused while it is kept), the candidate rows,
+and their ranking. Neither list is changed once kept."""
+
+
+def _ranked(rows: list[_Row], kept: list[int]) -> _Ranked:
+    """The ``kept`` rows (positions in ``rows``), best first: by score with recency (the
+    newest turn gets :data:`_RECENCY` more, the oldest nothing, by rank among the kept
+    rows' turns); ties to the newer turn, then the later line."""
+    indexes = sorted({rows[at][_IDX] for at in kept})
+    top = max(len(indexes) - 1, 1)
+    # Each turn's recency once (the same expression, so the same floats), not a row's.
+    recency = {index: _RECENCY * position / top for position, index in enumerate(indexes)}
+    ranked: _Ranked = []
+    rank = ranked.append
+    for at in kept:
+        row = rows[at]
+        index = row[_IDX]
+        rank((-(row[_SCORE] + recency[index]), -index, -at))
+    ranked.sort()
+    return ranked
 
 
 def _values_chars(slots: _Slots, wrong: tuple[str, ...]) -> int:
@@ -207,6 +238,10 @@ class ExtractiveSummarizer(LineTokens):
         ] = {}
         """The rows of the last :data:`SPANS` spans of turns, by first index and length,
         with weak references to the turns (:meth:`_from_turns`)."""
+        self._rankings: dict[tuple[str, int], _Ranking] = {}
+        """The candidates and their ranking of the last :data:`RANKINGS` summaries of a
+        prior and a kept span (:meth:`_ranking`), by the prior and the id of the span's
+        references to its turns (:meth:`_from_turns`)."""
 
     async def summarize(
         self,
@@ -235,13 +270,35 @@ class ExtractiveSummarizer(LineTokens):
         """
         if target_tokens < 1:
             raise ValidationError(f"target_tokens must be at least 1, got {target_tokens}")
-        rows = self._carried(prior or "")
-        self._from_turns(turns, rows)
+        rows, ranked = self._ranking(turns, prior or "")
+        kept_items = [f"- {item.strip()}" for item in must_keep if item.strip()]
+        return self._fit(kept_items, rows, ranked, target_tokens)
+
+    def _ranking(self, turns: Sequence[Turn], prior: str) -> tuple[list[_Row], _Ranked]:
+        """The candidate rows of ``prior`` and ``turns``, and those that stay ranked best
+        first (:meth:`_ranked`): a pure function of the two, kept for the last
+        :data:`RANKINGS` pairs whose span's rows are kept whole (:meth:`_from_turns`: the
+        same turns, by identity). A pass's middle tier and the next pass's ancient tier
+        rank the same prior (the ancient text) and span (the turns rolled into it), with
+        other targets; so do a tier's first build and its validation retry."""
+        rows = self._carried(prior)
+        span = self._from_turns(turns, rows)
+        key = (prior, id(span))
+        if span is not None:
+            held = self._rankings.get(key)
+            if held is not None and held[0] is span:  # the entry holds it: an id not reused
+                return held[1], held[2]
         if not any(row[_SCORE] > _TOPIC for row in rows):
             rows += self._topics(turns)
-        kept = _drop_stale(rows)
-        kept_items = [f"- {item.strip()}" for item in must_keep if item.strip()]
-        return self._fit(kept_items, rows, kept, target_tokens)
+        ranked = _ranked(rows, _drop_stale(rows))
+        if span is not None and len(prior) <= PRIOR_CHARS:
+            with self._whole_lock:
+                rankings = self._rankings
+                rankings.pop(key, None)
+                rankings[key] = (span, rows, ranked)
+                if len(rankings) > RANKINGS:
+                    del rankings[next(iter(rankings))]  # the oldest kept
+        return rows, ranked
 
     # ------------------------------------------------------------------ candidates
 
@@ -327,7 +384,9 @@ class ExtractiveSummarizer(LineTokens):
         wrong = reading.wrong if reading else ()
         return (max(score, _TOOL_CALL), _slot_keys(reading), wrong, body_cost, change)
 
-    def _from_turns(self, turns: Sequence[Turn], out: list[_Row]) -> None:
+    def _from_turns(
+        self, turns: Sequence[Turn], out: list[_Row]
+    ) -> tuple[weakref.ref[Turn], ...] | None:
         """Append the candidate rows of ``turns`` to ``out``. A pass's recent span is the
         next pass's middle span and then rolls into the ancient tier, as the same
         :class:`~tiermem.models.turns.Turn` objects (the jobs keep a pass's turns for the
@@ -335,22 +394,24 @@ class ExtractiveSummarizer(LineTokens):
         identity (:data:`SPANS`; turns are frozen). A kept span holds weak references to
         its turns, not the turns (up to 1 MB each, of any session, for as long as the
         summarizer lives): a turn that died is no longer found, so its identity, reused
-        by another object, is never taken for it."""
+        by another object, is never taken for it. Returns the kept span's references to its
+        turns (None: not kept whole): one object per kept span, so it names these turns
+        while it lives (the rows do not: two spans without a candidate share ``()``)."""
         if not turns:
-            return
+            return None
         key = (turns[0].index, len(turns))
         held = self._spans.get(key)
         if held is not None and all(
             ref() is turn for ref, turn in zip(held[0], turns, strict=True)
         ):
             out += held[1]
-            return
+            return held[0]
         start = len(out)
         self._read_turns(turns, out)
         if len(turns) <= SPAN_TURNS:
             rows = tuple(out[start:])
             if sum(len(row[_LINE_AT]) for row in rows) > SPAN_CHARS:
-                return  # its text blocks are kept, under the text cache's bound
+                return None  # its text blocks are kept, under the text cache's bound
             refs = tuple(map(weakref.ref, turns))
             with self._whole_lock:
                 spans = self._spans
@@ -358,6 +419,8 @@ class ExtractiveSummarizer(LineTokens):
                 spans[key] = (refs, rows)
                 if len(spans) > SPANS:
                     del spans[next(iter(spans))]  # the oldest kept
+            return refs
+        return None
 
     def _read_turns(self, turns: Sequence[Turn], out: list[_Row]) -> None:
         tool_names: dict[str, str] = {}
@@ -461,23 +524,10 @@ class ExtractiveSummarizer(LineTokens):
 
     # ------------------------------------------------------------------ budget
 
-    def _fit(self, kept_items: list[str], rows: list[_Row], kept: list[int], target: int) -> str:
-        """The ``kept`` rows (positions in ``rows``) that fit ``target`` after the items:
-        best first (by score with recency: the newest turn gets :data:`_RECENCY` more, the
-        oldest nothing, by rank among the kept rows' turns; ties to the newer turn, then
-        the later line), printed in turn order."""
+    def _fit(self, kept_items: list[str], rows: list[_Row], ranked: _Ranked, target: int) -> str:
+        """The rows that stay (``ranked``: :func:`_ranked`, best first) that fit
+        ``target`` after the items, taken best first, printed in turn order."""
         used = sum(self._line_tokens(line) for line in kept_items)
-        indexes = sorted({rows[at][_IDX] for at in kept})
-        top = max(len(indexes) - 1, 1)
-        # Each turn's recency once (the same expression, so the same floats), not a row's.
-        recency = {index: _RECENCY * position / top for position, index in enumerate(indexes)}
-        ranked: list[tuple[float, int, int]] = []  # (-score, -index, -order): best first
-        rank = ranked.append
-        for at in kept:
-            row = rows[at]
-            index = row[_IDX]
-            rank((-(row[_SCORE] + recency[index]), -index, -at))
-        ranked.sort()
         chosen: list[tuple[int, int]] = []  # (index, order) of each line taken
         held = self._line_counts.held
         for _, _, order in ranked:
