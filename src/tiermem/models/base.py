@@ -12,7 +12,7 @@ import base64
 import binascii
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Self, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer
 
@@ -138,6 +138,21 @@ _UNIONS: dict[tuple[int, frozenset[str]], tuple[set[str], set[str]]] = {}
 _EVERY_FIELD: dict[type[FrozenModel], set[str]] = {}
 """The shared set of every field name of each model class :meth:`FrozenModel.trusted` has
 seen (and found to have no private attributes)."""
+
+M = TypeVar("M", bound=FrozenModel)
+
+
+def trusted_instance(cls: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
+    """:meth:`FrozenModel.trusted` of a class its caller knows has no private attributes,
+    with a shared ``fields_set`` the caller already holds: the four slot writes, without
+    the class's field lookup (a turn given its index, on every append)."""
+    model: M = _new(cls)
+    _set_dict(model, values)
+    _set_fields_set(model, fields_set)
+    _set_extra(model, None)
+    _set_private(model, None)
+    return model
+
 
 _new = object.__new__
 # BaseModel's slots, set through their descriptors: what ``object.__setattr__`` does for

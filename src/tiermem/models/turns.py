@@ -11,7 +11,13 @@ from typing import Self
 
 from pydantic import Field
 
-from tiermem.models.base import FrozenModel, JsonValue, UtcDatetime, fields_with
+from tiermem.models.base import (
+    FrozenModel,
+    JsonValue,
+    UtcDatetime,
+    fields_with,
+    trusted_instance,
+)
 from tiermem.models.content import ContentBlock, Message, Role, TextBlock, text_of
 
 __all__ = ["REDACTED_TEXT", "Entity", "NewTurn", "Turn"]
@@ -59,8 +65,29 @@ class NewTurn(FrozenModel):
         if type(index) is not int or index < 0:
             fields = self.model_dump(exclude={"schema_version", "index"}, round_trip=True)
             return Turn(index=index, **fields)  # validated: raises the usual error
-        values = {**self.__dict__, "schema_version": TURN_SCHEMA_VERSION, "index": index}
-        return Turn.trusted(values, fields_with(self.__pydantic_fields_set__, _INDEX))
+        # A copy, then two keys set: the keys and order of ``{**d, "schema_version": ...,
+        # "index": ...}``, at half its cost (every appended turn comes through here).
+        values = self.__dict__.copy()
+        values["schema_version"] = TURN_SCHEMA_VERSION
+        values["index"] = index
+        return trusted_instance(Turn, values, _indexed_fields(self.__pydantic_fields_set__))
+
+
+_INDEXED: dict[int, tuple[set[str], set[str]]] = {}
+"""id of a turn's fields set → (that set, the set with ``index``): :func:`fields_with` by
+the set's identity alone, without building and hashing its key (once per appended turn).
+The entry holds the set, so its id cannot be reused while the entry is kept."""
+_INDEXED_KEPT = 64
+"""Entries of :data:`_INDEXED` kept (a handful of fields sets occur: they are shared)."""
+
+
+def _indexed_fields(fields: set[str]) -> set[str]:
+    entry = _INDEXED.get(id(fields))
+    if entry is None or entry[0] is not fields:
+        if len(_INDEXED) >= _INDEXED_KEPT:
+            _INDEXED.clear()
+        entry = _INDEXED[id(fields)] = (fields, fields_with(fields, _INDEX))
+    return entry[1]
 
 
 class Turn(NewTurn):

@@ -410,7 +410,10 @@ class TieredSessionStore:
             self.metrics.hot_hits += 1
             view = self._from_snapshot(snap, "hot")
             if refresh_ttl:
-                await self._refresh_on_read(view, snap.metadata)
+                # _refresh_on_read, inline: most reads move the expiry too little to write.
+                new = self._read_expiry(snap.metadata, snap.next_index, snap.expires_at)
+                if new is not None:
+                    await self._touch(session_id, new)
             return view
         rebuilt = await self.durable_view(session_id)
         if rebuilt is None or snap is BYPASSED:
@@ -459,14 +462,32 @@ class TieredSessionStore:
     async def _refresh_on_read(self, view: SessionView, metadata: SessionMetadata) -> None:
         """Move the hot expiry as the TTL policy says a read does. ``metadata``: the view's
         as stored (its ids, creation time and tier: the view's own is derived lazily)."""
-        new = self.hot_expiry(metadata, view.next_index, "read", view.expires_at)
-        current = view.expires_at
-        # A read right after another read or write moves the expiry by seconds: skip that
-        # extra write; it changes nothing a user would notice.
+        new = self._read_expiry(metadata, view.next_index, view.expires_at)
+        if new is not None:
+            await self._touch(metadata.session_id, new)
+
+    def _read_expiry(
+        self, metadata: SessionMetadata, turn_count: int, current: datetime | None
+    ) -> datetime | None:
+        """The hot expiry a read moves the session to (:meth:`hot_expiry`), or None when it
+        needs no write. A read right after another read or write moves the expiry by
+        seconds: that extra write is skipped; it changes nothing a user would notice."""
+        new = self.ttl_policy.expires_at(
+            now=self.clock.now(),
+            created_at=metadata.created_at,
+            turn_count=turn_count,
+            user_tier=metadata.user_tier,
+            event="read",
+            current_expires_at=current,
+        )
         if new is not None and (
             current is None or abs(new - current) >= self.config.read_refresh_granularity
         ):
-            await self._hot(lambda: self.hot.touch(metadata.session_id, expires_at=new), "touch")
+            return new
+        return None
+
+    async def _touch(self, session_id: str, expires_at: datetime) -> None:
+        await self._hot(lambda: self.hot.touch(session_id, expires_at=expires_at), "touch")
 
     def _from_snapshot(self, snap: SessionSnapshot, source: Source) -> SessionView:
         assert snap.metadata is not None

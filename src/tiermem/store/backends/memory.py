@@ -895,8 +895,13 @@ class MemoryDurableStore:
                 self._entity_sizes[session_id] = _EntitySizes(record=record, sizes=sizes)
         if key is not None:
             header.keys[key] = (start, len(indexed))
-        archive = self._turns.setdefault(session_id, {})
-        expiry = self._turn_expiry.setdefault(session_id, {})
+        # get-then-create: ``setdefault(sid, {})`` builds two dicts per append to drop them.
+        archive = self._turns.get(session_id)
+        if archive is None:
+            archive = self._turns[session_id] = {}
+            expiry = self._turn_expiry[session_id] = {}
+        else:
+            expiry = self._turn_expiry[session_id]
         for turn in indexed:
             archive[turn.index] = turn
             expiry[turn.index] = expires_at
@@ -1462,6 +1467,9 @@ most 6 bytes (``\\u001f``), which leaves room for everything else of a plain tur
 def _numbered(turns: Sequence[NewTurn], start: int) -> list[Turn]:
     """``turns`` with indexes from ``start``; a turn that already has its index (the hot
     copy of an archived turn) is kept as it is."""
+    if len(turns) == 1:  # most appends: no comprehension frame
+        turn = turns[0]
+        return [turn if type(turn) is Turn and turn.index == start else turn.with_index(start)]
     return [
         turn if type(turn) is Turn and turn.index == start + i else turn.with_index(start + i)
         for i, turn in enumerate(turns)
