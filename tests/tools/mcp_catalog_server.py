@@ -5,12 +5,17 @@ Tools: ``lookup`` (healthy), ``slow_search`` (reports progress, then takes 30 s)
 ``down``; the test writes ``up`` to let it recover), ``partial_search`` (returns an error
 result carrying a partial answer) and ``crash`` (the server process exits). Every call of
 ``flaky_search`` appends a line to ``flaky_search.calls`` so tests count what reached it.
+
+Every start appends the process id to ``$TIERMEM_TEST_TOOL_STATE/starts``; while the file
+``start_delay`` there holds a number of seconds, a start waits that long before serving (a
+slow restart).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -64,4 +69,9 @@ def crash(query: str) -> str:
 
 
 if __name__ == "__main__":
+    with (STATE / "starts").open("a") as starts:
+        starts.write(f"{os.getpid()}\n")
+    delay = STATE / "start_delay"
+    if delay.exists():
+        time.sleep(float(delay.read_text()))
     server.run("stdio")

@@ -4,6 +4,8 @@ half-open probe closes it once the tool recovers), error results, crashes, bad s
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -47,6 +49,18 @@ class Catalog:
 
     def set_flaky(self, mode: str) -> None:
         (self.state / "flaky_search").write_text(mode)
+
+    def starts(self) -> list[int]:
+        """Process ids of the servers started so far, in order."""
+        starts = self.state / "starts"
+        return [int(pid) for pid in starts.read_text().split()] if starts.exists() else []
+
+    def quick_lookup(self, timeout: timedelta) -> ToolDispatcher:
+        """A dispatcher whose only tool is this server's ``lookup`` with ``timeout``."""
+        registry = ToolRegistry()
+        registry.register(ToolSpec("lookup", timeout=timeout, breaker=POLICY), self.invoker)
+        breakers = SharedBreakers(MemoryHotStore(clock=self.clock), clock=self.clock)
+        return ToolDispatcher(registry, breakers, clock=self.clock)
 
     def flaky_calls(self) -> list[str]:
         calls = self.state / "flaky_search.calls"
@@ -169,6 +183,59 @@ async def test_a_crashed_server_is_restarted_by_the_next_call(catalog: Catalog) 
     result = await catalog.tools.call("lookup", {"query": "after the crash"})
     assert result.text == "found after the crash"
     assert catalog.invoker.connections == 2
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_restart_slower_than_the_tool_timeout_is_not_a_timeout(catalog: Catalog) -> None:
+    # The restart (spawn, import mcp, a 1 s pause, handshake) happens before the call's
+    # 0.3 s timeout starts, within connect_timeout: the tool answers and its breaker stays
+    # closed. (It used to run inside the timeout and fail as "timed out after 0.3 s".)
+    quick = catalog.quick_lookup(timedelta(milliseconds=300))
+    with pytest.raises(ToolCallError, match="closed the connection"):
+        await catalog.tools.call("crash", {"query": "x"})
+    (catalog.state / "start_delay").write_text("1.0")
+    result = await quick.call("lookup", {"query": "after a slow restart"})
+    assert result.text == "found after a slow restart"
+    assert catalog.invoker.connections == 2
+    assert len(catalog.starts()) == 2
+    assert quick.stats("lookup").timeouts == 0
+    assert (await quick.status("lookup")).recent_failures == 0
+
+
+async def test_a_caller_cancelled_during_a_restart_leaves_no_server_behind(
+    catalog: Catalog,
+) -> None:
+    patient = catalog.quick_lookup(timedelta(seconds=10))  # only the caller gives up
+    with pytest.raises(ToolCallError, match="closed the connection"):
+        await catalog.tools.call("crash", {"query": "x"})
+    (catalog.state / "start_delay").write_text("60")  # never serves within the test
+    call = asyncio.create_task(patient.call("lookup", {"query": "given up"}))
+    for _ in range(400):  # the restarted server has begun (a bounded wait for a subprocess)
+        if len(catalog.starts()) == 2 or call.done():
+            break
+        await asyncio.sleep(0.05)
+    assert len(catalog.starts()) == 2, f"no restart began; the call: {call}"
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert patient.in_flight() == []
+    pid = catalog.starts()[1]
+    for _ in range(400):  # the SDK closes stdin, waits 2 s, then terminates the process
+        if not _alive(pid):
+            break
+        await asyncio.sleep(0.05)
+    assert not _alive(pid), "the half-started server is still running"
+    # The next call starts a fresh server.
+    (catalog.state / "start_delay").unlink()
+    assert (await patient.call("lookup", {"query": "again"})).text == "found again"
+    assert len(catalog.starts()) == 3
 
 
 async def test_a_server_that_cannot_start_is_a_server_error(tmp_path: Path) -> None:

@@ -7,7 +7,9 @@ closed:
    rejected without touching the tool, and the next fallback in the tool's list is tried
    the same way. Due for recovery: this caller becomes the one probe across all workers.
 2. The tool runs under its timeout (``asyncio.timeout``); partial chunks it emits are kept,
-   also when it then fails or times out.
+   also when it then fails or times out. An invoker that connects first
+   (:class:`~tiermem.tools.invoker.PreparingInvoker`, e.g. an MCP server to restart) does so
+   before that timeout starts, within its own limit; a failed connection is a failed call.
 3. Success is returned as a :class:`ToolResult` (with the sentences describing any tool
    that was skipped on the way). A failure is counted against the tool's breaker. If the
    breaker is still closed, the failure is raised as :class:`~tiermem.tools.errors.ToolCallError`
@@ -40,7 +42,7 @@ from tiermem.tools.invocation import (
     ToolInvocation,
     ToolStats,
 )
-from tiermem.tools.invoker import ToolOutput
+from tiermem.tools.invoker import PreparingInvoker, ToolOutput
 from tiermem.tools.latency import DEFAULT_LATENCY_WINDOW
 from tiermem.tools.registry import RegisteredTool, ToolRegistry
 
@@ -212,6 +214,7 @@ class ToolDispatcher:
             else:
                 dropped += 1
 
+        invoker = entry.invoker
         started_at = self._clock.now()
         call = InFlight(
             request_id, position, spec.name, permit.is_probe, started_at, started_at + spec.timeout
@@ -221,14 +224,36 @@ class ToolDispatcher:
         output: ToolOutput | None = None
         error: str | None = None
         cause: BaseException | None = None
+        timer: asyncio.Timeout | None = None
         try:
-            async with asyncio.timeout(spec.timeout.total_seconds()):
-                output = await entry.invoker.invoke(
+            if isinstance(invoker, PreparingInvoker):
+                # (Re)connecting is bounded by the invoker (e.g. an MCP server's
+                # connect_timeout), not by the tool's timeout: a slow server start is not
+                # the tool being slow. Its failure is still the call's failure (below).
+                await invoker.prepare(spec.name)
+                # The answer's deadline starts now.
+                call = InFlight(
+                    request_id,
+                    position,
+                    spec.name,
+                    permit.is_probe,
+                    started_at,
+                    self._clock.now() + spec.timeout,
+                )
+                self.tracker.started(call)
+            # asyncio.timeout fixes its deadline when created: only after prepare.
+            timer = asyncio.timeout(spec.timeout.total_seconds())
+            async with timer:
+                output = await invoker.invoke(
                     spec.name, dict(arguments), request_id=request_id, emit=emit
                 )
         except TimeoutError as exc:
-            outcome, cause = InvocationOutcome.TIMEOUT, exc
-            error = f"timed out after {spec.timeout.total_seconds():g} s"
+            if timer is not None and timer.expired():
+                outcome, cause = InvocationOutcome.TIMEOUT, exc
+                error = f"timed out after {spec.timeout.total_seconds():g} s"
+            else:  # raised by the invoker itself (e.g. its connect step): not the timeout
+                outcome, cause = InvocationOutcome.ERROR, exc
+                error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         except Exception as exc:  # noqa: BLE001 -- any failure of an invoker is the tool's failure: counted by its breaker and raised as ToolCallError / ToolUnavailableError
             outcome, cause = InvocationOutcome.ERROR, exc
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

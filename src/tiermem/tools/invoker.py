@@ -7,6 +7,14 @@ any exception when the call could not be made at all (a dead server, a broken pi
 dispatcher enforces the timeout, keeps the chunks, and counts failures against the
 tool's breaker; an invoker does none of that.
 
+An invoker that must connect to something before it can call (start a server, open a
+session) may also implement :class:`PreparingInvoker`: the dispatcher then awaits
+``prepare(tool)`` before each call, outside the call's timeout, because the tool's timeout
+bounds the tool's answer, not its server's start-up. ``prepare`` bounds its own wait (e.g.
+a connect timeout) and raises what prevented the connection; that failure is the call's
+failure, counted by the tool's breaker like any other. An invoker without ``prepare``
+(:class:`FunctionInvoker`, most hand-written ones) is called directly.
+
 :class:`FunctionInvoker` serves tools written as Python functions (fallbacks such as a
 cache lookup); :class:`~tiermem.tools.mcp_invoker.McpStdioInvoker` serves the tools of an
 MCP server.
@@ -16,12 +24,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tiermem.errors import NotFoundError
 from tiermem.models import FrozenModel, JsonValue
 
-__all__ = ["FunctionInvoker", "PartialSink", "ToolFunction", "ToolInvoker", "ToolOutput"]
+__all__ = [
+    "FunctionInvoker",
+    "PartialSink",
+    "PreparingInvoker",
+    "ToolFunction",
+    "ToolInvoker",
+    "ToolOutput",
+]
 
 PartialSink = Callable[[JsonValue], None]
 """Receives one partial chunk of a call in progress; chunks are kept even if the call then
@@ -64,6 +79,19 @@ class ToolInvoker(Protocol):
         emit: PartialSink,
     ) -> ToolOutput:
         """Call ``tool`` once. Raises whatever prevented the call from being made."""
+        ...
+
+
+@runtime_checkable
+class PreparingInvoker(ToolInvoker, Protocol):
+    """An invoker with a connection step the dispatcher runs before the call's timeout."""
+
+    async def prepare(self, tool: str) -> None:
+        """Make ``tool`` callable now (start or restart its server), returning at once when
+        it already is. Bounded by the invoker's own limit, not the tool's timeout.
+
+        Raises whatever prevented the connection (the call then fails with it as cause).
+        """
         ...
 
 

@@ -18,7 +18,9 @@ How results map:
   times out;
 * a protocol error or a lost connection raises :class:`~tiermem.tools.errors.ToolServerError`.
   After a lost connection (the server crashed) the next call starts the server again, so a
-  breaker's recovery probe finds a restarted server.
+  breaker's recovery probe finds a restarted server. Through the dispatcher that restart
+  happens in :meth:`McpStdioInvoker.prepare`, bounded by ``connect_timeout`` and before the
+  tool's timeout starts.
 
 The SDK's connection lives in anyio task groups that must be entered and left by the same
 task, so one owner task holds it for the invoker's lifetime; calls from any task use it.
@@ -83,6 +85,9 @@ class McpStdioInvoker:
         self._session: ClientSession | None = None
         self._stop: asyncio.Event | None = None
         self._owner: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[ClientSession] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        """Owners of connections a cancelled caller abandoned, until they have stopped."""
         self._lock = asyncio.Lock()
         self.connections = 0
         """How often the server was started (1 plus restarts after lost connections)."""
@@ -107,6 +112,17 @@ class McpStdioInvoker:
         """
         await self._live_session()
 
+    async def prepare(self, tool: str) -> None:
+        """(Re)start the server if it is not connected, within ``connect_timeout``: the
+        dispatcher calls this before a call's timeout starts
+        (:class:`~tiermem.tools.invoker.PreparingInvoker`), so a restart after a crash is not
+        counted as the tool timing out. Cancelling it stops a half-started server.
+
+        Raises:
+            ToolServerError: the server did not start or answer the handshake in time.
+        """
+        await self._live_session()
+
     async def _live_session(self) -> ClientSession:
         async with self._lock:
             if self._session is not None and self._owner is not None and not self._owner.done():
@@ -116,10 +132,17 @@ class McpStdioInvoker:
             ready: asyncio.Future[ClientSession] = loop.create_future()
             stop = asyncio.Event()
             self._stop = stop
+            self._ready = ready
             self._owner = asyncio.create_task(self._own(ready, stop), name=f"mcp:{self.name}")
             try:
                 async with asyncio.timeout(self._connect_timeout.total_seconds()):
                     session = await asyncio.shield(ready)
+            except asyncio.CancelledError:
+                # The caller gave up: stop the half-started server now rather than leave it
+                # to the next call. Not awaited, so the cancellation is not delayed by the
+                # server's shutdown; aclose() waits for it.
+                self._abandon()
+                raise
             except TimeoutError as exc:
                 await self._retire()
                 raise ToolServerError(
@@ -160,18 +183,31 @@ class McpStdioInvoker:
     async def _retire(self) -> None:
         """Close the current connection (if any) and wait for its owner task to end."""
         self._session = None
-        owner, stop = self._owner, self._stop
-        self._owner = self._stop = None
+        owner, stop, ready = self._owner, self._stop, self._ready
+        self._owner = self._stop = self._ready = None
         if stop is not None:
             stop.set()
         if owner is None:
             return
         # A graceful close stops the server (the SDK waits up to 2 s, then kills it); an owner
-        # still in the handshake is not waiting for ``stop`` and is cancelled instead.
-        done, _ = await asyncio.wait({owner}, timeout=_CLOSE_GRACE_S)
-        if not done:
+        # still in the handshake is not waiting for ``stop`` and is cancelled at once (the
+        # SDK's shielded shutdown still stops the process).
+        if ready is not None and ready.done():
+            done, _ = await asyncio.wait({owner}, timeout=_CLOSE_GRACE_S)
+            if done:
+                return
+        owner.cancel()
+        await asyncio.wait({owner})
+
+    def _abandon(self) -> None:
+        """Cancel a connection still being made, without waiting (see ``_closing``)."""
+        owner = self._owner
+        self._session = None
+        self._owner = self._stop = self._ready = None
+        if owner is not None and not owner.done():
             owner.cancel()
-            await asyncio.wait({owner})
+            self._closing.add(owner)
+            owner.add_done_callback(self._closing.discard)
 
     async def _drop(self, session: ClientSession) -> None:
         """Forget a session whose connection was lost; the next call restarts the server."""
@@ -181,9 +217,11 @@ class McpStdioInvoker:
                 await self._retire()
 
     async def aclose(self) -> None:
-        """Stop the server. Safe to call twice."""
+        """Stop the server (and any start a cancelled call left behind). Safe to call twice."""
         async with self._lock:
             await self._retire()
+            if self._closing:
+                await asyncio.wait(set(self._closing))
 
     async def tool_specs(
         self,
