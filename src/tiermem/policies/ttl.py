@@ -20,6 +20,7 @@ whatever the event, so a session never lives forever by accident.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
@@ -35,8 +36,10 @@ __all__ = [
     "SlidingTtl",
     "TierTtl",
     "TierTtlTable",
+    "TrustedExpiry",
     "TtlEvent",
     "TtlPolicy",
+    "trusted_expiry",
 ]
 
 TtlEvent = Literal["read", "write"]
@@ -166,6 +169,17 @@ class FixedTtl:
             now=now, created_at=created_at, turn_count=turn_count, user_tier=user_tier,
             event=event, current_expires_at=current_expires_at,
         )  # fmt: skip
+        return self._unchecked(now, created_at, turn_count, user_tier, event, current_expires_at)
+
+    def _unchecked(
+        self,
+        now: datetime,
+        created_at: datetime,
+        turn_count: int,
+        user_tier: UserTier,
+        event: TtlEvent,
+        current_expires_at: datetime | None,
+    ) -> datetime | None:
         deadline = created_at + self.ttl
         return None if current_expires_at == deadline else deadline
 
@@ -198,6 +212,17 @@ class SlidingTtl:
             now=now, created_at=created_at, turn_count=turn_count, user_tier=user_tier,
             event=event, current_expires_at=current_expires_at,
         )  # fmt: skip
+        return self._unchecked(now, created_at, turn_count, user_tier, event, current_expires_at)
+
+    def _unchecked(
+        self,
+        now: datetime,
+        created_at: datetime,
+        turn_count: int,
+        user_tier: UserTier,
+        event: TtlEvent,
+        current_expires_at: datetime | None,
+    ) -> datetime | None:
         if event == "read" and not self.refresh_on_read and current_expires_at is not None:
             return None
         return now + self.ttl
@@ -301,9 +326,23 @@ class ActivityTtl:
             now=now, created_at=created_at, turn_count=turn_count, user_tier=user_tier,
             event=event, current_expires_at=current_expires_at,
         )  # fmt: skip
+        return self._unchecked(now, created_at, turn_count, tier, event, current_expires_at)
+
+    def _unchecked(
+        self,
+        now: datetime,
+        created_at: datetime,
+        turn_count: int,
+        user_tier: UserTier,
+        event: TtlEvent,
+        current_expires_at: datetime | None,
+    ) -> datetime | None:
         if event == "read" and current_expires_at is not None:
             return None
-        return now + self.table.ttl_for(tier, turn_count)
+        # The table's row, looked up directly (ttl_for's call and tier test, per turn).
+        rows = self.table._rows
+        row = rows.get(user_tier) or rows[_tier(user_tier)]
+        return now + row.ttl_for(turn_count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,4 +370,59 @@ class HybridTtl:
             now=now, created_at=created_at, turn_count=turn_count, user_tier=user_tier,
             event=event, current_expires_at=current_expires_at,
         )  # fmt: skip
-        return now + self.table.ttl_for(tier, turn_count)
+        return self._unchecked(now, created_at, turn_count, tier, event, current_expires_at)
+
+    def _unchecked(
+        self,
+        now: datetime,
+        created_at: datetime,
+        turn_count: int,
+        user_tier: UserTier,
+        event: TtlEvent,
+        current_expires_at: datetime | None,
+    ) -> datetime | None:
+        # The table's row, looked up directly (ttl_for's call and tier test, per turn).
+        rows = self.table._rows
+        row = rows.get(user_tier) or rows[_tier(user_tier)]
+        return now + row.ttl_for(turn_count)
+
+
+TrustedExpiry = Callable[
+    [datetime, datetime, int, UserTier, TtlEvent, datetime | None], datetime | None
+]
+"""A policy's ``expires_at`` taking its arguments by position: ``(now, created_at,
+turn_count, user_tier, event, current_expires_at)``."""
+
+_BUILT_IN = (FixedTtl, SlidingTtl, ActivityTtl, HybridTtl)
+
+
+def trusted_expiry(policy: TtlPolicy) -> TrustedExpiry:
+    """``policy.expires_at`` for a caller whose arguments are valid already: the tiered
+    store, which passes a validated session's creation time and tier, a count it keeps
+    itself and its clock's time (one call per read and per write).
+
+    For the built-in policies (exact classes) it skips the argument checks and the keyword
+    call: validation belongs at the edge, and these values come from inside. Any other
+    policy keeps its own ``expires_at``, called as the protocol says (by keyword), so a
+    custom policy sees no change. The result is the policy's answer for the same
+    arguments; what invalid arguments do is left undefined (the checked method raises
+    :class:`~tiermem.errors.ValidationError` for them).
+    """
+    if type(policy) in _BUILT_IN:
+        unchecked: TrustedExpiry = policy._unchecked  # type: ignore[attr-defined]
+        return unchecked
+
+    def checked(
+        now: datetime,
+        created_at: datetime,
+        turn_count: int,
+        user_tier: UserTier,
+        event: TtlEvent,
+        current_expires_at: datetime | None,
+    ) -> datetime | None:
+        return policy.expires_at(
+            now=now, created_at=created_at, turn_count=turn_count, user_tier=user_tier,
+            event=event, current_expires_at=current_expires_at,
+        )  # fmt: skip
+
+    return checked

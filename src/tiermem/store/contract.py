@@ -81,6 +81,7 @@ __all__ = [
     "EntityChange",
     "HotAppendResult",
     "HotStore",
+    "InProcessRead",
     "check_size",
 ]
 
@@ -655,10 +656,47 @@ class BuiltAppend(Protocol):
         idempotency_key: str | None = None,
         entities: EntityChange | None = None,
         first_index: int | None = None,
+        now: datetime | None = None,
     ) -> tuple[list[Turn], int | None]:
         """:meth:`CombinedAppend.append_through`, every argument checked as there. Returns
         the stored turns and the hot session's new version (None where ``append_through``
-        returns no hot result)."""
+        returns no hot result). ``now``: a reading of the store's own clock (its ``clock``
+        attribute) that the caller took for this write, used instead of a second reading
+        (None: the store reads its clock)."""
+        ...
+
+
+@runtime_checkable
+class InProcessRead(Protocol):
+    """A hot store living in this process (the memory store) that hands the tiered layer
+    a live session's parts without building a :class:`SessionSnapshot` it would take
+    apart at once (every ``history()`` reads one, issue #8). The tiered layer takes it
+    only where the class that defines it also defines ``load`` (a subclass overriding
+    ``load``, a test's fault injection, is not gone around)."""
+
+    def read_now(
+        self, session_id: str
+    ) -> (
+        tuple[
+            SessionMetadata,
+            tuple[Turn, ...],
+            dict[str, ActiveEntity],
+            dict[str, StateBlob],
+            int,
+            datetime,
+            datetime,
+        ]
+        | None
+    ):
+        """:meth:`HotStore.load` of a live session that has metadata, as ``(metadata,
+        turns, entities, state, next_index, expires_at, now)``, the two mappings fresh
+        copies and ``now`` the reading of the store's clock (its ``clock`` attribute) the
+        session was judged live at; None for anything else (absent, expired, no metadata:
+        ask :meth:`HotStore.load`).
+
+        Raises:
+            ValidationError: a bad session id.
+        """
         ...
 
 

@@ -59,7 +59,7 @@ from tiermem.models import (
     Turn,
 )
 from tiermem.models.base import fields_with
-from tiermem.policies.ttl import TtlEvent, TtlPolicy
+from tiermem.policies.ttl import TtlEvent, TtlPolicy, trusted_expiry
 from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.contract import (
     MAX_TURNS_PER_APPEND,
@@ -71,6 +71,7 @@ from tiermem.store.contract import (
     EntityChange,
     HotAppendResult,
     HotStore,
+    InProcessRead,
 )
 from tiermem.tiers.config import HotFailurePolicy, SessionTierConfig, WritePolicy
 
@@ -265,6 +266,10 @@ class TieredSessionStore:
         self.durable = durable
         self.clock = clock
         self.ttl_policy = ttl_policy
+        # The policy by position, without its argument checks for the built-in policies:
+        # every value passed here comes from a validated session or the clock (a read and a
+        # write per turn).
+        self._expiry = trusted_expiry(ttl_policy)
         self.config = config or SessionTierConfig()
         self.metrics = TierMetrics()
         # Decided once: a runtime Protocol check costs more than a plain turn's Python work.
@@ -284,6 +289,17 @@ class TieredSessionStore:
         self._durable_takes_entities = _takes_entities(durable)
         self._hot_takes_entities = _takes_entities(hot)
         self._optimistic = Capability.OPTIMISTIC_APPEND in durable.capabilities
+        # A hot read without a snapshot object, where the class defining it also defines
+        # load (a subclass's own load is not gone around): every history() of memory+memory.
+        self._read_now: InProcessRead | None = (
+            hot
+            if isinstance(hot, InProcessRead)
+            and _defined_by(type(hot), "read_now") is _defined_by(type(hot), "load")
+            else None
+        )
+        # The hot store judges expiry by this store's clock (the composition gives both
+        # the same one): a reading taken here serves it too, and one it took serves here.
+        self._same_clock = getattr(hot, "clock", None) is clock
         # Session.context's read (hot window + summary records) in one round trip.
         self._combined_read: CombinedRead | None = None
         if self._combined is not None and isinstance(hot, CombinedRead):
@@ -301,13 +317,13 @@ class TieredSessionStore:
     ) -> datetime | None:
         """The hot expiry the TTL policy gives for ``event`` (``now``: the clock, unless
         the caller read it already for this write)."""
-        return self.ttl_policy.expires_at(
-            now=self.clock.now() if now is None else now,
-            created_at=metadata.created_at,
-            turn_count=turn_count,
-            user_tier=metadata.user_tier,
-            event=event,
-            current_expires_at=current,
+        return self._expiry(
+            self.clock.now() if now is None else now,
+            metadata.created_at,
+            turn_count,
+            metadata.user_tier,
+            event,
+            current,
         )
 
     def _write_expiry(
@@ -401,6 +417,28 @@ class TieredSessionStore:
         Returns None when neither tier knows the session. A read refreshes the hot expiry
         when the TTL policy says reads do.
         """
+        local = self._read_now
+        if local is not None:
+            parts = local.read_now(session_id)
+            if parts is not None:  # a hot hit; anything else takes load's path below
+                self.metrics.hot_hits += 1
+                metadata, turns, entities, state, next_index, expires_at, now = parts
+                if refresh_ttl:
+                    new = self._read_expiry(
+                        metadata, next_index, expires_at, now if self._same_clock else None
+                    )
+                    if new is not None:
+                        await self._touch(session_id, new)
+                return _view(
+                    (metadata, turns, next_index),  # derived when first read
+                    turns,
+                    entities,
+                    state,
+                    next_index,
+                    expires_at,
+                    "hot",
+                    {},
+                )
         snap: SessionSnapshot | _Bypassed | None
         try:  # what _hot does, inline: this read is on every history() and view()
             snap = await self.hot.load(session_id)
@@ -433,6 +471,28 @@ class TieredSessionStore:
             if isinstance(fresher, SessionSnapshot) and fresher.metadata is not None:
                 return self._from_snapshot(fresher, "reload")
         return replace(rebuilt, source="reload")
+
+    def view_now(self, session_id: str) -> SessionView | None:
+        """:meth:`view` answered without awaiting, when it can be: a hot hit on a store
+        that reads in this process (:class:`~tiermem.store.contract.InProcessRead`) whose
+        expiry the read leaves where it is. None: ask :meth:`view` (another hot store, a
+        miss, or a read that moves the expiry, at most once per
+        ``read_refresh_granularity``). ``history()`` tries it first: one coroutine less
+        per read."""
+        local = self._read_now
+        if local is None:
+            return None
+        parts = local.read_now(session_id)
+        if parts is None:
+            return None
+        metadata, turns, entities, state, next_index, expires_at, now = parts
+        same = self._same_clock
+        if self._read_expiry(metadata, next_index, expires_at, now if same else None) is not None:
+            return None
+        self.metrics.hot_hits += 1
+        return _view(
+            (metadata, turns, next_index), turns, entities, state, next_index, expires_at, "hot", {}
+        )
 
     async def view_with_records(
         self, session_id: str, kinds: Sequence[str]
@@ -467,18 +527,23 @@ class TieredSessionStore:
             await self._touch(metadata.session_id, new)
 
     def _read_expiry(
-        self, metadata: SessionMetadata, turn_count: int, current: datetime | None
+        self,
+        metadata: SessionMetadata,
+        turn_count: int,
+        current: datetime | None,
+        now: datetime | None = None,
     ) -> datetime | None:
         """The hot expiry a read moves the session to (:meth:`hot_expiry`), or None when it
         needs no write. A read right after another read or write moves the expiry by
-        seconds: that extra write is skipped; it changes nothing a user would notice."""
-        new = self.ttl_policy.expires_at(
-            now=self.clock.now(),
-            created_at=metadata.created_at,
-            turn_count=turn_count,
-            user_tier=metadata.user_tier,
-            event="read",
-            current_expires_at=current,
+        seconds: that extra write is skipped; it changes nothing a user would notice.
+        ``now``: this store's clock, unless the caller read it already for this read."""
+        new = self._expiry(
+            self.clock.now() if now is None else now,
+            metadata.created_at,
+            turn_count,
+            metadata.user_tier,
+            "read",
+            current,
         )
         if new is not None and (
             current is None or abs(new - current) >= self.config.read_refresh_granularity
@@ -612,8 +677,13 @@ class TieredSessionStore:
                     # TTL policy lengthens it with the session's depth).
                     count = (first if first is not None else turn_count_hint) + len(turns)
                     now = self.clock.now()  # one reading for both expiries
-                    hot_expires_at = self._write_expiry(metadata, count, None, now)
-                    durable_expires_at = self.durable_expiry(now)
+                    # _write_expiry's first step, inline: its fallbacks only when the
+                    # policy keeps the (absent) current expiry.
+                    hot_expires_at = self._expiry(
+                        now, metadata.created_at, count, metadata.user_tier, "write", None
+                    ) or self._write_expiry(metadata, count, None, now)
+                    ttl = self.config.durable_ttl  # durable_expiry(now), inline
+                    durable_expires_at = None if ttl is None else now + ttl
                     if self._built is not None:
                         stored, version = await self._built.append_built(
                             self.durable,
@@ -625,6 +695,7 @@ class TieredSessionStore:
                             idempotency_key=key,
                             entities=change,
                             first_index=first,
+                            now=now if self._same_clock else None,
                         )
                     else:
                         stored, result = await combined.append_through(

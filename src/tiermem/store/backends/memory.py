@@ -81,7 +81,19 @@ from tiermem.store.contract import (
 )
 from tiermem.store.keys import validate_id
 
-__all__ = ["MemoryDurableStore", "MemoryHotStore"]
+__all__ = ["HotParts", "MemoryDurableStore", "MemoryHotStore"]
+
+HotParts = tuple[
+    SessionMetadata,
+    tuple[Turn, ...],
+    dict[str, ActiveEntity],
+    dict[str, StateBlob],
+    int,
+    datetime,
+    datetime,
+]
+"""What :meth:`MemoryHotStore.read_now` returns: metadata, turns, entities, state, next
+index and expiry of a live hot session, and the clock reading it was read at."""
 
 _GC_PER_WRITE = 64
 """Most expired sessions one write collects (both stores)."""
@@ -135,6 +147,11 @@ class MemoryHotStore:
         # The same amortised collection for shared blobs that expire.
         self._shared_by_expiry: list[tuple[datetime, str]] = []
         self._shared_queued: set[str] = set()
+
+    @property
+    def clock(self) -> Clock:
+        """The clock this store judges expiry by."""
+        return self._clock
 
     def _queue_expiry(self, session_id: str, expires_at: datetime) -> None:
         if session_id not in self._queued:
@@ -360,13 +377,16 @@ class MemoryHotStore:
         idempotency_key: str | None = None,
         entities: EntityChange | None = None,
         first_index: int | None = None,
+        now: datetime | None = None,
     ) -> tuple[list[Turn], int | None]:
         """:meth:`append_through` for the tiered layer
         (:class:`~tiermem.store.contract.BuiltAppend`): the hot half's new version (None:
         skipped) comes back instead of a :class:`HotAppendResult` (the tiered layer reads
         only that). Every argument is checked as in :meth:`append_through`: the tiered
         layer's public ``append`` passes on a caller's session id, turns and count hint
-        unchecked (the checks cost little: a known id is one set lookup).
+        unchecked (the checks cost little: a known id is one set lookup). ``now``: a
+        reading of :attr:`clock` the caller took for this write (its expiries), used
+        instead of a second one; only an aware time is taken, else the clock is read.
 
         Raises:
             ValidationError: as :meth:`append_through`.
@@ -384,6 +404,7 @@ class MemoryHotStore:
             idempotency_key,
             entities,
             first_index,
+            now if now is not None and now.tzinfo is UTC else None,
         )
 
     def _check_through(self, durable: DurableStore) -> None:
@@ -407,9 +428,11 @@ class MemoryHotStore:
         idempotency_key: str | None,
         entities: EntityChange | None,
         first_index: int | None,
+        now: datetime | None = None,
     ) -> tuple[list[Turn], int | None]:
         """Both halves of :meth:`append_through` after the checks of its first arguments:
-        the stored turns and the hot session's new version (None: the hot half skipped)."""
+        the stored turns and the hot session's new version (None: the hot half skipped).
+        ``now``: the caller's reading of this store's clock (None: read it here)."""
         assert isinstance(durable, MemoryDurableStore)
         # The usual arguments (UTC expiries, no key, no change) pass the checks without
         # calling them: this runs on every turn of memory+memory.
@@ -421,7 +444,8 @@ class MemoryHotStore:
         if entities is not None:
             _check_change(entities)
         with durable._lock, self._lock:
-            now = self._clock.now()  # one reading for both halves when they share a clock
+            if now is None:
+                now = self._clock.now()  # one reading for both halves when they share a clock
             stored, repeat = durable._append_checked(
                 session_id,
                 turns,
@@ -462,6 +486,38 @@ class MemoryHotStore:
                     "next_index": session.next_index,
                     "expires_at": session.expires_at,
                 }
+            )
+
+    def read_now(self, session_id: str) -> HotParts | None:
+        """:meth:`load` for a caller in this process that builds its own view (the tiered
+        store's read, on every ``history()``): the live session's metadata, turns,
+        entities, state, next index and expiry, without the snapshot object, or None when
+        the session is absent, expired, or has no metadata yet (a write-behind append
+        that reached an empty tier: :meth:`load` shows it). The turns are the store's
+        immutable tuple; the two mappings are fresh copies, the caller's to keep. Last
+        comes the reading of :attr:`clock` the session was judged live at (a caller on
+        the same clock needs no second one).
+
+        Raises:
+            ValidationError: a bad session id.
+        """
+        validate_id(session_id, what="session_id")
+        with self._lock:
+            now = self._clock.now()
+            session = self._live(session_id, now)
+            if session is None:
+                return None
+            metadata = session.metadata
+            if metadata is None:
+                return None
+            return (
+                metadata,
+                session.turns,
+                dict(session.entities),
+                dict(session.state),
+                session.next_index,
+                session.expires_at,
+                now,
             )
 
     async def put_metadata(
