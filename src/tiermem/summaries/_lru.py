@@ -96,6 +96,14 @@ class Lru(Generic[K, V]):
                 return entry  # type: ignore[no-any-return]
             return entry  # type: ignore[no-any-return]
         value = compute()  # outside the lock: pure, so a race computes it twice at worst
+        self.put(key, value)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        """Keep ``value`` for ``key`` (a miss :meth:`get` would have computed it): for a
+        caller that found ``key`` not :meth:`held` and computed the value itself, so that
+        a miss costs one lookup, not two."""
+        data = self._data
         weigh = self._weigh
         weights = self._weights
         with self._lock:  # one section per miss (a pass has a few dozen misses)
@@ -112,7 +120,6 @@ class Lru(Generic[K, V]):
             while data and (len(data) > self._size or (limit is not None and self._weight > limit)):
                 dropped, _ = data.popitem(last=False)
                 self._weight -= weights.pop(dropped) if weigh is not None else 1
-        return value
 
     def held(self, key: K) -> V | None:
         """The value kept for ``key`` (a hit, as in :meth:`get`), or None when it is not

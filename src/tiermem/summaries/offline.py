@@ -424,14 +424,30 @@ class ExtractiveSummarizer(LineTokens):
 
     def _read_turns(self, turns: Sequence[Turn], out: list[_Row]) -> None:
         tool_names: dict[str, str] = {}
+        cache = self._text_cache
+        held = cache.held
         for turn in turns:
             if turn.redacted:
                 continue
-            who = "User" if turn.role == "user" else "Assistant"
+            index, role = turn.index, turn.role
+            who = "User" if role == "user" else "Assistant"
             for block in turn.content:
                 if isinstance(block, TextBlock):
-                    fields = self._text_lines(turn.index, turn.role, who, block.text)
-                    if fields:
+                    # A text block's candidate lines are a pure function of the turn's
+                    # index, role and text (and this summarizer's reader, cut and
+                    # counter): kept, so a turn read again as another object (a pass in
+                    # another worker) is not read again. A new turn's block is a miss:
+                    # one lookup, its text's key made once (:meth:`_read_lines`).
+                    text = block.text
+                    text_id = text if len(text) <= INLINE_KEY else text_key(text)
+                    key = (index, role, text_id)
+                    fields = held(key)
+                    if fields is None:
+                        fields = self._read_lines(index, role, who, text, text_id)
+                        cache.put(key, fields)
+                    if len(fields) == _FIELDS:
+                        out.append(fields)  # type: ignore[arg-type]  # one line: its row
+                    elif fields:
                         out += [
                             fields[at : at + _FIELDS]  # type: ignore[misc]
                             for at in range(0, len(fields), _FIELDS)
@@ -439,8 +455,8 @@ class ExtractiveSummarizer(LineTokens):
                 elif isinstance(block, ToolUseBlock):
                     tool_names[block.tool_use_id] = block.name
                     args = json.dumps(block.input, ensure_ascii=False, default=str, sort_keys=True)
-                    line = f"- [{turn.index}] Assistant called {block.name}({self._cut(args)})"
-                    out.append((turn.index, line, _TOOL_CALL, (), (), None, None, None))
+                    line = f"- [{index}] Assistant called {block.name}({self._cut(args)})"
+                    out.append((index, line, _TOOL_CALL, (), (), None, None, None))
                 elif isinstance(block, ToolResultBlock):
                     name = tool_names.get(block.tool_use_id, "a tool")
                     failed = " (failed)" if block.status == "error" else ""
@@ -450,22 +466,22 @@ class ExtractiveSummarizer(LineTokens):
                     )
                     for reading in salient:
                         score = _score(reading, _ROLE_WEIGHT["tool"])
-                        out.append(self._candidate(turn.index, label, reading, score))
+                        out.append(self._candidate(index, label, reading, score))
 
-    def _text_lines(self, index: int, role: str, who: str, text: str) -> _LineFields:
-        """The candidate lines of one text block of turn ``index`` said by ``role``: a pure
-        function of those (and of this summarizer's reader, cut and counter), so kept."""
-        key = (index, role, text if len(text) <= INLINE_KEY else text_key(text))
-        held = self._text_cache.held(key)  # a turn's lines are read by about three passes
-        if held is not None:
-            return held
-        return self._text_cache.get(key, partial(self._read_lines, index, role, who, text))
-
-    def _read_lines(self, index: int, role: str, who: str, text: str) -> _LineFields:
-        key = (role, who, text if len(text) <= INLINE_KEY else text_key(text))
+    def _read_lines(
+        self, index: int, role: str, who: str, text: str, text_id: str | bytes | None = None
+    ) -> _LineFields:
+        """The candidate lines of one text block of turn ``index`` said by ``role``
+        (``text_id``: the text's key, if made), from its index-free lines
+        (:meth:`_said_lines`)."""
+        if text_id is None:
+            text_id = text if len(text) <= INLINE_KEY else text_key(text)
+        key = (role, who, text_id)
         said = self._said.held(key)
         if said is None:
             said = self._said.get(key, partial(self._said_lines, role, who, text))
+        if not said:
+            return ()  # nothing worth a line ("ok, thanks"): no prefix to count
         out: list[int | str | float | tuple[str, ...] | None] = []
         digits = str(index)
         prefix = self._prefix_tokens(digits, who) if self._additive and digits.isdigit() else None
