@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.service import MemoryService
-from tiermem.testing.conversations import generate_conversation
 from turn_cpu import _service as turn_cpu_service
-from workload import MESSAGES, write_results
+from workload import workload_turns, write_results
 
 FIRST_PASS = 20
 """Turns before the first pass is due (``every_turns``)."""
@@ -45,23 +44,6 @@ PASS_STRIDE = 14
 
 def _service(pairing: str, tmp: Path) -> MemoryService:
     return turn_cpu_service(pairing, tmp)  # passes are run by hand here, not in the background
-
-
-def _turns(workload: str, count: int) -> list[tuple[str, Any]]:
-    if workload == "bench":
-        return [
-            ("user" if i % 2 == 0 else "assistant", MESSAGES[i % len(MESSAGES)])
-            for i in range(count)
-        ]
-    if workload == "conversation":
-        out: list[tuple[str, Any]] = []
-        seed = 11
-        while len(out) < count:  # a long session: several generated conversations in a row
-            conv = generate_conversation(seed, turns=300, facts=24, corrections=8)
-            out += [(t.role, list(t.content)) for t in conv.turns]
-            seed += 1
-        return out[:count]
-    raise SystemExit(f"unknown workload {workload!r}")
 
 
 def _timeless(value: Any) -> Any:
@@ -85,7 +67,7 @@ async def measure(
         async with _service(pairing, Path(tmp)) as memory:
             session = await memory.session(user_id="bench-passes")
             jobs = memory.summaries
-            for n, (role, content) in enumerate(_turns(workload, count), start=1):
+            for n, (role, content) in enumerate(workload_turns(workload, count), start=1):
                 await session.add_turn(role, content)
                 if not passes_on or n < FIRST_PASS or (n - FIRST_PASS) % PASS_STRIDE:
                     continue

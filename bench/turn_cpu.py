@@ -6,6 +6,14 @@ wall time on a shared machine. Writes ``bench/results/turn_cpu.json``::
 
     python bench/turn_cpu.py [--turns 2000] [--pairing memory+memory] [--pairing embedded]
 
+``--workload conversation`` replays generated conversations (facts, corrections, tool
+calls with large outputs; hardly a text repeats) instead of the six ``bench`` messages in
+turn, whose texts recur every six turns and so hit every cache keyed by text: the bench
+workload is the cheap case, the conversation workload closer to a real session. The
+conversation's turns are generated before the clock starts, always at least
+:data:`POOL` of them, so two runs of different lengths generate the same number (their
+difference under callgrind is the turns' work alone).
+
 Pairings: ``memory+memory`` (both tiers in-process) and ``embedded`` (in-process hot tier +
 SQLite file: the default). A quick probe for profiling the Python path; the full picture
 (every pairing, redis-server CPU, round trips, 1/50/500 sessions) is ``bench/turns.py``.
@@ -30,7 +38,11 @@ from typing import Any
 
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
-from workload import MESSAGES, RESULTS, write_results
+from workload import MESSAGES, RESULTS, WORKLOADS, workload_turns, write_results
+
+POOL = 3_000
+"""Conversation turns generated whatever ``--turns`` is (see the module docstring)."""
+WARM_UP = 50
 
 
 def _service(pairing: str, tmp: Path, *, summaries: bool = False) -> MemoryService:
@@ -45,20 +57,31 @@ def _service(pairing: str, tmp: Path, *, summaries: bool = False) -> MemoryServi
     return MemoryService.from_settings(settings, auto_summarize=summaries)
 
 
-async def measure(pairing: str, turns: int, *, summaries: bool = False) -> dict[str, Any]:
+def _workload(workload: str, turns: int) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """The warm-up turns and the measured turns."""
+    if workload == "bench":
+        warm = [("user", MESSAGES[i % len(MESSAGES)]) for i in range(WARM_UP)]
+        return warm, workload_turns("bench", turns)
+    pool = workload_turns(workload, WARM_UP + max(turns, POOL))
+    return pool[:WARM_UP], pool[WARM_UP : WARM_UP + turns]
+
+
+async def measure(
+    pairing: str, turns: int, *, summaries: bool = False, workload: str = "bench"
+) -> dict[str, Any]:
+    warm, measured = _workload(workload, turns)
     with tempfile.TemporaryDirectory() as tmp:
         async with _service(pairing, Path(tmp), summaries=summaries) as memory:
             session = await memory.session(user_id="bench-user")
-            for i in range(50):  # warm caches, compile regexes, open the file
-                await session.add_turn("user", MESSAGES[i % len(MESSAGES)])
+            for role, content in warm:  # warm caches, compile regexes, open the file
+                await session.add_turn(role, content)
             await memory.drain()
             gc.collect()
             tracked0 = len(gc.get_objects())
             collections0 = [g["collections"] for g in gc.get_stats()]
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            for i in range(turns):
-                role = "user" if i % 2 == 0 else "assistant"
-                await session.add_turn(role, MESSAGES[i % len(MESSAGES)])
+            for role, content in measured:
+                await session.add_turn(role, content)
                 await session.history()
                 await asyncio.sleep(0)  # a request boundary: the background runs (turns.py)
             await memory.drain()
@@ -71,6 +94,7 @@ async def measure(pairing: str, turns: int, *, summaries: bool = False) -> dict[
     return {
         "pairing": pairing,
         "summaries": summaries,
+        "workload": workload,
         "turns": turns,
         "cpu_us_per_turn": round(cpu / turns * 1e6, 1),
         "turns_per_s": round(turns / wall, 1),
@@ -173,6 +197,7 @@ async def main() -> None:
     parser.add_argument(
         "--split", action="store_true", help="the pieces of a plain turn apart (measure_split)"
     )
+    parser.add_argument("--workload", choices=WORKLOADS, default="bench")
     parser.add_argument("--out", type=Path, default=RESULTS / "turn_cpu.json")
     args = parser.parse_args()
     pairings = args.pairing or ["memory+memory", "embedded"]
@@ -187,10 +212,14 @@ async def main() -> None:
     if args.pass_every:
         results = [await measure_passes(p, args.turns, args.pass_every) for p in pairings]
     else:
-        results = [await measure(p, args.turns, summaries=args.summaries) for p in pairings]
+        results = [
+            await measure(p, args.turns, summaries=args.summaries, workload=args.workload)
+            for p in pairings
+        ]
     for r in results:
         print(
-            f"{r['pairing']:>14} summaries={_label(r['summaries'])}: "
+            f"{r['pairing']:>14} summaries={_label(r['summaries'])} "
+            f"workload={r.get('workload', 'bench')}: "
             f"{r['cpu_us_per_turn']:8.1f} µs CPU/turn, {r['turns_per_s']} turns/s"
             + (
                 f", gc collections {r['gc_collections']}, "

@@ -10,6 +10,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from tiermem.testing.conversations import generate_conversation
+
 RESULTS = Path(__file__).parent / "results"
 
 MESSAGES = [
@@ -21,6 +23,32 @@ MESSAGES = [
     "ok thanks",
 ]
 """A manga-store conversation: greeting, a preference (EN and JA), entities, filler."""
+
+WORKLOADS = ("bench", "conversation")
+"""``bench``: :data:`MESSAGES` in turn, so every text recurs every six turns and any cache
+keyed by text hits (the cheapest case). ``conversation``: generated conversations
+(``tiermem.testing.conversations``: planted facts, corrections, tool calls with large
+outputs), one after another, with hardly a repeated text (closer to a real session)."""
+
+
+def workload_turns(workload: str, count: int) -> list[tuple[str, Any]]:
+    """``count`` (role, content) pairs of ``workload`` (one of :data:`WORKLOADS`); the
+    same pairs on every call. A ``conversation`` content may be a list of content blocks
+    (text, tool calls, tool results)."""
+    if workload == "bench":
+        return [
+            ("user" if i % 2 == 0 else "assistant", MESSAGES[i % len(MESSAGES)])
+            for i in range(count)
+        ]
+    if workload == "conversation":
+        out: list[tuple[str, Any]] = []
+        seed = 11
+        while len(out) < count:  # a long session: several generated conversations in a row
+            conv = generate_conversation(seed, turns=300, facts=24, corrections=8)
+            out += [(t.role, list(t.content)) for t in conv.turns]
+            seed += 1
+        return out[:count]
+    raise SystemExit(f"unknown workload {workload!r} (one of {', '.join(WORKLOADS)})")
 
 
 def write_results(path: Path, results: list[dict[str, Any]], **extra: Any) -> None:
