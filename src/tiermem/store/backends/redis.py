@@ -18,7 +18,12 @@ its hash tag; keys are built only by :class:`RedisKeys`)::
     │   │                    e epoch (a token set when the session starts afresh or is
     │   │                    restored: readers' cached copies key on epoch and version) ·
     │   │                    w write ids of the last 8 hot appends (" id:version:start ...") ·
-    │   │                    d the native deadline (µs) the four hot keys were last given
+    │   │                    d the native deadline (µs) the four hot keys were last given ·
+    │   │                    ev, sv the versions at which ent and state last changed, and
+    │   │                    c the version of the last write that kept them: they say
+    │   │                    something only while c = v (scripts that predate them move v
+    │   │                    alone); ``load`` sends ent or state only when the reader's
+    │   │                    cached marker differs
     │   ├── turns     list   the last `window` turns (Turn json)
     │   ├── ent       hash   kind → ActiveEntity json
     │   ├── state     hash   name → "version|updated_us|data json"
@@ -72,7 +77,8 @@ which sends both together, two otherwise). Counted by
   in one script: **a plain turn of a Redis + Redis deployment is one round trip**, and so
   is one that changes an entity; ``load`` (also with ``include_expired``; it answers only
   what changed since this store's last read or write of the session, see
-  ``redis_snapshots``), ``get_state``, ``delete``, ``release_expired``; durable
+  ``redis_snapshots``: the entities and the state only when a write changed them since),
+  ``get_state``, ``delete``, ``release_expired``; durable
   ``append_turns`` (one EVALSHA: turns, index allocation, idempotency key, write id,
   entity change, lifetime and TTLs; a repeated key or write id is answered by the same
   script), ``next_index``, ``get_turn``, ``get_turns``, ``tail_turns``, ``get_session``,

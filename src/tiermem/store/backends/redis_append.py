@@ -137,8 +137,10 @@ local function hot_live(now)
   return x ~= false and tonumber(x) > now
 end
 local function hot_version(live)
-  if not live then return 0 end
-  return tonumber(redis.call('HGET', HK[1], 'v') or '0')
+  -- The version, and whether the part markers are current (see hot_commit).
+  if not live then return 0, false end
+  local m = redis.call('HMGET', HK[1], 'v', 'c')
+  return tonumber(m[1] or '0'), m[2] ~= false and m[2] == m[1]
 end
 local function hot_deadline(live)
   -- The native deadline of a live session's keys (meta 'd'), false when unknown.
@@ -158,35 +160,49 @@ local function hot_begin(live, epoch)
 end
 local function hot_read(now)
   -- One read for an append: live?, version, next index, epoch, recent write ids, native
-  -- deadline of the session's keys.
-  local m = redis.call('HMGET', HK[1], 'x', 'v', 'n', 'e', 'w', 'd')
-  if m[1] == false or tonumber(m[1]) <= now then return false, 0, 0, '', false, false end
-  return true, tonumber(m[2] or '0'), tonumber(m[3] or '0'), m[4] or '', m[5], m[6]
+  -- deadline of the session's keys, whether the part markers are current.
+  local m = redis.call('HMGET', HK[1], 'x', 'v', 'n', 'e', 'w', 'd', 'c')
+  if m[1] == false or tonumber(m[1]) <= now then
+    return false, 0, 0, '', false, false, false
+  end
+  return true, tonumber(m[2] or '0'), tonumber(m[3] or '0'), m[4] or '', m[5], m[6],
+         m[7] ~= false and m[7] == m[2]
 end
-local function hot_commit(version, expires, ttl, next_index, now, deadline, fresh, fresh2)
+local function hot_commit(version, entities, state, expires, ttl, next_index, now, deadline,
+                          fresh, fresh2)
   -- Version, expiry and next index; the native TTL of the four keys is re-set only when
   -- native_ttl says so (meta 'd' keeps the deadline they were given), else only the keys
   -- this write may have created (HK indexes `fresh`, `fresh2`, or nil) get the deadline
   -- the others have.
+  -- Part markers, for readers that cache the session: 'ev' and 'sv' are the versions at
+  -- which the entities and the state hash last changed (`entities`, `state`: this write
+  -- changed them, or the markers were not current), 'c' the version of the last write
+  -- that kept them. A write by a script that predates them moves 'v' alone, so while
+  -- 'c' differs from 'v' the markers say nothing, and the next write sets both afresh.
   local set, until_us = native_ttl(deadline, now, tonumber(ttl))
   local v = string.format('%d', version)
+  local f = {'v', v, 'x', expires, 'c', v}
+  if next_index then
+    f[#f + 1] = 'n'
+    f[#f + 1] = string.format('%d', next_index)
+  end
+  if entities then
+    f[#f + 1] = 'ev'
+    f[#f + 1] = v
+  end
+  if state then
+    f[#f + 1] = 'sv'
+    f[#f + 1] = v
+  end
   if set then
-    local d = string.format('%d', until_us)
-    if next_index then
-      redis.call('HSET', HK[1], 'v', v, 'x', expires, 'n', string.format('%d', next_index),
-                 'd', d)
-    else
-      redis.call('HSET', HK[1], 'v', v, 'x', expires, 'd', d)
-    end
+    f[#f + 1] = 'd'
+    f[#f + 1] = string.format('%d', until_us)
+    redis.call('HSET', HK[1], unpack(f))
     local ms = string.format('%d', set)
     for i = 1, 4 do redis.call('PEXPIRE', HK[i], ms) end
     return
   end
-  if next_index then
-    redis.call('HSET', HK[1], 'v', v, 'x', expires, 'n', string.format('%d', next_index))
-  else
-    redis.call('HSET', HK[1], 'v', v, 'x', expires)
-  end
+  redis.call('HSET', HK[1], unpack(f))
   if fresh or fresh2 then
     local left = ms_left(deadline, now)
     if fresh then redis.call('PEXPIRE', HK[fresh], left) end
@@ -426,7 +442,7 @@ HOT_APPEND = LuaScript(
 -- last few write ids are kept in meta 'w' (' id:version:start ...'), so a resend of a
 -- call that was applied is answered as the first time and appends nothing.
 local now = tonumber(ARGV[1])
-local live, version, start, epoch, recent, deadline = hot_read(now)
+local live, version, start, epoch, recent, deadline, marked = hot_read(now)
 if recent then
   -- A resend of this very call (its write id is ARGV[8], hex): answer as the first time.
   local v, s = string.match(recent, ' ' .. ARGV[8] .. ':(%d+):(%d+)')
@@ -452,8 +468,8 @@ local created = hot_push(turns, tonumber(ARGV[4]))
 if ARGV[7] ~= '' then redis.call('HSET', HK[1], 'm', ARGV[7]) end
 redis.call('HSET', HK[1], 'w', with_write(live and recent, ARGV[8], version + 1, start))
 local ent_created = hot_entities(11, removed, upserts)
-hot_commit(version + 1, ARGV[2], ARGV[3], start + #turns, now, live and deadline,
-           fresh_keys(created, ent_created))
+hot_commit(version + 1, not marked or removed + upserts > 0, not marked, ARGV[2], ARGV[3],
+           start + #turns, now, live and deadline, fresh_keys(created, ent_created))
 return {'ok', version + 1, start, live and 0 or 1, epoch}
 """,
 )
@@ -517,7 +533,7 @@ if tag == 'repeat' then
   end
   return out
 end
-local live, version, held, epoch, _, deadline = hot_read(now)
+local live, version, held, epoch, _, deadline, marked = hot_read(now)
 if live and held ~= start then return {'ok', start, #turns, 'skip', version, 0, ''} end
 if not live then
   hot_begin(false, ARGV[10])
@@ -525,8 +541,8 @@ if not live then
 end
 local created = hot_push(turns, tonumber(ARGV[9]))
 local ent_created = hot_entities(13, removed, upserts)
-hot_commit(version + 1, ARGV[7], ARGV[8], start + #turns, now, live and deadline,
-           fresh_keys(created, ent_created))
+hot_commit(version + 1, not marked or removed + upserts > 0, not marked, ARGV[7], ARGV[8],
+           start + #turns, now, live and deadline, fresh_keys(created, ent_created))
 return {'ok', start, #turns, 'ok', version + 1, live and 0 or 1, epoch}
 """,
 )

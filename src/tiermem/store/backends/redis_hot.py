@@ -11,7 +11,11 @@ The store also implements :class:`~tiermem.store.contract.CombinedAppend`: with 
 prefix (a session's hot and durable keys share its hash tag), :meth:`RedisHotStore.
 append_through` archives a turn and appends it to the hot session in one script. Reads
 decode only what changed since the store last saw the session
-(:mod:`~tiermem.store.backends.redis_snapshots`).
+(:mod:`~tiermem.store.backends.redis_snapshots`), and are sent the entities and the state
+only when a write changed them since: every write script keeps part markers in the meta
+hash (``hot_commit``), the load script compares them with the reader's. A write other
+than an append (metadata, entities, state) leaves the store's copy where it was, so the
+next read fetches only the part it changed.
 
 The shared keyspace (blobs of no session, such as circuit breakers) is one string key per
 name, ``<prefix>:shared:<escaped name>``, holding ``version|expires_us|updated_us|data
@@ -74,7 +78,7 @@ from tiermem.store.backends.redis_scripts import (
     split_frame,
     to_us,
 )
-from tiermem.store.backends.redis_snapshots import SnapshotCache, decode_state
+from tiermem.store.backends.redis_snapshots import CachedSession, SnapshotCache, decode_state
 from tiermem.store.codec import (
     check_append,
     check_aware,
@@ -114,14 +118,17 @@ HOT_LOAD = LuaScript(
     """
 -- KEYS: meta, turns, entities, state. ARGV: 1 now, 2 grace_us to include an expired session
 -- until it is collected (now < expires + grace), or '', 3 epoch the caller has cached|'',
--- 4 its version, 5 its next index. Read-only.
+-- 4 its version, 5 its next index, 6 its entities marker|'', 7 its state marker|''.
+-- Read-only.
 -- Answers false (absent), or version, next index, expires, epoch -- and nothing more when
 -- the caller's copy is current -- then metadata, the index of the first turn held, the
 -- index of the first turn sent (the caller holds those before it when its epoch is the
--- session's), the turns from there, entities and state (flat field/value lists).
+-- session's), the turns from there, entities and state (flat field/value lists; false
+-- when the caller's marker for the part is the session's: it holds them), and the
+-- entities and state markers ('' when the session's say nothing: see hot_commit).
 local visible_after = tonumber(ARGV[1])
 if ARGV[2] ~= '' then visible_after = visible_after - tonumber(ARGV[2]) end
-local m = redis.call('HMGET', KEYS[1], 'v', 'n', 'x', 'm', 'e')
+local m = redis.call('HMGET', KEYS[1], 'v', 'n', 'x', 'm', 'e', 'c', 'ev', 'sv')
 if not m[3] or tonumber(m[3]) <= visible_after then return false end
 local version, next_index, epoch = m[1] or '0', m[2] or '0', m[5] or ''
 local same_epoch = ARGV[3] ~= '' and ARGV[3] == epoch
@@ -133,9 +140,18 @@ if same_epoch then
   local have = tonumber(ARGV[5])
   if have >= first and have <= n then from = have end
 end
+local entities_mark, state_mark = '', ''
+if m[1] and m[6] == m[1] then entities_mark, state_mark = m[7] or '', m[8] or '' end
+local entities, state = false, false
+if not (same_epoch and entities_mark ~= '' and ARGV[6] == entities_mark) then
+  entities = redis.call('HGETALL', KEYS[3])
+end
+if not (same_epoch and state_mark ~= '' and ARGV[7] == state_mark) then
+  state = redis.call('HGETALL', KEYS[4])
+end
 return {version, next_index, m[3], epoch, m[4] or '', first, from,
-        redis.call('LRANGE', KEYS[2], from - first, -1),
-        redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4])}
+        redis.call('LRANGE', KEYS[2], from - first, -1), entities, state, entities_mark,
+        state_mark}
 """,
 )
 
@@ -146,12 +162,13 @@ HOT_PUT_METADATA = LuaScript(
 -- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 expected_version|'', 5 metadata json, 6 epoch.
 -- Answers 'ok', version, 1 if it started the session afresh else 0.
 local live = hot_live(tonumber(ARGV[1]))
-local version = hot_version(live)
+local version, marked = hot_version(live)
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= version then return {'conflict', version} end
 local deadline = hot_deadline(live)
 hot_begin(live, ARGV[6])
 redis.call('HSET', KEYS[1], 'm', ARGV[5])
-hot_commit(version + 1, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), deadline)
+hot_commit(version + 1, not marked, not marked, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]),
+           deadline)
 return {'ok', version + 1, live and 0 or 1}
 """,
 )
@@ -164,9 +181,10 @@ HOT_UPDATE_ENTITIES = LuaScript(
 -- kind/json pairs. Entities never start a session: an absent or expired one is left as
 -- it is.
 if not hot_live(tonumber(ARGV[1])) then return {'absent'} end
-local version = hot_version(true)
+local version, marked = hot_version(true)
 hot_entities(6, tonumber(ARGV[4]), tonumber(ARGV[5]))
-hot_commit(version + 1, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), hot_deadline(true), 3)
+hot_commit(version + 1, true, not marked, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]),
+           hot_deadline(true), 3)
 return {'ok', version + 1}
 """,
 )
@@ -179,7 +197,7 @@ HOT_PUT_STATE = LuaScript(
 -- 8 epoch. A state value is framed 'version|updated_us|json'. Answers 'ok', the blob's
 -- version, 1 if it started the session afresh else 0.
 local live = hot_live(tonumber(ARGV[1]))
-local version = hot_version(live)
+local version, marked = hot_version(live)
 local raw = live and redis.call('HGET', KEYS[4], ARGV[4])
 local actual = 0
 if raw then actual = tonumber(string.match(raw, '^(%d+)|')) end
@@ -188,7 +206,8 @@ local deadline = hot_deadline(live)
 hot_begin(live, ARGV[8])
 redis.call('HSET', KEYS[4], ARGV[4],
            string.format('%d', actual + 1) .. '|' .. ARGV[6] .. '|' .. ARGV[7])
-hot_commit(version + 1, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), deadline, 4)
+hot_commit(version + 1, not marked, true, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), deadline,
+           4)
 return {'ok', actual + 1, live and 0 or 1}
 """,
 )
@@ -214,7 +233,7 @@ for i = 10, first_entity - 1 do redis.call('RPUSH', KEYS[2], ARGV[i]) end
 for i = first_entity, first_state - 1, 2 do redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]) end
 for i = first_state, #ARGV, 2 do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', KEYS[1], 'n', ARGV[5], 'm', ARGV[6], 'e', ARGV[9])
-hot_commit(version + 1, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), false)
+hot_commit(version + 1, true, true, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), false)
 return {'ok', version + 1}
 """,
 )
@@ -231,9 +250,10 @@ local raw = redis.call('HGET', KEYS[4], ARGV[4])
 if raw and tonumber(string.match(raw, '^(%d+)|')) >= tonumber(ARGV[5]) then
   return {'held'}
 end
-local version = hot_version(true)
+local version, marked = hot_version(true)
 redis.call('HSET', KEYS[4], ARGV[4], ARGV[6])
-hot_commit(version + 1, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]), hot_deadline(true), 4)
+hot_commit(version + 1, not marked, true, ARGV[2], ARGV[3], nil, tonumber(ARGV[1]),
+           hot_deadline(true), 4)
 return {'ok', version + 1}
 """,
 )
@@ -415,6 +435,84 @@ return 0
 )
 
 
+class _MarkedSnapshots(SnapshotCache):
+    """The snapshot cache, plus the part markers of each cached copy (meta 'ev' and 'sv',
+    see ``hot_commit``), so that the load script leaves out the entities and the state
+    when the copy holds them as they are.
+
+    The markers of a session are kept with the (epoch, version) of the copy they describe
+    and used only while the cache holds a copy at that very epoch and version: its content
+    is the session's at that point, whichever way the cache came by it (so markers left
+    behind by a dropped copy are harmless). Bounded as the cache (``capacity`` sessions).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self._part_marks: dict[str, tuple[bytes, int, bytes, bytes]] = {}
+        """Session → (epoch, version, entities marker, state marker)."""
+
+    def _remember(self, session_id: str, marks: tuple[bytes, int, bytes, bytes]) -> None:
+        held = self._sessions.get(session_id)
+        if held is None or held.epoch != marks[0] or held.snapshot.version != marks[1]:
+            return
+        if session_id not in self._part_marks and len(self._part_marks) >= self.capacity:
+            self._part_marks.clear()  # forgetting markers only costs a resend of the parts
+        self._part_marks[session_id] = marks
+
+    def read_args(self, session_id: str, cached: CachedSession | None) -> list[Arg]:
+        """What the load script is told about the cached copy, markers included."""
+        args = self.load_args(cached)
+        marks = self._part_marks.get(session_id)
+        if (
+            cached is not None
+            and marks is not None
+            and marks[0] == cached.epoch
+            and marks[1] == cached.snapshot.version
+        ):
+            args += marks[2:]
+        else:
+            args += ("", "")
+        return args
+
+    def loaded(
+        self, session_id: str, cached: CachedSession | None, reply: Sequence[Any] | None
+    ) -> SessionSnapshot | None:
+        if reply is None or len(reply) == 4:
+            return super().loaded(session_id, cached, reply)
+        entities_flat, state_flat, entities_mark, state_mark = reply[8:12]
+        if entities_flat is None or state_flat is None:
+            # Left out: the copy the script was told about (same epoch) holds them as
+            # they are; the cache reuses what it decoded.
+            assert cached is not None
+            if entities_flat is None:
+                entities_flat = [part for item in cached.entities_raw.items() for part in item]
+            if state_flat is None:
+                state_flat = [part for item in cached.state_raw.items() for part in item]
+        snapshot = super().loaded(session_id, cached, [*reply[:8], entities_flat, state_flat])
+        if self.capacity:
+            self._remember(session_id, (reply[3], int(reply[0]), entities_mark, state_mark))
+        return snapshot
+
+    def appended(self, session_id: str, **append: Any) -> None:
+        """As :meth:`SnapshotCache.appended` (same keywords, passed on as they are); the
+        markers follow what the append script sets: both its version after a fresh
+        start, the entities' when it changed them."""
+        marks = self._part_marks.get(session_id)
+        super().appended(session_id, **append)
+        if append["fresh"]:
+            if self.capacity:
+                now = b"%d" % append["version"]
+                self._remember(session_id, (append["epoch"], append["version"], now, now))
+        elif marks is not None and marks[0] == append["epoch"]:
+            version, change = append["version"], append["change"]
+            if marks[1] == version - 1:
+                if change is not None and (change.upsert or change.remove):
+                    marks = (marks[0], version, b"%d" % version, marks[3])
+                else:
+                    marks = (marks[0], version, marks[2], marks[3])
+                self._remember(session_id, marks)
+
+
 class RedisHotStore(RedisStoreBase):
     """Hot tier in Redis or Redis Cluster. See :class:`tiermem.store.contract.HotStore`.
 
@@ -452,7 +550,7 @@ class RedisHotStore(RedisStoreBase):
             gc_grace=gc_grace,
         )
         self._grace_us = gc_grace // timedelta(microseconds=1)
-        self._snapshots = SnapshotCache(snapshot_cache)
+        self._snapshots = _MarkedSnapshots(snapshot_cache)
         self._marks: dict[str, int] = {}
         """Session → the expiry this process last wrote to its activity entry."""
         self._through: DurableStore | None = None
@@ -780,7 +878,7 @@ class RedisHotStore(RedisStoreBase):
             [
                 self._now_us(),
                 self._grace_us if include_expired else "",
-                *self._snapshots.load_args(cached),
+                *self._snapshots.read_args(session_id, cached),
             ],
         )
         return self._snapshots.loaded(session_id, cached, reply)
@@ -805,7 +903,7 @@ class RedisHotStore(RedisStoreBase):
         cached = self._snapshots.get(session_id)
         load = HOT_LOAD.command(
             self._keys.hot_session(session_id),
-            [self._now_us(), "", *self._snapshots.load_args(cached)],
+            [self._now_us(), "", *self._snapshots.read_args(session_id, cached)],
         )
         reads = [durable.record_command(session_id, kind) for kind in kinds]
         replies = await self._io.batch([load, *reads])
@@ -823,7 +921,6 @@ class RedisHotStore(RedisStoreBase):
     ) -> int:
         validate_id(session_id, what="session_id")
         now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
-        self._snapshots.drop(session_id)
         reply = await self._write_session(
             session_id,
             HOT_PUT_METADATA,
@@ -857,7 +954,6 @@ class RedisHotStore(RedisStoreBase):
         change = EntityChange.trusted({"upsert": dict(upsert), "remove": tuple(remove)})
         args = entity_args(change)
         now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
-        self._snapshots.drop(session_id)
         reply = await self._write_session(
             session_id,
             HOT_UPDATE_ENTITIES,
@@ -925,7 +1021,6 @@ class RedisHotStore(RedisStoreBase):
         validate_id(session_id, what="session_id")
         framed = _frame_state(blob.name, blob)
         now_us, expires_us = self._now_us(), to_us(expires_at, what="expires_at")
-        self._snapshots.drop(session_id)
         reply = await self._write_session(
             session_id,
             HOT_COPY_STATE,
@@ -970,7 +1065,6 @@ class RedisHotStore(RedisStoreBase):
         payload = encode_data(data, what=f"state {name!r}")
         now = self._clock.now()
         now_us, expires_us = to_us(now), to_us(expires_at, what="expires_at")
-        self._snapshots.drop(session_id)
         reply = await self._write_session(
             session_id,
             HOT_PUT_STATE,
