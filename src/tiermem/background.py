@@ -38,7 +38,6 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Generic, TypeVar
 
 __all__ = ["BackgroundWork", "Batch"]
@@ -107,9 +106,6 @@ class _Lane:
     def qsize(self) -> int:
         return len(self._entries)
 
-    def empty(self) -> bool:
-        return not self._entries
-
     def _room(self) -> int:
         return self._bound - len(self._entries) - self._admitted
 
@@ -132,9 +128,16 @@ class _Lane:
     def try_put(self, entry: _Entry) -> bool:
         """Append the entry if there is room and no writer waits for room; else False
         (then :meth:`put` waits its turn)."""
-        if self._line or self._room() <= 0:
+        entries = self._entries
+        # ``_room`` and ``put_nowait``, inline: this runs once per turn.
+        if self._line or self._bound - len(entries) - self._admitted <= 0:
             return False
-        self.put_nowait(entry)
+        entries.append(entry)
+        getter = self._getter
+        if getter is not None:
+            self._getter = None
+            if not getter.done():
+                getter.set_result(None)
         return True
 
     def put_nowait(self, entry: _Entry | None) -> None:
@@ -146,17 +149,16 @@ class _Lane:
             if not getter.done():
                 getter.set_result(None)
 
-    async def get(self) -> _Entry | None:
-        """The next entry, waiting for one if the lane is empty."""
-        while not self._entries:
-            getter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._getter = getter
-            try:
-                await getter
-            finally:
-                if self._getter is getter:
-                    self._getter = None
-        return self._entries.popleft()
+    def waiter(self) -> asyncio.Future[None] | None:
+        """None if an entry is queued; else a future the next :meth:`put_nowait` completes
+        (await it, then ask again). A future, not a coroutine to wait in: the worker waits
+        for each batch's first entry, and a coroutine per wait costs more than the wait."""
+        if self._entries:
+            return None
+        getter = self._getter
+        if getter is None or getter.done():  # done: the worker was cancelled waiting
+            getter = self._getter = asyncio.get_running_loop().create_future()
+        return getter
 
     def get_nowait(self) -> _Entry | None:
         return self._entries.popleft()
@@ -185,10 +187,14 @@ class BackgroundWork:
         self._by_user: dict[str, set[asyncio.Future[None]]] = {}
         self._by_session: dict[str, set[asyncio.Future[None]]] = {}
         self._failures = 0
-        self._lingering: set[asyncio.Future[None]] = set()
+        # The lingering batches' wake-ups and their timers (see ``_linger``).
+        self._lingering: dict[asyncio.Future[None], asyncio.TimerHandle] = {}
         self._waiting = 0  # callers in wait_for/drain: no batch lingers meanwhile
         self._beside: set[asyncio.Task[None]] = set()  # jobs run by submit_beside
         self._lane_of: dict[str, _Lane] = {}  # a session's lane (a hash of its id), kept
+        # The running loop's ``create_future``, taken when the workers start (they and every
+        # future of theirs live on that loop): no loop lookup per queued item.
+        self._create_future: Callable[[], asyncio.Future[None]] = _new_future
 
     @property
     def pending(self) -> int:
@@ -208,6 +214,7 @@ class BackgroundWork:
     def _start(self) -> None:
         if self._tasks:
             return
+        self._create_future = asyncio.get_running_loop().create_future
         for n in range(self._workers):
             lane = _Lane(self._per_queue)
             self._lanes.append(lane)
@@ -224,7 +231,9 @@ class BackgroundWork:
         """Queue ``item`` for ``batch.run`` (waits while the queue is full); it runs with
         the items of the same batch queued next to it. Returns a future of its result:
         the batch's, shared by every item of the run (a failure fails them all)."""
-        entry = _Entry(user_id, session_id, None, _new_future(), batch, item)
+        if not self._tasks:
+            self._start()
+        entry = _Entry(user_id, session_id, None, self._create_future(), batch, item)
         if self._offer(entry):
             return entry.done
         return await self._put(entry)
@@ -236,14 +245,22 @@ class BackgroundWork:
         background item is queued without a coroutine); None, and nothing queued, when
         the caller would have to wait: then await :meth:`submit_batched`, which waits
         its turn for room."""
-        entry = _Entry(user_id, session_id, None, _new_future(), batch, item)
-        return entry.done if self._offer(entry) else None
+        # ``_offer``, inline (once per turn): the session's lane is most often known.
+        lane = self._lane_of.get(session_id)
+        if lane is None:
+            if not self._tasks:
+                self._start()
+            lane = self._lane(session_id)
+        entry = _Entry(user_id, session_id, None, self._create_future(), batch, item)
+        if not lane.try_put(entry):
+            return None
+        self._track(entry)
+        return entry.done
 
     def _offer(self, entry: _Entry) -> bool:
         """Queue ``entry`` if its lane has room and no writer waits for room (tracked for
-        the scoped waits); False, and nothing queued or tracked, otherwise."""
-        if not self._tasks:
-            self._start()
+        the scoped waits); False, and nothing queued or tracked, otherwise. The workers
+        run (:meth:`_start`)."""
         lane = self._lane(entry.session_id)
         if not lane.try_put(entry):
             return False
@@ -325,8 +342,12 @@ class BackgroundWork:
             if carried:
                 entry = carried.pop()
             else:
-                entry = await lane.get()
-                if lane.admit():
+                waiter = lane.waiter()
+                while waiter is not None:
+                    await waiter
+                    waiter = lane.waiter()
+                entry = lane.get_nowait()
+                if lane._line and lane.admit():
                     # A writer waited for the slot just freed: let it run now, not after
                     # the whole queue (jobs that never suspend would drain it in one go,
                     # and every waiting writer's turn with it).
@@ -341,19 +362,26 @@ class BackgroundWork:
             entries = [entry]
             lingered = batch.linger <= 0
             while len(entries) < batch.max_items:
-                if lane.empty():
+                if not lane._entries:
                     if lingered:
                         break
                     lingered = True
                     await self._linger(batch.linger)
                     continue
                 following = lane.get_nowait()
-                lane.admit()
+                if lane._line:
+                    lane.admit()
                 if following is None or following.batch is not batch:
                     carried.append(following)
                     break
                 entries.append(following)
-            await self._settle_run(entries, partial(batch.run, [e.item for e in entries]))
+            # ``_settle_run``, inline: one coroutine less per batch.
+            try:
+                await batch.run([e.item for e in entries])
+            except Exception as exc:  # noqa: BLE001 -- recorded and re-raised to waiters
+                self._failed(entries, exc)
+            else:
+                self._succeeded(entries)
             if len(entries) > 1:
                 # Taking many items may have freed room for many waiting writers: let them
                 # run before the next batch, or a worker whose jobs never suspend would
@@ -366,17 +394,21 @@ class BackgroundWork:
             return
         loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
-        timer = loop.call_later(seconds, _wake, woken)
-        self._lingering.add(woken)
+        timer = self._lingering[woken] = loop.call_at(loop.time() + seconds, _wake, woken)
         try:
             await woken
-        finally:
+        except BaseException:  # cancelled: the timer must not outlive the wait
             timer.cancel()
-            self._lingering.discard(woken)
+            raise
+        finally:
+            # Woken by its timer (most lingers): nothing to cancel; by ``_hurry``, which
+            # cancelled the timer.
+            del self._lingering[woken]
 
     def _hurry(self) -> None:
-        """End every batch's linger now: somebody waits for the jobs."""
-        for woken in self._lingering:
+        """End every batch's linger now (and cancel its timer): somebody waits for the jobs."""
+        for woken, timer in self._lingering.items():
+            timer.cancel()
             _wake(woken)
 
     async def _settle_run(self, entries: list[_Entry], run: Job) -> None:
@@ -384,22 +416,42 @@ class BackgroundWork:
         try:
             await run()
         except Exception as exc:  # noqa: BLE001 -- recorded and re-raised to waiters
-            self._failures += len(entries)
-            logger.error(
-                "background job of session(s) %s failed: %r",
-                sorted({e.session_id for e in entries}),
-                exc,
-            )
-            for e in entries:
-                if not e.done.done():  # a caller may have cancelled the future it got
-                    e.done.set_exception(exc)
-                    e.done.exception()  # logged above; waiters still get it
-                self._forget(e)
+            self._failed(entries, exc)
         else:
-            for e in entries:
-                if not e.done.done():
-                    e.done.set_result(None)
-                self._forget(e)
+            self._succeeded(entries)
+
+    def _failed(self, entries: list[_Entry], exc: Exception) -> None:
+        """Settle the entries of a job (or batch) that raised ``exc``: recorded, logged."""
+        self._failures += len(entries)
+        logger.error(
+            "background job of session(s) %s failed: %r",
+            sorted({e.session_id for e in entries}),
+            exc,
+        )
+        for e in entries:
+            if not e.done.done():  # a caller may have cancelled the future it got
+                e.done.set_exception(exc)
+                e.done.exception()  # logged above; waiters still get it
+            self._forget(e)
+
+    def _succeeded(self, entries: list[_Entry]) -> None:
+        """Settle the entries of a job (or batch) that ran: ``_forget`` each, inline (once
+        per turn's item)."""
+        by_user, by_session = self._by_user, self._by_session
+        for e in entries:
+            done = e.done
+            if not done.done():  # a caller may have cancelled the future it got
+                done.set_result(None)
+            futures = by_user.get(e.user_id)
+            if futures is not None:
+                futures.discard(done)
+                if not futures:
+                    del by_user[e.user_id]
+            futures = by_session.get(e.session_id)
+            if futures is not None:
+                futures.discard(done)
+                if not futures:
+                    del by_session[e.session_id]
 
     async def wait_for(self, *, user_id: str | None = None, session_id: str | None = None) -> None:
         """Wait for the jobs submitted so far for a user or a session (both: either).
