@@ -78,7 +78,7 @@ from tiermem.store.backends.redis_scripts import (
     split_frame,
     to_us,
 )
-from tiermem.store.backends.redis_snapshots import CachedSession, SnapshotCache, decode_state
+from tiermem.store.backends.redis_snapshots import SnapshotCache, decode_state
 from tiermem.store.codec import (
     check_append,
     check_aware,
@@ -435,84 +435,6 @@ return 0
 )
 
 
-class _MarkedSnapshots(SnapshotCache):
-    """The snapshot cache, plus the part markers of each cached copy (meta 'ev' and 'sv',
-    see ``hot_commit``), so that the load script leaves out the entities and the state
-    when the copy holds them as they are.
-
-    The markers of a session are kept with the (epoch, version) of the copy they describe
-    and used only while the cache holds a copy at that very epoch and version: its content
-    is the session's at that point, whichever way the cache came by it (so markers left
-    behind by a dropped copy are harmless). Bounded as the cache (``capacity`` sessions).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__(capacity)
-        self._part_marks: dict[str, tuple[bytes, int, bytes, bytes]] = {}
-        """Session → (epoch, version, entities marker, state marker)."""
-
-    def _remember(self, session_id: str, marks: tuple[bytes, int, bytes, bytes]) -> None:
-        held = self._sessions.get(session_id)
-        if held is None or held.epoch != marks[0] or held.snapshot.version != marks[1]:
-            return
-        if session_id not in self._part_marks and len(self._part_marks) >= self.capacity:
-            self._part_marks.clear()  # forgetting markers only costs a resend of the parts
-        self._part_marks[session_id] = marks
-
-    def read_args(self, session_id: str, cached: CachedSession | None) -> list[Arg]:
-        """What the load script is told about the cached copy, markers included."""
-        args = self.load_args(cached)
-        marks = self._part_marks.get(session_id)
-        if (
-            cached is not None
-            and marks is not None
-            and marks[0] == cached.epoch
-            and marks[1] == cached.snapshot.version
-        ):
-            args += marks[2:]
-        else:
-            args += ("", "")
-        return args
-
-    def loaded(
-        self, session_id: str, cached: CachedSession | None, reply: Sequence[Any] | None
-    ) -> SessionSnapshot | None:
-        if reply is None or len(reply) == 4:
-            return super().loaded(session_id, cached, reply)
-        entities_flat, state_flat, entities_mark, state_mark = reply[8:12]
-        if entities_flat is None or state_flat is None:
-            # Left out: the copy the script was told about (same epoch) holds them as
-            # they are; the cache reuses what it decoded.
-            assert cached is not None
-            if entities_flat is None:
-                entities_flat = [part for item in cached.entities_raw.items() for part in item]
-            if state_flat is None:
-                state_flat = [part for item in cached.state_raw.items() for part in item]
-        snapshot = super().loaded(session_id, cached, [*reply[:8], entities_flat, state_flat])
-        if self.capacity:
-            self._remember(session_id, (reply[3], int(reply[0]), entities_mark, state_mark))
-        return snapshot
-
-    def appended(self, session_id: str, **append: Any) -> None:
-        """As :meth:`SnapshotCache.appended` (same keywords, passed on as they are); the
-        markers follow what the append script sets: both its version after a fresh
-        start, the entities' when it changed them."""
-        marks = self._part_marks.get(session_id)
-        super().appended(session_id, **append)
-        if append["fresh"]:
-            if self.capacity:
-                now = b"%d" % append["version"]
-                self._remember(session_id, (append["epoch"], append["version"], now, now))
-        elif marks is not None and marks[0] == append["epoch"]:
-            version, change = append["version"], append["change"]
-            if marks[1] == version - 1:
-                if change is not None and (change.upsert or change.remove):
-                    marks = (marks[0], version, b"%d" % version, marks[3])
-                else:
-                    marks = (marks[0], version, marks[2], marks[3])
-                self._remember(session_id, marks)
-
-
 class RedisHotStore(RedisStoreBase):
     """Hot tier in Redis or Redis Cluster. See :class:`tiermem.store.contract.HotStore`.
 
@@ -550,7 +472,7 @@ class RedisHotStore(RedisStoreBase):
             gc_grace=gc_grace,
         )
         self._grace_us = gc_grace // timedelta(microseconds=1)
-        self._snapshots = _MarkedSnapshots(snapshot_cache)
+        self._snapshots = SnapshotCache(snapshot_cache)
         self._marks: dict[str, int] = {}
         """Session → the expiry this process last wrote to its activity entry."""
         self._through: DurableStore | None = None
@@ -878,7 +800,7 @@ class RedisHotStore(RedisStoreBase):
             [
                 self._now_us(),
                 self._grace_us if include_expired else "",
-                *self._snapshots.read_args(session_id, cached),
+                *self._snapshots.load_args(cached),
             ],
         )
         return self._snapshots.loaded(session_id, cached, reply)
@@ -903,7 +825,7 @@ class RedisHotStore(RedisStoreBase):
         cached = self._snapshots.get(session_id)
         load = HOT_LOAD.command(
             self._keys.hot_session(session_id),
-            [self._now_us(), "", *self._snapshots.read_args(session_id, cached)],
+            [self._now_us(), "", *self._snapshots.load_args(cached)],
         )
         reads = [durable.record_command(session_id, kind) for kind in kinds]
         replies = await self._io.batch([load, *reads])

@@ -5,10 +5,16 @@ A hot session carries an epoch (a token set whenever it starts afresh or is rest
 and a version (+1 on every write). Within one epoch its turns are only ever appended and
 trimmed, so a reader that holds the session at (epoch, version, next index) needs nothing
 but the turns from that index on, and nothing at all while the version is the same. The
-load script is sent the cached triple and answers accordingly; metadata, entities and
-state come back whole when the version moved, and only the values whose bytes differ from
-the cached ones are decoded. A write through the same store updates the copy from what it
-sent, so the next read of the session is answered with four small fields.
+entities and the state carry part markers (meta 'ev' and 'sv': the versions at which
+they last changed, see ``hot_commit``); the copy keeps the markers it was read or written
+with. The load script is sent the cached triple and markers and answers accordingly: when
+the version moved, the metadata whole, and the entities or the state only when the
+session's marker for the part is not the copy's (or says nothing); a part left out is the
+copy's, reused as it is (decoded objects included), and of a part sent only the values
+whose bytes differ from the cached ones are decoded. A write through the same store
+updates the copy from what it sent, so the next read of the session is answered with four
+small fields; a write that does not update it (metadata, entities or state alone) leaves
+it at its version, so the next read fetches only the part that write changed.
 
 The copy is a cache, never a source: every read still asks Redis (one round trip), and a
 copy that does not match the server's epoch and version is not used.
@@ -30,14 +36,18 @@ __all__ = ["CachedSession", "SnapshotCache", "decode_state"]
 
 
 class CachedSession(NamedTuple):
-    """A session as last seen, with the raw bytes its parts were decoded from (a tuple:
-    built on every append, at a fraction of a frozen dataclass's cost)."""
+    """A session as last seen, with the raw bytes its parts were decoded from and the part
+    markers of the version it holds (b'' when the session's said nothing: the load script
+    then sends the part) (a tuple: built on every append, at a fraction of a frozen
+    dataclass's cost)."""
 
     epoch: bytes
     snapshot: SessionSnapshot
     metadata_raw: bytes
     entities_raw: dict[bytes, bytes]
     state_raw: dict[bytes, bytes]
+    entities_mark: bytes
+    state_mark: bytes
 
 
 def decode_state(name: str, raw: bytes) -> StateBlob:
@@ -121,10 +131,17 @@ class SnapshotCache:
             del self._sessions[next(iter(self._sessions))]
 
     def load_args(self, cached: CachedSession | None) -> list[Arg]:
-        """What the load script is told about the cached copy."""
+        """What the load script is told about the cached copy (``HOT_LOAD`` ARGV 3 to 7)."""
         if cached is None:
-            return ["", "", ""]
-        return [cached.epoch, cached.snapshot.version, cached.snapshot.next_index]
+            return ["", "", "", "", ""]
+        snap = cached.snapshot
+        return [
+            cached.epoch,
+            snap.version,
+            snap.next_index,
+            cached.entities_mark,
+            cached.state_mark,
+        ]
 
     def loaded(
         self, session_id: str, cached: CachedSession | None, reply: Sequence[Any] | None
@@ -137,7 +154,9 @@ class SnapshotCache:
         if len(reply) == 4:
             assert cached is not None  # the script answers this only for a current copy
             return _copy(cached.snapshot, from_us(expires_us))
-        metadata_raw, first, sent_from, turns_raw, entities_flat, state_flat = reply[4:]
+        metadata_raw, first, sent_from, turns_raw, entities_flat, state_flat, e_mark, s_mark = (
+            reply[4:]
+        )
         first, sent_from = int(first), int(sent_from)
         base = cached if cached is not None and cached.epoch == epoch else None
         kept: tuple[Turn, ...] = ()
@@ -148,26 +167,44 @@ class SnapshotCache:
             metadata = base.snapshot.metadata
         else:
             metadata = SessionMetadata.model_validate_json(metadata_raw) if metadata_raw else None
-        entities_raw = dict(zip(entities_flat[::2], entities_flat[1::2], strict=True))
-        state_raw = dict(zip(state_flat[::2], state_flat[1::2], strict=True))
-        entities: dict[str, ActiveEntity] = {}
-        for kind, raw in entities_raw.items():
-            name = kind.decode()
-            if base is not None and base.entities_raw.get(kind) == raw:
-                entities[name] = base.snapshot.entities[name]
-            else:
-                entities[name] = ActiveEntity.model_validate_json(raw)
-        state: dict[str, StateBlob] = {}
-        for key, raw in state_raw.items():
-            name = key.decode()
-            if base is not None and base.state_raw.get(key) == raw:
-                state[name] = base.snapshot.state[name]
-            else:
-                state[name] = decode_state(name, raw)
+        entities_raw: dict[bytes, bytes]
+        entities: dict[str, ActiveEntity]
+        if entities_flat is None:
+            # Left out: the script answers this only when the copy it was told about (same
+            # epoch) holds them as they are. Shared with that copy: the cache never
+            # changes an entry's dicts (appended copies them before a change).
+            assert base is not None
+            entities_raw, entities = base.entities_raw, base.snapshot.entities
+        else:
+            entities_raw = dict(zip(entities_flat[::2], entities_flat[1::2], strict=True))
+            entities = {}
+            for kind, raw in entities_raw.items():
+                name = kind.decode()
+                if base is not None and base.entities_raw.get(kind) == raw:
+                    entities[name] = base.snapshot.entities[name]
+                else:
+                    entities[name] = ActiveEntity.model_validate_json(raw)
+        state_raw: dict[bytes, bytes]
+        state: dict[str, StateBlob]
+        if state_flat is None:
+            assert base is not None  # as the entities
+            state_raw, state = base.state_raw, base.snapshot.state
+        else:
+            state_raw = dict(zip(state_flat[::2], state_flat[1::2], strict=True))
+            state = {}
+            for key, raw in state_raw.items():
+                name = key.decode()
+                if base is not None and base.state_raw.get(key) == raw:
+                    state[name] = base.snapshot.state[name]
+                else:
+                    state[name] = decode_state(name, raw)
         snap = _snapshot(
             session_id, turns, metadata, entities, state, int(version), int(next_index), expires_us
         )
-        self._put(session_id, CachedSession(epoch, snap, metadata_raw, entities_raw, state_raw))
+        self._put(
+            session_id,
+            CachedSession(epoch, snap, metadata_raw, entities_raw, state_raw, e_mark, s_mark),
+        )
         return _copy(snap, snap.expires_at)
 
     def appended(
@@ -189,6 +226,10 @@ class SnapshotCache:
         exactly as sent. A copy that was not at ``version - 1`` of the same epoch cannot be
         brought up to date and is dropped (the next read fetches the session whole), unless
         the append started the session afresh: then the copy is the append's.
+
+        The markers follow what the append script sets: both to ``version`` after a fresh
+        start, the entities' when ``change`` changes something, the copy's otherwise (b''
+        stays b'': the part is sent again).
         """
         if not self.capacity:
             return
@@ -200,6 +241,7 @@ class SnapshotCache:
             entities: dict[str, ActiveEntity] = {}
             state_raw: dict[bytes, bytes] = {}
             state: dict[str, StateBlob] = {}
+            entities_mark = state_mark = b"%d" % version
         elif base is not None and base.epoch == epoch and base.snapshot.version == version - 1:
             snap = base.snapshot
             held_turns = snap.turns
@@ -207,6 +249,7 @@ class SnapshotCache:
             # Shared with the entry this one replaces: copied below only where they change.
             entities_raw, entities = base.entities_raw, snap.entities
             state_raw, state = base.state_raw, snap.state
+            entities_mark, state_mark = base.entities_mark, base.state_mark
         else:
             self.drop(session_id)
             return
@@ -220,6 +263,8 @@ class SnapshotCache:
             for kind, entity in change.upsert.items():
                 entities_raw[kind.encode()] = entity.model_dump_json().encode()
                 entities[kind] = entity
+            if change.upsert or change.remove:
+                entities_mark = b"%d" % version
         all_turns = (*held_turns, *turns)[-window:]
         snap = _snapshot(
             session_id,
@@ -231,4 +276,9 @@ class SnapshotCache:
             turns[-1].index + 1,
             expires_us,
         )
-        self._put(session_id, CachedSession(epoch, snap, meta_raw, entities_raw, state_raw))
+        self._put(
+            session_id,
+            CachedSession(
+                epoch, snap, meta_raw, entities_raw, state_raw, entities_mark, state_mark
+            ),
+        )
