@@ -808,7 +808,7 @@ class DirectLane:
                 if _unsent(conn):
                     await _drain(conn)
             elif not _write_now(conn, packed):
-                await conn.send_packed_command(packed)
+                await _send(conn, packed)
             elif _unsent(conn):
                 await _drain(conn)
             if _reads_directly(conn):
@@ -858,22 +858,31 @@ class DirectLane:
         return None
 
     async def _acquire(self) -> AbstractConnection:
+        """An idle connection, checked (reconnected if need be), else one of the pool. A
+        cancel request redis-py swallowed on the way (:func:`_swallowed`) gives the
+        connection back and raises."""
         if self._idle:
             conn = self._idle.pop()
             if _reads_directly(conn) and _clean(conn):
                 return conn
+            before = _cancelling()
             try:
                 await self._pool.ensure_connection(conn)
             except BaseException:
                 await self._pool.release(conn)
                 raise
-            return conn
-        self._waiting += 1
-        try:
-            # redis-py's deprecated-args decorator leaves get_connection untyped.
-            return cast(AbstractConnection, await self._pool.get_connection())  # type: ignore[no-untyped-call]
-        finally:
-            self._waiting -= 1
+        else:
+            before = _cancelling()
+            self._waiting += 1
+            try:
+                # redis-py's deprecated-args decorator leaves get_connection untyped.
+                conn = cast(AbstractConnection, await self._pool.get_connection())  # type: ignore[no-untyped-call]
+            finally:
+                self._waiting -= 1
+        if _swallowed(before):
+            await self._pool.release(conn)  # connected and in step: the connect completed
+            raise asyncio.CancelledError
+        return conn
 
 
 _BATCH_MOST = 64
@@ -987,7 +996,38 @@ async def _drain(conn: AbstractConnection) -> None:
         # Not all taken: drain it under redis-py's timeout and error mapping (an empty
         # send waits for the buffer; on failure the connection is disconnected). No
         # health check here: its PING would read this command's reply.
-        await conn.send_packed_command(b"", check_health=False)
+        await _send(conn, b"", check_health=False)
+
+
+def _cancelling() -> int:
+    """The running task's pending cancel requests (0 outside a task)."""
+    task = asyncio.current_task()
+    return 0 if task is None else task.cancelling()
+
+
+def _swallowed(before: int) -> bool:
+    """Whether an await into redis-py that returned normally swallowed a cancel request
+    made while it ran (the running task had ``before`` pending when it began). Python
+    3.11's ``asyncio.wait_for``, around every redis-py send and the handshake of a new
+    connection, returns the awaited result when the task is cancelled in the turn the
+    awaited operation completes: the request stays counted in ``Task.cancelling()`` but
+    no ``CancelledError`` is raised, and the task would go on as if never cancelled
+    (``asyncio.timeout`` and ``TaskGroup`` above it rely on the cancellation reaching
+    them). A request counted but not raised can only have been swallowed: one made
+    while the task waits is raised at its resumption, and redis-py's own timeouts undo
+    theirs."""
+    return _cancelling() > before
+
+
+async def _send(conn: AbstractConnection, packed: bytes, *, check_health: bool = True) -> None:
+    """``conn.send_packed_command(packed)``, raising the cancellation it may swallow
+    (:func:`_swallowed`): then ``conn`` is disconnected, as for a send cancelled, since
+    its replies will not be read."""
+    before = _cancelling()
+    await conn.send_packed_command(packed, check_health=check_health)
+    if _swallowed(before):
+        await conn.disconnect(nowait=True)
+        raise asyncio.CancelledError
 
 
 _STOCK_READ = AbstractConnection.read_response
