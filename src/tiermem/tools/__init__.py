@@ -40,7 +40,13 @@ from tiermem.tools.errors import (
     ToolUnavailableError,
 )
 from tiermem.tools.invocation import InFlight, InvocationOutcome, ToolInvocation, ToolStats
-from tiermem.tools.invoker import FunctionInvoker, PartialSink, ToolInvoker, ToolOutput
+from tiermem.tools.invoker import (
+    FunctionInvoker,
+    PartialSink,
+    PreparingInvoker,
+    ToolInvoker,
+    ToolOutput,
+)
 from tiermem.tools.latency import LatencySummary
 from tiermem.tools.registry import RegisteredTool, ToolRegistry, ToolSpec
 
@@ -56,6 +62,7 @@ __all__ = [
     "LatencySummary",
     "PartialSink",
     "Permit",
+    "PreparingInvoker",
     "RegisteredTool",
     "SharedBreakers",
     "ToolCallError",
