@@ -21,6 +21,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.summaries.pass_records import pass_records
 from tiermem.clock import FakeClock
 from tiermem.models.content import TextBlock, ToolResultBlock, ToolUseBlock, text_of
 from tiermem.models.turns import Turn
@@ -236,14 +237,6 @@ def test_put_keeps_what_a_missing_get_keeps(ops: list[tuple[int, str]]) -> None:
 # -- whole passes ---------------------------------------------------------------------------
 
 
-def _timeless(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _timeless(v) for k, v in value.items() if not k.endswith("_at") and k != "job"}
-    if isinstance(value, list):
-        return [_timeless(v) for v in value]
-    return value
-
-
 async def _records(turns: list[tuple[str, Any]], summarizer: ExtractiveSummarizer) -> list[str]:
     """Each pass's summary and structured records, as a pass every 14 turns wrote them."""
     clock = FakeClock()
@@ -258,26 +251,7 @@ async def _records(turns: list[tuple[str, Any]], summarizer: ExtractiveSummarize
         summary_policy=SummaryPolicy(validate=True),
         summarizer=summarizer,
     )
-    out = []
-    try:
-        session = await memory.session("s-read", user_id="u-1")
-        for n, (role, content) in enumerate(turns, start=1):
-            await session.add_turn(role, content)
-            if n == 90:
-                await session.redact_turn(80)
-            if n < 20 or (n - 20) % 14:
-                continue
-            await memory.drain()
-            await memory.summaries.run(session.id, next_index=n)
-            records = [
-                await memory.summaries.durable.get_record(session.id, kind)
-                for kind in ("summary", "structured")
-            ]
-            row = [_timeless(r.data) if r else None for r in records]
-            out.append(json.dumps(row, sort_keys=True, ensure_ascii=False))
-    finally:
-        await memory.aclose()
-    return out
+    return await pass_records(memory, turns, {90: 80})
 
 
 async def test_passes_of_a_generated_conversation_write_what_they_wrote() -> None:

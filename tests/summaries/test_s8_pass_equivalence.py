@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from tests.summaries.pass_records import after_each, pass_records
 from tiermem.clock import FakeClock
 from tiermem.longterm.detect import split_sentences
 from tiermem.models.content import TextBlock, ToolResultBlock, ToolUseBlock, text_of
@@ -288,40 +289,13 @@ def _service(clock: FakeClock, summarizer: ExtractiveSummarizer) -> MemoryServic
     )
 
 
-def _timeless(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _timeless(v) for k, v in value.items() if not k.endswith("_at") and k != "job"}
-    if isinstance(value, list):
-        return [_timeless(v) for v in value]
-    return value
-
-
 async def _records(
     summarizer: ExtractiveSummarizer, turns: list[tuple[str, Any]], redact: set[int]
 ) -> list[str]:
     """Each pass's summary and structured records, as a pass every 14 turns wrote them."""
     clock = FakeClock()
     memory = _service(clock, summarizer)
-    out = []
-    try:
-        session = await memory.session("s-equivalence", user_id="u-1")
-        for n, (role, content) in enumerate(turns, start=1):
-            await session.add_turn(role, content)
-            if n - 1 in redact:
-                await session.redact_turn(n - 1)
-            if n < 20 or (n - 20) % 14:
-                continue
-            await memory.drain()
-            await memory.summaries.run(session.id, next_index=n)
-            records = [
-                await memory.summaries.durable.get_record(session.id, kind)
-                for kind in ("summary", "structured")
-            ]
-            row = [_timeless(r.data) if r else None for r in records]
-            out.append(json.dumps(row, sort_keys=True, ensure_ascii=False))
-    finally:
-        await memory.aclose()
-    return out
+    return await pass_records(memory, turns, after_each(redact))
 
 
 def _conversation_turns(seed: int, count: int) -> tuple[list[tuple[str, Any]], dict[str, str]]:

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.summaries.pass_records import after_each, pass_records
 from tiermem.clock import FakeClock
 from tiermem.policies.phrases import normal_form
 from tiermem.service import MemoryService
@@ -349,14 +350,6 @@ def _service(clock: FakeClock, summarizer: ExtractiveSummarizer, *, shared: bool
     )
 
 
-def _timeless(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _timeless(v) for k, v in value.items() if not k.endswith("_at") and k != "job"}
-    if isinstance(value, list):
-        return [_timeless(v) for v in value]
-    return value
-
-
 async def _records(
     turns: list[tuple[str, Any]],
     redact: set[int],
@@ -368,26 +361,7 @@ async def _records(
     _clear_caches()
     clock = FakeClock()
     memory = _service(clock, ExtractiveSummarizer(COUNTER, known_titles=titles), shared=shared)
-    out = []
-    try:
-        session = await memory.session("s-equivalence", user_id="u-1")
-        for n, (role, content) in enumerate(turns, start=1):
-            await session.add_turn(role, content)
-            if n - 1 in redact:
-                await session.redact_turn(n - 1)
-            if n < 20 or (n - 20) % 14:
-                continue
-            await memory.drain()
-            await memory.summaries.run(session.id, next_index=n)
-            records = [
-                await memory.summaries.durable.get_record(session.id, kind)
-                for kind in ("summary", "structured")
-            ]
-            row = [_timeless(r.data) if r else None for r in records]
-            out.append(json.dumps(row, sort_keys=True, ensure_ascii=False))
-    finally:
-        await memory.aclose()
-    return out
+    return await pass_records(memory, turns, after_each(redact))
 
 
 def _conversation(seeds: range, turns: int) -> tuple[list[tuple[str, Any]], dict[str, str]]:
