@@ -16,7 +16,7 @@ from typing import Any
 import botocore
 import pytest
 
-from tests.backends.dynamodb import dynamodb_session, shared_table
+from tests.backends.dynamodb import dynamodb_session, fresh_dynamodb_session, shared_table
 from tests.conftest import server_url
 from tiermem.clock import FakeClock
 from tiermem.errors import ConflictError
@@ -210,7 +210,7 @@ async def test_a_record_write_keeps_what_the_store_knows_of_the_entities(
 async def test_every_request_carries_the_fixed_user_agent(table: str) -> None:
     """The header is built once (botocore would rebuild it twice per request) and still
     names botocore, aiobotocore and tiermem."""
-    session = dynamodb_session()
+    session = fresh_dynamodb_session()
     seen: list[str] = []
 
     def capture(request: Any, **_: Any) -> None:
@@ -313,7 +313,7 @@ async def test_the_fixed_user_agent_keeps_the_app_id_and_extras(
     (``AWS_SDK_UA_APP_ID`` / ``sdk_ua_app_id``, AWS's way to attribute requests) and the
     session's ``user_agent_extra``."""
     monkeypatch.setenv("AWS_SDK_UA_APP_ID", "shop-assistant")
-    session = dynamodb_session()
+    session = fresh_dynamodb_session()
     session._session.user_agent_extra = "extra/1"
     seen: list[str] = []
 

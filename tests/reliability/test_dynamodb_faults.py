@@ -26,7 +26,7 @@ import httpx
 import pytest
 from aiobotocore.awsrequest import AioAWSResponse
 
-from tests.backends.dynamodb import dynamodb_session, shared_table
+from tests.backends.dynamodb import dynamodb_session, fresh_dynamodb_session, shared_table
 from tests.conftest import server_url
 from tests.reliability.netfaults import SeveringProxy
 from tiermem.client import AsyncTierMemClient
@@ -244,7 +244,7 @@ class _Raw:
 
 
 def _throttled_session(hook: InjectedThrottle) -> Any:
-    session = dynamodb_session()
+    session = fresh_dynamodb_session()
     # The botocore session under aioboto3's: every client made from it emits this event.
     session._session.register("before-send.dynamodb", hook)
     return session
