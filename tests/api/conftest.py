@@ -3,6 +3,7 @@ tmp_path), a keys file with two tenants, and clients through the real ASGI app."
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +37,25 @@ def settings(tmp_path: Path) -> TierMemSettings:
     )
 
 
-@pytest.fixture
-def keys(settings: TierMemSettings) -> Keys:
-    assert settings.api_keys_file is not None
-    store = KeyStore(settings.api_keys_file)
+@pytest.fixture(scope="session")
+def keys_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """A keys file with the two tenants' keys, written once: each :meth:`KeyStore.create`
+    hashes with scrypt (~50 ms of CPU), and ~100 API tests want the same two tenants."""
+    path = tmp_path_factory.mktemp("api-keys") / "keys.json"
+    store = KeyStore(path)
     _, a = store.create("tenant-a")
     _, b = store.create("tenant-b")
-    return Keys(store, a, b)
+    return path, a, b
+
+
+@pytest.fixture
+def keys(settings: TierMemSettings, keys_template: tuple[Path, str, str]) -> Keys:
+    """The two tenants' keys in a copy of the template file that is this test's own (a test
+    may revoke, add or break keys); its KeyStore is fresh, so it verifies each key once."""
+    assert settings.api_keys_file is not None
+    template, a, b = keys_template
+    shutil.copy2(template, settings.api_keys_file)  # keeps the file's 0600 mode
+    return Keys(KeyStore(settings.api_keys_file), a, b)
 
 
 @pytest.fixture
