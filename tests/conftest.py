@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,12 @@ from pathlib import Path
 import pytest
 
 from tiermem.testing import BackendUnderTest, FakeClock
+
+# Keep pytest's assert-rewritten test modules (and tiermem's bytecode) in __pycache__
+# (git-ignored) even where the environment sets PYTHONDONTWRITEBYTECODE=1: rewriting the
+# ~270 test modules' asserts is most of the CPU of collecting the suite, and a cached module
+# is reused until its source changes (pytest checks the file's mtime and size).
+sys.dont_write_bytecode = False
 
 BACKENDS = ["memory", "sqlite", "redis", "redis-cluster", "dynamodb"]
 
