@@ -192,12 +192,20 @@ _ISBN_PREFIX = re.compile(r"isbn(?:-?1[03])?:?\s*")
 
 def _isbn(match: re.Match[str]) -> str | None:
     written = match.group(0)
-    prefix = _ISBN_PREFIX.match(written)
+    # Only the rule with the word starts with "i" (the others with a digit): no regex
+    # call for theirs. A catalogue's tool output holds an ISBN a row.
+    prefix = _ISBN_PREFIX.match(written) if written[0] == "i" else None
     if prefix:
         written = written[prefix.end() :]
     digits = written.replace("-", "").replace(" ", "").upper()
     if len(digits) == 13 and digits.isdigit() and digits.startswith(("978", "979")):
-        total = sum(int(d) * (1 if i % 2 == 0 else 3) for i, d in enumerate(digits))
+        if digits.isascii():  # always, from the built-in patterns ([0-9])
+            # The weighted digit sum from the bytes, in C: each byte is its digit + 48,
+            # 7 of them weighted 1 and 6 weighted 3.
+            raw = digits.encode("ascii")
+            total = sum(raw[::2]) + 3 * sum(raw[1::2]) - 48 * (7 + 3 * 6)
+        else:
+            total = sum(int(d) * (1 if i % 2 == 0 else 3) for i, d in enumerate(digits))
         return digits if total % 10 == 0 else None
     if len(digits) == 10 and digits[:9].isdigit() and (digits[9].isdigit() or digits[9] == "X"):
         # A bare 10-digit number is as likely a phone number: ask for a sign it is an ISBN.
@@ -216,8 +224,19 @@ _CURRENCIES = {
 _MONEY_PARTS = re.compile(r"([$¥€£]?)\s?([0-9][0-9,]*(?:\.[0-9]+)?)\s?(.*)")
 
 
+_SYMBOLS = {"$": "USD", "¥": "JPY", "€": "EUR", "£": "GBP"}
+
+
 def _money(match: re.Match[str]) -> str | None:
-    parts = _MONEY_PARTS.fullmatch(match.group(0))
+    written = match.group(0)
+    currency = _SYMBOLS.get(written[0])
+    if currency is not None:
+        # The symbol rule's match: the symbol, at most one space (``\s?``), then the
+        # amount, which is what ``_MONEY_PARTS`` would split it into (a catalogue's tool
+        # output holds a price a row).
+        amount = written[2:] if written[1].isspace() else written[1:]
+        return f"{currency} {amount.replace(',', '')}"
+    parts = _MONEY_PARTS.fullmatch(written)
     if parts is None:
         return None
     symbol, amount, word = parts.groups()
@@ -235,8 +254,12 @@ _FIRST_NUMBER = re.compile(r"[0-9]+")
 
 
 def _volume(match: re.Match[str]) -> str | None:
-    number = _FIRST_NUMBER.search(match.group(0))
-    return str(int(number.group())) if number else None  # "vol 007" is volume 7
+    written = match.group(0)
+    if written[0] == "v":
+        # "vol 42", "volume 3": the word's rule, whose only digits end the match.
+        return str(int(written[len(written.rstrip("0123456789")) :]))  # "vol 007" is 7
+    number = _FIRST_NUMBER.search(written)
+    return str(int(number.group())) if number else None
 
 
 _LANGUAGES = {
@@ -396,29 +419,28 @@ class RuleEntityExtractor:
         :mod:`tiermem.policies.turn_text`): entities in the middle of a long paste are not
         reported.
         """
-        found = self.find(text)
+        found = self._found(as_turn_text(text).view)
         if not found:
             return ()
         if len(found) == 1:  # most turns that name anything name one thing
-            _, _, kind, value = found[0]
+            _, _, _, kind, value = found[0]
             return _entities(((kind, value),))
-        seen: set[tuple[str, str]] = set()
-        pairs: list[tuple[str, str]] = []
-        for _, _, kind, value in found:
-            pair = (kind, value)
-            if pair not in seen:
-                seen.add(pair)
-                pairs.append(pair)
-        return _entities(tuple(pairs))
+        # The first of each pair, in order.
+        return _entities(tuple(dict.fromkeys([(kind, value) for _, _, _, kind, value in found])))
 
     def find(self, text: str | TurnText) -> list[tuple[int, int, str, str]]:
         """``(start, end, kind, value)`` of every entity match in the rule window of
         ``text``, by position, repeats included. Positions index the window's normal form
         (``as_turn_text(text).view.normal``; for a short plain string, its NFKC form), so a
         caller can tell where a value was said ("¥8,000, not ¥5,000")."""
+        found = self._found(as_turn_text(text).view)
+        return [(start, end, kind, value) for start, _, end, kind, value in found]
+
+    def _found(self, view: TextView) -> list[tuple[int, int, int, str, str]]:
+        """:meth:`find`'s matches as ``(start, n, end, kind, value)``, sorted; ``n`` is
+        the order in which they were found, which breaks ties."""
         # ``plain_analysis.analyse_plain_text`` inlines this method and ``extract`` for a
         # service's turns: a change here is made there too (its tests compare the two).
-        view = as_turn_text(text).view
         found: list[tuple[int, int, int, str, str]] = []
         titles = self._titles.find(view) if self._titles else []
         starts: list[int] = []
@@ -442,8 +464,16 @@ class RuleEntityExtractor:
             )
         phrase_firsts = self._phrase_firsts
         if phrase_firsts:
-            keys = view._keys if view._keys is not None else view.keys
-            if not keys.isdisjoint(phrase_firsts):
+            keys = view._keys
+            if keys is None and (
+                len(folded) <= _KEYS_AFTER_SUBSTRINGS
+                # Every key is a substring of ``folded``: a long text none of whose
+                # substrings is a first word (most tool outputs) has none among its keys,
+                # which are not built (importance reads the said text, not this one).
+                or any(map(folded.__contains__, phrase_firsts))
+            ):
+                keys = view.keys
+            if keys is not None and not keys.isdisjoint(phrase_firsts):
                 present.update(_PHRASE + first for first in keys & phrase_firsts)
         # Only the rules one of whose strings is in the text run (the others cannot match).
         rules = self._rules_for(frozenset(present)) if present else self._ungated
@@ -453,14 +483,23 @@ class RuleEntityExtractor:
                 matches = rule._scan(folded if rule.folded else normal)
             else:
                 matches = rule.find(view)
+            if not matches:
+                continue
+            kind = rule.kind
+            if not starts:  # no title a match could fall in (most texts)
+                n = len(found)
+                found += [
+                    (start, n + i, end, kind, value)
+                    for i, (start, end, value) in enumerate(matches)
+                ]
+                continue
             for start, end, value in matches:
-                i = bisect_right(starts, start) - 1 if starts else -1
+                i = bisect_right(starts, start) - 1
                 if i < 0 or titles[i][1] < end:  # not inside a title
-                    found.append((start, len(found), end, rule.kind, value))
-        if not found:
-            return []
-        found.sort()
-        return [(start, end, kind, value) for start, _, end, kind, value in found]
+                    found.append((start, len(found), end, kind, value))
+        if len(found) > 1:
+            found.sort()
+        return found
 
     def _rules_for(self, present: frozenset[str]) -> tuple[EntityRule | PhraseRule, ...]:
         """The rules with no gate or a gate key in ``present``, in order; kept per set
@@ -497,6 +536,10 @@ def _gate_keys(rule: EntityRule | PhraseRule) -> frozenset[str] | None:
 
 _SELECTIONS = 1_024
 """Gate-string sets whose rule selection an extractor keeps."""
+_KEYS_AFTER_SUBSTRINGS = 1_000
+"""Above this many characters, the first words of the word lists are looked for as
+substrings before a text's keys are built (``RuleEntityExtractor._found`` says why);
+below it the keys are cheap, and the importance cues read them anyway."""
 _ENTITY_CACHE = 2_048
 """Entities, and tuples of them, each table keeps for reuse (:func:`_entity`,
 :func:`_entities`); a full table is emptied. Why this size: the sessions of a process

@@ -30,6 +30,7 @@ from tiermem.models.content import DocumentBlock, TextBlock, ToolResultBlock, te
 from tiermem.models.turns import Entity
 from tiermem.policies.importance import ImportanceScore, ImportanceScorer
 from tiermem.policies.turn_text import TurnText
+from tiermem.tokens import TiktokenCounter
 
 if TYPE_CHECKING:
     from tiermem.extraction.entities import EntityExtractor
@@ -84,7 +85,9 @@ def analyse_turn(
 
     ``importance`` None skips scoring (the caller gives the score); ``detector`` None skips
     memory detection (it runs on user turns with text only); ``index_terms`` computes the
-    search terms of the whole text.
+    search terms of the whole text. One scored text block with neither is
+    :func:`analyse_text_block`'s (for the built-in engines, inlined:
+    :func:`~tiermem.extraction.plain_analysis.analyse_plain_text`); the same analysis.
 
     Raises:
         ValidationError: a role other than ``"user"`` or ``"assistant"``, or no blocks.
@@ -94,12 +97,34 @@ def analyse_turn(
     if not blocks:
         raise ValidationError("a turn needs at least one content block")
     content = tuple(blocks)
+    single = len(content) == 1 and type(content[0]) is TextBlock
+    if single and importance is not None and detector is None and not index_terms:
+        # One text block, scored, nothing else asked (most turns given as blocks): what
+        # ``add_turn`` of a string does, inlined for the built-in engines.
+        if is_plain_analysis(tokens, entities, importance):
+            # The exact built-in classes (checked): mypy cannot narrow three at once.
+            return analyse_plain_text(
+                role,
+                content,
+                tokens,  # type: ignore[arg-type]
+                entities,  # type: ignore[arg-type]
+                importance,  # type: ignore[arg-type]
+            )
+        return analyse_text_block(role, content, tokens, entities, importance)
     text = TurnText.of_blocks(content)
     found = entities.extract(text)
     score = importance.score(role, content, entities=found, text=text) if importance else None
     drafts: tuple[DetectedMemory, ...] = ()
     if detector is not None and role == "user" and text.said_text.strip():
         drafts = detector.detect(text)
+    if type(tokens) is TiktokenCounter:
+        # ``count_blocks``, with the text ``text_of`` would build again (a tool output's
+        # join, a tool call's JSON) taken from ``text``, which holds it.
+        token_count = tokens.count(text.text)
+        if not single:
+            token_count += tokens._non_text_tokens(content)
+    else:
+        token_count = tokens.count_blocks(content)
     # ``TurnAnalysis(...)`` in one step: a frozen dataclass's ``__init__`` sets each field
     # with ``object.__setattr__``, and this runs for every turn.
     analysis = _new(TurnAnalysis)
@@ -108,7 +133,7 @@ def analyse_turn(
         "__dict__",
         {
             "text": text,
-            "token_count": tokens.count_blocks(content),
+            "token_count": token_count,
             "entities": found,
             "importance": score,
             "drafts": drafts,
@@ -201,3 +226,11 @@ def _document_bytes(blocks: tuple[Any, ...] | list[Any]) -> int:
         elif isinstance(block, ToolResultBlock):
             total += _document_bytes(block.content)
     return total
+
+
+# Last: ``plain_analysis`` builds this module's ``TurnAnalysis`` (the package imports this
+# module first, so the class exists when it is read there).
+from tiermem.extraction.plain_analysis import (  # noqa: E402
+    analyse_plain_text,
+    is_plain_analysis,
+)
