@@ -409,23 +409,32 @@ class Session:
         replaces the old one (seed 001). Turn indexes count from ``first``, the index the
         handle expects the first turn to get (the tiers move them if it gets another)."""
         held = self._view.entities
-        changed: dict[str, ActiveEntity] = {}
-        now: datetime | None = None
+        # A kind's value as of the last entity read, and the turn of its last change: a
+        # tool output names a kind many times (a catalogue's rows), and only its last
+        # value is kept, so one ActiveEntity is built per changed kind, not per change.
+        latest: dict[str, tuple[str, int]] = {}
         for position, turn in enumerate(turns):
             for entity in turn.entities:
-                current = changed.get(entity.kind) or held.get(entity.kind)
-                if current is None or current.value != entity.value:
-                    now = now or self._service.clock.now()
-                    # Validated values (the extractor's entity, the clock's aware time).
-                    changed[entity.kind] = ActiveEntity.trusted(
-                        {
-                            "kind": entity.kind,
-                            "value": entity.value,
-                            "turn_index": first + position,
-                            "updated_at": now,
-                        }
-                    )
-        return EntityChange.trusted({"upsert": changed, "remove": ()}) if changed else None
+                kind, value = entity.kind, entity.value
+                pending = latest.get(kind)
+                if pending is not None:
+                    if pending[0] != value:
+                        latest[kind] = (value, first + position)
+                    continue
+                current = held.get(kind)
+                if current is None or current.value != value:
+                    latest[kind] = (value, first + position)
+        if not latest:
+            return None
+        now = self._service.clock.now()
+        # Validated values (the extractor's entity, the clock's aware time).
+        changed = {
+            kind: ActiveEntity.trusted(
+                {"kind": kind, "value": value, "turn_index": index, "updated_at": now}
+            )
+            for kind, (value, index) in latest.items()
+        }
+        return EntityChange.trusted({"upsert": changed, "remove": ()})
 
     async def view(self) -> SessionView:
         """The session now: hot window, metadata, entities, state (reloads on a hot miss)."""
