@@ -111,6 +111,11 @@ tens of turns per session, for many sessions at once."""
 TURN_CACHE_WINDOW = 24
 """Indexes below a session's last cached turn that :class:`_TurnCache` keeps (what the
 summary job re-reads past its last target)."""
+ENTITIES_CACHE_SESSIONS = 1_024
+"""Sessions whose ``entities`` record :class:`_EntitiesCache` keeps parsed."""
+ENTITIES_CACHE_CHARS = 4_000_000
+"""Record JSON characters :class:`_EntitiesCache` keeps in all (records of a few hundred
+characters, the common size, reach :data:`ENTITIES_CACHE_SESSIONS` first)."""
 # Logical expiry in SQL, as codec.is_live: "(expires_at_us IS NULL OR expires_at_us > ?)"
 # with now in epoch microseconds; spelled out in each statement so statements stay literals.
 
@@ -243,16 +248,21 @@ def _merged_entities(
     change: _EntityRows,
     now: datetime,
     lifetime_us: int | None,
+    parsed: dict[str, JsonValue] | None = None,
 ) -> SessionRecord:
     """The ``entities`` record after ``change`` (a merge: other kinds stay), one version up
     from ``held`` (the stored version and record JSON, both None when there is none).
+    ``parsed``: the ``data`` of that JSON when the caller has it already (a copy this
+    merge may change), so it is not parsed again.
 
     Raises:
         ValidationError: the merged record is over the size limit.
     """
     version, payload = held
     data: dict[str, JsonValue] = {}
-    if isinstance(payload, str):
+    if parsed is not None:
+        data = parsed
+    elif isinstance(payload, str):
         stored = json.loads(payload).get("data")
         if isinstance(stored, dict):
             data = stored
@@ -269,13 +279,16 @@ def _merged_entities(
     )
 
 
-def _upsert_record(conn: sqlite3.Connection, session_id: str, record: SessionRecord) -> None:
+def _upsert_record(conn: sqlite3.Connection, session_id: str, record: SessionRecord) -> str:
+    """Write ``record``; return its JSON as written."""
+    payload = record.model_dump_json()
     conn.execute(
         "INSERT INTO session_records (session_id, kind, version, payload) "
         "VALUES (?, ?, ?, ?) ON CONFLICT (session_id, kind) DO UPDATE SET "
         "version = excluded.version, payload = excluded.payload",
-        (session_id, record.kind, record.version, record.model_dump_json()),
+        (session_id, record.kind, record.version, payload),
     )
+    return payload
 
 
 def _read_header(conn: sqlite3.Connection, session_id: str) -> _Header | None:
@@ -407,6 +420,65 @@ class _TurnCache:
             del self._decoded[key]
 
 
+class _EntitiesCache:
+    """The ``data`` of sessions' ``entities`` records as this store last wrote them, each
+    with the record JSON it was written as.
+
+    Why: an append that changes entities merges the change into the stored record, read in
+    the append's header read, and parsing that JSON again on every such append cost as much
+    as the rest of the merge. An entry is used only when the record JSON just read from the
+    file is exactly the one it holds (a string compare), so a record written since by
+    anyone else (another store, process or connection, a ``put_record``), or a write that
+    was rolled back, is parsed afresh. Only what this store wrote goes in. A deletion or a
+    purge empties the cache (an erasure leaves no copy behind).
+
+    Bounds: ``max_sessions`` entries and ``max_chars`` characters of record JSON in all
+    (the parsed data is of the same order), first in, first out.
+    """
+
+    def __init__(
+        self, max_sessions: int = ENTITIES_CACHE_SESSIONS, *, max_chars: int = ENTITIES_CACHE_CHARS
+    ) -> None:
+        self._max_sessions = max_sessions
+        self._max_chars = max_chars
+        self._chars = 0
+        self._entries: dict[str, tuple[str, dict[str, JsonValue]]] = {}
+        self._lock = threading.Lock()  # a store may be used from several threads' loops
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def data(self, session_id: str, payload: object) -> dict[str, JsonValue] | None:
+        """A copy of the data written as ``payload`` (to merge into), or None."""
+        with self._lock:
+            entry = self._entries.get(session_id)
+            if entry is None or entry[0] != payload:
+                return None
+            return dict(entry[1])
+
+    def put(self, session_id: str, payload: str, data: dict[str, JsonValue]) -> None:
+        """Remember ``data``, just written as ``payload``. The caller hands it over: it is
+        not changed afterwards (merges change copies; values are never changed)."""
+        with self._lock:
+            self._pop(session_id)
+            if len(payload) > self._max_chars:
+                return
+            self._entries[session_id] = (payload, data)
+            self._chars += len(payload)
+            while len(self._entries) > self._max_sessions or self._chars > self._max_chars:
+                self._pop(next(iter(self._entries)))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._chars = 0
+
+    def _pop(self, session_id: str) -> None:
+        entry = self._entries.pop(session_id, None)
+        if entry is not None:
+            self._chars -= len(entry[0])
+
+
 class SQLiteDurableStore:
     """Durable tier in a SQLite file. See :class:`tiermem.store.contract.DurableStore`.
 
@@ -441,6 +513,7 @@ class SQLiteDurableStore:
         self._gc_grace_us = gc_grace // _MICROSECOND
         self._writes = 0  # touched only on the database's worker thread
         self._turns = _TurnCache()
+        self._entities = _EntitiesCache()
 
     def _now_us(self) -> int:
         return to_epoch_us(self._clock.now(), what="clock.now()")
@@ -551,7 +624,8 @@ class SQLiteDurableStore:
             record = None
             if change is not None:
                 held = row[4:6] if live and row is not None else (None, None)
-                record = _merged_entities(held, change, now, lifetime_us)
+                parsed = None if held[1] is None else self._entities.data(session_id, held[1])
+                record = _merged_entities(held, change, now, lifetime_us, parsed)
             conn.executemany(
                 "INSERT INTO turns (session_id, idx, payload, expires_at_us) VALUES (?, ?, ?, ?)",
                 rows,
@@ -567,7 +641,8 @@ class SQLiteDurableStore:
                     (session_id, idempotency_key, start, len(indexed)),
                 )
             if record is not None:
-                _upsert_record(conn, session_id, record)
+                written = _upsert_record(conn, session_id, record)
+                self._entities.put(session_id, written, record.data)
             self._collect_garbage(conn, now_us)
             return indexed
 
@@ -806,6 +881,7 @@ class SQLiteDurableStore:
 
         await self._db.write(op)
         self._turns.clear()  # rare: no need to pick out the session's entries
+        self._entities.clear()
 
     # -- long-term memory -------------------------------------------------------------
 
@@ -986,6 +1062,7 @@ class SQLiteDurableStore:
 
         removed = await self._db.write(op)
         self._turns.clear()  # rare: no need to pick out the user's sessions
+        self._entities.clear()
         return removed
 
     async def aclose(self) -> None:
