@@ -307,21 +307,50 @@ _LAST_STALE: list[tuple[StructuredMemory, _StaleValues | None]] = []
 them of each of its tiers (and again after a retry), with the same structured memory."""
 
 
+_LAST_FACTS: list[dict[tuple[str, str, tuple[str, ...]], tuple[tuple[str, str, str], ...]]] = []
+"""The stale triples of each slot of the structured memory :func:`_stale_values` last
+read, by ``(slot, value, previous)`` (one memory's slots: replaced at every read): the
+next pass's memory has mostly the same slots (its extraction sets few), so only the others
+are compared value by value."""
+
+
 def _stale_values(structured: StructuredMemory) -> _StaleValues | None:
     """The values ``structured`` records as superseded by a different latest value (None:
-    none). Kept for the last structured memory asked (by identity: it is frozen)."""
+    none). Kept for the last structured memory asked (by identity: it is frozen); when the
+    values are those of the last one, its :class:`_StaleValues` (with its probes, worked
+    out already) is the answer again."""
     last = _LAST_STALE[-1] if _LAST_STALE else None
     if last is not None and last[0] is structured:
         return last[1]
-    stale = tuple(
-        (slot, old, fact.value)
-        for slots in (structured.facts, structured.entities)
-        for slot, fact in slots.items()
-        for old in fact.previous
-        if old.strip() and not same_value(old, fact.value, slot=slot)
-    )
-    key = "\x1e".join("\x1f".join(triple) for triple in stale)
-    values = _StaleValues(stale, key, []) if stale else None
+    known = _LAST_FACTS[-1] if _LAST_FACTS else {}
+    slots_read: dict[tuple[str, str, tuple[str, ...]], tuple[tuple[str, str, str], ...]] = {}
+    stale: list[tuple[str, str, str]] = []
+    for slots in (structured.facts, structured.entities):
+        for slot, fact in slots.items():
+            if not fact.previous:
+                continue
+            slot_key = (slot, fact.value, fact.previous)
+            triples = known.get(slot_key)
+            if triples is None:
+                # ``same_value`` is pure: a slot with the same value and earlier values
+                # has the same stale triples.
+                triples = tuple(
+                    (slot, old, fact.value)
+                    for old in fact.previous
+                    if old.strip() and not same_value(old, fact.value, slot=slot)
+                )
+            slots_read[slot_key] = triples
+            stale += triples
+    _LAST_FACTS[:] = [slots_read]
+    values: _StaleValues | None = None
+    if stale:
+        before = last[1] if last is not None else None
+        if before is not None and before.stale == tuple(stale):
+            values = before  # the same values: its key and probes are still right
+        else:
+            triples = tuple(stale)
+            key = "\x1e".join("\x1f".join(triple) for triple in triples)
+            values = _StaleValues(triples, key, [])
     _LAST_STALE[:] = [(structured, values)]
     return values
 
@@ -419,7 +448,8 @@ async def validated_pass(
     prev = list(previous)
     built = await builder.build(spans, prev)
     await asyncio.sleep(0)
-    first, stale = _without_stale(builder, built, structured, extractor)
+    cleaned: dict[str, tuple[str, int]] = {}
+    first, stale = _without_stale(builder, built, structured, extractor, cleaned)
     through = max(s.through for s in spans)
     items = slot_items(structured, through) if check else []
     first_text = _joined(first)
@@ -440,7 +470,7 @@ async def validated_pass(
         if retry:
             reuse = {b.span.tier: b for b in first if b.span.tier not in retry}
             rebuilt = await builder.build(spans, prev, must_keep=retry, reuse=reuse)
-            final, more = _without_stale(builder, rebuilt, structured, extractor)
+            final, more = _without_stale(builder, rebuilt, structured, extractor, cleaned)
             stale += more
             retried = [t.value for t in retry]
             await asyncio.sleep(0)
@@ -478,12 +508,20 @@ def _without_stale(
     tiers: Sequence[BuiltTier],
     structured: StructuredMemory,
     extractor: RuleEntityExtractor | None,
+    cleaned: dict[str, tuple[str, int]],
 ) -> tuple[list[BuiltTier], int]:
-    """Every tier of the pass (rebuilt, rolled or kept) without its stale sentences."""
+    """Every tier of the pass (rebuilt, rolled or kept) without its stale sentences.
+    ``cleaned``: :func:`drop_stale` of the texts this pass has cleaned already (a retry
+    rebuilds some tiers; the others come back as the first attempt cleaned them, most
+    often with nothing dropped, so as the same text)."""
     out: list[BuiltTier] = []
     dropped = 0
     for tier in tiers:
-        text, count = drop_stale(tier.text.text, structured, extractor=extractor)
+        text = tier.text.text
+        held = cleaned.get(text)
+        if held is None:
+            held = cleaned[text] = drop_stale(text, structured, extractor=extractor)
+        text, count = held
         out.append(builder.retexted(tier, text))
         dropped += count
     return out, dropped
