@@ -56,6 +56,7 @@ from tiermem.policies.turn_text import TurnText, as_turn_text
 
 __all__ = [
     "DEFAULT_ENTITY_RULES",
+    "DEFAULT_READER",
     "EntityExtractor",
     "EntityRule",
     "PhraseRule",
@@ -582,7 +583,10 @@ def _entity(kind: str, value: str) -> Entity:
     return entity
 
 
-_DEFAULT_EXTRACTOR = RuleEntityExtractor()
+DEFAULT_READER = RuleEntityExtractor()
+"""The built-in rules without a title catalogue, one instance per process. Readers that keep
+what they read per extractor instance (the summaries' line entities, stale-sentence
+verdicts) share it, so a line read by one is not read again by another."""
 
 
 def extract_entities(
@@ -592,4 +596,4 @@ def extract_entities(
 
     Uses ``extractor``, or the built-in rules without a title catalogue.
     """
-    return (extractor or _DEFAULT_EXTRACTOR).extract(text_of(blocks))
+    return (extractor or DEFAULT_READER).extract(text_of(blocks))

@@ -72,6 +72,7 @@ from typing import Protocol
 
 from tiermem.extraction.entities import (
     DEFAULT_ENTITY_RULES,
+    DEFAULT_READER,
     EntityExtractor,
     PhraseRule,
     RuleEntityExtractor,
@@ -593,7 +594,7 @@ def read_sentences(
     """The sentences of ``text`` (:func:`split_sentences`), each with its signals, read with
     ``entities`` and ``detector`` (default: the built-in rules without a title catalogue).
     The one place where rule summaries decide what a sentence carries."""
-    extractor = entities or _DEFAULT_ENTITIES
+    extractor = entities or DEFAULT_READER
     memory_detector = detector or _DEFAULT_DETECTOR
     return [
         SentenceSignals(
@@ -604,6 +605,3 @@ def read_sentences(
         )
         for sentence in split_sentences(text)
     ]
-
-
-_DEFAULT_ENTITIES = RuleEntityExtractor()

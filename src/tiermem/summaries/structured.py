@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from tiermem.errors import ValidationError
-from tiermem.extraction.entities import RuleEntityExtractor
+from tiermem.extraction.entities import DEFAULT_READER, RuleEntityExtractor
 from tiermem.longterm import _detect_rules as rules
 from tiermem.longterm.detect import (
     RuleMemoryDetector,
@@ -192,7 +192,9 @@ class RuleStructuredExtractor:
     ) -> None:
         if max_items < 1:
             raise ValidationError(f"max_items must be at least 1, got {max_items}")
-        self._entities = RuleEntityExtractor(known_titles)
+        # Without a catalogue, the process's default reader: its kept line readings are the
+        # ones validation's checks read with (one reading of a new summary line, not two).
+        self._entities = RuleEntityExtractor(known_titles) if known_titles else DEFAULT_READER
         self._detector = RuleMemoryDetector(known_titles)
         self._max_items = max_items
         # Extractors with the same catalogue read alike: they share their kept readings
@@ -524,7 +526,6 @@ def _add_item(items: list[Item], text: str, turn_index: int) -> None:
     items.append(Item(text=text, turn_index=turn_index))
 
 
-_DEFAULT_ENTITIES = RuleEntityExtractor()
 _READINGS: dict[
     tuple[tuple[str, str], ...], Lru[tuple[bool, int, str | bytes], tuple[SentenceReading, ...]]
 ] = {}
@@ -743,7 +744,7 @@ def value_key(value: str, *, slot: str | None = None) -> str:
 
 def _value_key(value: str, slot: str | None) -> str:
     kind = _SLOT_KINDS.get(slot, slot) if slot else None
-    found = _DEFAULT_ENTITIES.find(value)
+    found = DEFAULT_READER.find(value)
     if kind in _ENTITY_KINDS:
         of_kind = [v for _, _, k, v in found if k == kind]
         return f"{kind}:{(of_kind[0] if of_kind else value).casefold()}"
@@ -771,7 +772,7 @@ def states_value(
     date is found only as an entity: "3" alone is not volume 3. ``extractor`` (with a title
     catalogue) finds series by any of their names. Pure, so kept (LRU per extractor):
     validation and the summarizer's stale-line check ask it of the same texts every pass."""
-    reader = extractor or _DEFAULT_ENTITIES
+    reader = extractor or DEFAULT_READER
     cache = _STATED.get(reader)
     if cache is None:
         cache = _STATED[reader] = Lru(VALUE_CACHE)
@@ -790,7 +791,7 @@ def stated_in(
     The checks of the last :data:`STATED_TEXTS` texts are kept per reader, with their
     answers: a pass asks them of its tiers' text, and the next pass asks the same values
     of that text again (its entity drift baseline)."""
-    reader = extractor or _DEFAULT_ENTITIES
+    reader = extractor or DEFAULT_READER
     kept = _STATED_TEXTS.get(reader)
     if kept is None:
         kept = _STATED_TEXTS[reader] = Lru(STATED_TEXTS, max_chars=CACHE_CHARS, weigh=_text_chars)
@@ -899,7 +900,7 @@ class SaidIn:
 
     def __init__(self, text: str, reader: RuleEntityExtractor | None = None) -> None:
         self._text = text
-        self._reader = reader or _DEFAULT_ENTITIES
+        self._reader = reader or DEFAULT_READER
         self._entities: _SaidEntities | None = None
         self._haystack: str | None = None
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from tiermem.extraction.entities import RuleEntityExtractor
+from tiermem.extraction.entities import DEFAULT_READER, RuleEntityExtractor
 from tiermem.longterm.detect import split_sentences
 from tiermem.models.base import FrozenModel
 from tiermem.summaries._lru import INLINE_KEY, Lru, text_key
@@ -252,7 +252,7 @@ def drop_stale(
     values = _stale_values(structured)
     if values is None or not text:
         return text, 0
-    reader = extractor or _DEFAULT_READER
+    reader = extractor or DEFAULT_READER
     verdicts = _LINE_VERDICTS.get(reader)
     if verdicts is None:
         verdicts = _LINE_VERDICTS[reader] = Lru(16_384, max_chars=8_000_000, weigh=_verdict_chars)
@@ -386,7 +386,6 @@ def _chars(sentences: tuple[str, ...]) -> int:
 
 _SENTENCES: Lru[str | bytes, tuple[str, ...]] = Lru(16_384, max_chars=8_000_000, weigh=_chars)
 """Sentences of summary lines (a pass's tiers are mostly the previous pass's lines)."""
-_DEFAULT_READER = RuleEntityExtractor()
 _LINE_VERDICTS: weakref.WeakKeyDictionary[
     RuleEntityExtractor,
     Lru[tuple[str | bytes, str], tuple[int, tuple[str, ...]]],
