@@ -142,18 +142,12 @@ def _tier(user_tier: UserTier | str) -> UserTier:
         raise ValidationError(f"unknown user tier {user_tier!r}; use one of {tiers}") from None
 
 
-@dataclass(frozen=True, slots=True)
-class FixedTtl:
-    """Expires ``ttl`` after the session was created, however active it is.
+class _Checked:
+    """``expires_at`` of the built-in policies: the arguments checked once (:func:`_check`),
+    then the policy's ``_unchecked``, which :func:`trusted_expiry` hands to callers whose
+    arguments are valid already."""
 
-    Returns ``created_at + ttl`` when that differs from ``current_expires_at``, else ``None``.
-    Seed 000 uses it alone nowhere: active users lose their context mid-conversation.
-    """
-
-    ttl: timedelta
-
-    def __post_init__(self) -> None:
-        _positive(self.ttl, "FixedTtl.ttl")
+    __slots__ = ()
 
     def expires_at(
         self,
@@ -165,11 +159,36 @@ class FixedTtl:
         event: TtlEvent,
         current_expires_at: datetime | None,
     ) -> datetime | None:
-        _check(
+        tier = _check(
             now=now, created_at=created_at, turn_count=turn_count, user_tier=user_tier,
             event=event, current_expires_at=current_expires_at,
         )  # fmt: skip
-        return self._unchecked(now, created_at, turn_count, user_tier, event, current_expires_at)
+        return self._unchecked(now, created_at, turn_count, tier, event, current_expires_at)
+
+    def _unchecked(
+        self,
+        now: datetime,
+        created_at: datetime,
+        turn_count: int,
+        user_tier: UserTier,
+        event: TtlEvent,
+        current_expires_at: datetime | None,
+    ) -> datetime | None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class FixedTtl(_Checked):
+    """Expires ``ttl`` after the session was created, however active it is.
+
+    Returns ``created_at + ttl`` when that differs from ``current_expires_at``, else ``None``.
+    Seed 000 uses it alone nowhere: active users lose their context mid-conversation.
+    """
+
+    ttl: timedelta
+
+    def __post_init__(self) -> None:
+        _positive(self.ttl, "FixedTtl.ttl")
 
     def _unchecked(
         self,
@@ -185,7 +204,7 @@ class FixedTtl:
 
 
 @dataclass(frozen=True, slots=True)
-class SlidingTtl:
+class SlidingTtl(_Checked):
     """Expires ``ttl`` after the last write, or the last read when ``refresh_on_read``.
 
     Seed 000's primary strategy (30 minutes). Its weakness: a session whose last operation
@@ -197,22 +216,6 @@ class SlidingTtl:
 
     def __post_init__(self) -> None:
         _positive(self.ttl, "SlidingTtl.ttl")
-
-    def expires_at(
-        self,
-        *,
-        now: datetime,
-        created_at: datetime,
-        turn_count: int,
-        user_tier: UserTier,
-        event: TtlEvent,
-        current_expires_at: datetime | None,
-    ) -> datetime | None:
-        _check(
-            now=now, created_at=created_at, turn_count=turn_count, user_tier=user_tier,
-            event=event, current_expires_at=current_expires_at,
-        )  # fmt: skip
-        return self._unchecked(now, created_at, turn_count, user_tier, event, current_expires_at)
 
     def _unchecked(
         self,
@@ -302,7 +305,7 @@ SEED_TTL_TABLE = TierTtlTable()
 
 
 @dataclass(frozen=True, slots=True)
-class ActivityTtl:
+class ActivityTtl(_Checked):
     """Expires a tier- and depth-dependent window after the last write.
 
     Only writes (new turns) extend the session: reading an abandoned session, e.g. from an
@@ -311,22 +314,6 @@ class ActivityTtl:
     """
 
     table: TierTtlTable = SEED_TTL_TABLE
-
-    def expires_at(
-        self,
-        *,
-        now: datetime,
-        created_at: datetime,
-        turn_count: int,
-        user_tier: UserTier,
-        event: TtlEvent,
-        current_expires_at: datetime | None,
-    ) -> datetime | None:
-        tier = _check(
-            now=now, created_at=created_at, turn_count=turn_count, user_tier=user_tier,
-            event=event, current_expires_at=current_expires_at,
-        )  # fmt: skip
-        return self._unchecked(now, created_at, turn_count, tier, event, current_expires_at)
 
     def _unchecked(
         self,
@@ -346,7 +333,7 @@ class ActivityTtl:
 
 
 @dataclass(frozen=True, slots=True)
-class HybridTtl:
+class HybridTtl(_Checked):
     """A sliding window, refreshed on every read and write, whose length is the table's.
 
     The production default: seed 000's "Hybrid (MangaAssist)" row combines the sliding
@@ -355,22 +342,6 @@ class HybridTtl:
     """
 
     table: TierTtlTable = SEED_TTL_TABLE
-
-    def expires_at(
-        self,
-        *,
-        now: datetime,
-        created_at: datetime,
-        turn_count: int,
-        user_tier: UserTier,
-        event: TtlEvent,
-        current_expires_at: datetime | None,
-    ) -> datetime | None:
-        tier = _check(
-            now=now, created_at=created_at, turn_count=turn_count, user_tier=user_tier,
-            event=event, current_expires_at=current_expires_at,
-        )  # fmt: skip
-        return self._unchecked(now, created_at, turn_count, tier, event, current_expires_at)
 
     def _unchecked(
         self,
