@@ -17,7 +17,7 @@ from datetime import datetime
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from tiermem.background import Batch
@@ -37,9 +37,11 @@ from tiermem.models import (
     SessionMetadata,
     StateBlob,
     TextBlock,
+    ToolResultBlock,
     Turn,
 )
 from tiermem.models.base import FrozenModel
+from tiermem.models.shape import check_shape
 from tiermem.policies.turn_text import TurnText
 from tiermem.session_context import RECORD_KINDS
 from tiermem.store.codec import check_idempotency_key
@@ -99,6 +101,27 @@ _PLAIN_TURN: dict[str, Any] = {
 """A :class:`TurnInput`'s defaults (``metadata`` gets a dict of its own per turn)."""
 
 
+def _listed_kinds(turn: NewTurn) -> set[str] | None:
+    """The entity kinds a tool result in ``turn`` names with more than one value (None
+    when the turn holds no tool result, or names each kind once).
+
+    A search's or a catalogue's output lists candidates: the 34 series a search found
+    are not the series the user is talking about, and the last row is no better a guess
+    than the first. So such a kind keeps the value it had: the active entities are
+    injected as "use these unless overridden", and a wrong one misleads every later
+    turn. A tool result naming one value (the order a tool just created) still sets it,
+    and a user's own turn still switches with its last mention ("not Berserk, show me
+    Naruto")."""
+    if not any(type(block) is ToolResultBlock for block in turn.content):
+        return None
+    first: dict[str, str] = {}
+    listed: set[str] = set()
+    for entity in turn.entities:
+        if first.setdefault(entity.kind, entity.value) != entity.value:
+            listed.add(entity.kind)
+    return listed or None
+
+
 class SessionStats(FrozenModel):
     session_id: str
     turn_count: int
@@ -111,23 +134,50 @@ class SessionStats(FrozenModel):
     served_from: str
 
 
-def invalid_turn(exc: PydanticValidationError) -> ValidationError:
+def invalid_turn(
+    exc: PydanticValidationError, *, within: tuple[str, ...] = (), hint: str = ""
+) -> ValidationError:
     """tiermem's ValidationError for a turn pydantic refused, naming each bad field (a
-    caller catches one error type, never pydantic's)."""
+    caller catches one error type, never pydantic's); ``within``: the field the errors'
+    locations are in."""
     problems = "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or 'turn'}: {error['msg']}"
+        f"{'.'.join(str(part) for part in (*within, *error['loc'])) or 'turn'}: {error['msg']}"
         for error in exc.errors(include_url=False)[:5]
     )
-    return ValidationError(f"the turn is not valid: {problems}")
+    return ValidationError(f"the turn is not valid: {problems}{hint}")
+
+
+_BLOCKS: TypeAdapter[tuple[ContentBlock, ...]] = TypeAdapter(tuple[ContentBlock, ...])
+_BLOCKS_HINT = (
+    ' (blocks are tiermem.models content blocks: {"type": "text", "text": ...}, a'
+    ' "tool_result" holds a list of such blocks; tiermem.models.convert reads provider'
+    " formats)"
+)
 
 
 def content_blocks(content: Content) -> tuple[Any, ...]:
+    """``content`` as content blocks: a string is one text block; blocks given as mappings
+    (``{"type": "text", "text": ...}``) are parsed into block models here, at the edge, so
+    that token counting, entity rules and importance read their text (a mapping read as
+    it is has none: the turn would count 0 tokens).
+
+    Raises:
+        ValidationError: content of another type, or a block that is not valid (each bad
+            field named).
+    """
     if isinstance(content, str):
         return (TextBlock(text=content),)
     if isinstance(content, Message):
         return content.content
     if isinstance(content, Sequence) and not isinstance(content, bytes | bytearray):
-        return tuple(content)
+        blocks = tuple(content)
+        if all(isinstance(block, FrozenModel) for block in blocks):
+            return blocks  # block models (their type is checked where the turn is built)
+        check_shape(blocks, what="turn content")  # its size and depth, before parsing it
+        try:
+            return _BLOCKS.validate_python(blocks)
+        except PydanticValidationError as exc:
+            raise invalid_turn(exc, within=("content",), hint=_BLOCKS_HINT) from exc
     raise ValidationError(
         "content must be a string, a Message, or a sequence of content blocks; got "
         f"{type(content).__name__}"
@@ -406,16 +456,20 @@ class Session:
 
     def _entity_change(self, turns: Sequence[NewTurn], first: int) -> EntityChange | None:
         """What these turns change in the active entities: a new value of an entity kind
-        replaces the old one (seed 001). Turn indexes count from ``first``, the index the
+        replaces the old one (seed 001), except where a tool result lists several values of
+        a kind (:func:`_listed_kinds`). Turn indexes count from ``first``, the index the
         handle expects the first turn to get (the tiers move them if it gets another)."""
         held = self._view.entities
-        # A kind's value as of the last entity read, and the turn of its last change: a
-        # tool output names a kind many times (a catalogue's rows), and only its last
-        # value is kept, so one ActiveEntity is built per changed kind, not per change.
+        # A kind's value as of the last entity read, and the turn of its last change: one
+        # ActiveEntity is built per changed kind, not per change.
         latest: dict[str, tuple[str, int]] = {}
         for position, turn in enumerate(turns):
-            for entity in turn.entities:
+            entities = turn.entities
+            listed = _listed_kinds(turn) if len(entities) > 1 else None
+            for entity in entities:
                 kind, value = entity.kind, entity.value
+                if listed is not None and kind in listed:
+                    continue
                 pending = latest.get(kind)
                 if pending is not None:
                     if pending[0] != value:

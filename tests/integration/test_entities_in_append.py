@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from tests.integration.conftest import Pairing
+from tiermem.session import TurnInput
 from tiermem.store.backends.memory import MemoryDurableStore, MemoryHotStore
 from tiermem.store.contract import Capability
 from tiermem.testing import FakeClock
@@ -64,6 +65,49 @@ async def test_concurrent_writers_leave_the_last_archived_value_in_both_tiers(
     durable = await _durable_entities(pairing, session.id)
     assert durable["order_id"]["value"] == expected  # type: ignore[index]
     assert durable["order_id"]["turn_index"] == last.index  # type: ignore[index]
+
+
+def _tool_result(text: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "tool_result",
+            "tool_use_id": "t1",
+            "content": [{"type": "text", "text": text}],
+        }
+    ]
+
+
+async def test_a_tool_result_listing_several_values_does_not_pick_one(pairing: Pairing) -> None:
+    """A search's output lists candidates; the last row is not what the user chose. The
+    kind keeps its value (in both tiers, and after a reload); a kind the output names
+    once still changes, and the user's own turn still switches with its last mention."""
+    memory = pairing.service()
+    session = await memory.session(user_id="u-ent-listed")
+    await session.add_turn("user", "Is vol 42 in stock? My order is ORD-11111.")
+    await session.add_turn("assistant", "Let me search.")
+    listing = await session.add_turn(
+        "user",
+        _tool_result("Found: vol 3 (in stock), vol 5, vol 9 (sold out). Order ORD-22222."),
+    )
+    assert {e.value for e in listing.entities if e.kind == "volume"} == {"3", "5", "9"}
+    entities = await session.active_entities()
+    assert (entities["volume"].value, entities["volume"].turn_index) == ("42", 0)
+    assert (entities["order_id"].value, entities["order_id"].turn_index) == ("ORD-22222", 2)
+    durable = await _durable_entities(pairing, session.id)
+    assert durable["volume"]["value"] == "42"  # type: ignore[index]
+    await pairing.hot.delete(session.id)  # a reload from the durable tier agrees
+    assert (await session.active_entities())["volume"].value == "42"
+    await session.add_turn("user", "Not vol 3, give me vol 5.")
+    assert (await session.active_entities())["volume"].value == "5"
+    # In a batch the same holds turn by turn.
+    await session.add_turns(
+        [
+            TurnInput(role="user", content="What about vol 7?"),
+            TurnInput(role="user", content=_tool_result("vol 7 and vol 8 are both out.")),
+        ]
+    )
+    entities = await session.active_entities()
+    assert (entities["volume"].value, entities["volume"].turn_index) == ("7", 4)
 
 
 class _LegacyHot(MemoryHotStore):

@@ -67,10 +67,11 @@ def random_case(rng: random.Random) -> tuple[dict[str, ActiveEntity], list[Any],
     }
     turns = [
         SimpleNamespace(
+            content=(),  # no tool result: a kind named twice still changes (session 14)
             entities=[
                 SimpleNamespace(kind=rng.choice(KINDS), value=rng.choice(VALUES))
                 for _ in range(rng.choice((0, 0, 1, 2, 5, 40)))
-            ]
+            ],
         )
         for _ in range(rng.randint(1, 4))
     ]
@@ -104,7 +105,7 @@ def test_a_value_that_returns_to_the_held_one_is_still_a_change() -> None:
     new turn index and time for A); so does the new one."""
     held = {"series": ActiveEntity(kind="series", value="A", turn_index=0, updated_at=NOW)}
     turn = SimpleNamespace(
-        entities=[SimpleNamespace(kind="series", value=v) for v in ("A", "B", "A")]
+        content=(), entities=[SimpleNamespace(kind="series", value=v) for v in ("A", "B", "A")]
     )
     self, _ = handle(held)
     change = Session._entity_change(self, [turn], 7)
