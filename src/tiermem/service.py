@@ -26,7 +26,7 @@ Turn detection off with ``MemoryService(..., auto_detect=False)``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC
 from types import TracebackType
 from typing import Any, Self
@@ -283,25 +283,29 @@ class MemoryService:
             index=self.longterm.index,
         )
 
-    async def prepare_turns(self, items: Sequence[TurnInput | NewTurn]) -> list[NewTurn]:
+    async def prepare_turns(
+        self, items: Sequence[TurnInput | NewTurn | Mapping[str, Any]]
+    ) -> list[NewTurn]:
         """:meth:`prepare_turn` for each item that is not prepared yet, with the analysis of
         a large turn (over ``LARGE_TURN_CHARS`` characters) in a worker thread so that the
         event loop keeps serving other sessions; prepared ones are shape-checked too."""
         return [turn for turn, _ in await self.analyse_turns(items)]
 
     async def analyse_turns(
-        self, items: Sequence[TurnInput | NewTurn]
+        self, items: Sequence[TurnInput | NewTurn | Mapping[str, Any]]
     ) -> list[tuple[NewTurn, TurnAnalysis | None]]:
         """:meth:`prepare_turns`, keeping each turn's analysis (None for an item that came
         prepared): its normalised text, and for a large turn its search terms, counted in
         the worker thread, so indexing and detection never normalise it again."""
         analysed: list[tuple[NewTurn, TurnAnalysis | None]] = []
-        for item in items:
+        for position, item in enumerate(items):
             if isinstance(item, NewTurn):
                 check_shape(item.content, what="turn content")
                 check_shape(item.metadata, what="turn metadata")
                 analysed.append((item, None))
                 continue
+            if not isinstance(item, TurnInput):
+                item = _turn_input(item, position)
             blocks = self._checked_blocks(item)
             analysis = await analyse_turn_async(
                 item.role,
@@ -467,3 +471,17 @@ class MemoryService:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _turn_input(item: object, position: int) -> TurnInput:
+    """A turn given as a mapping (``{"role": ..., "content": ...}``, the other
+    :class:`TurnInput` fields optional), validated; anything else is refused by name."""
+    if not isinstance(item, Mapping):
+        raise ValidationError(
+            f"turn {position} must be a TurnInput, a NewTurn or a mapping with role and "
+            f"content; got {type(item).__name__}"
+        )
+    try:
+        return TurnInput.model_validate(item)
+    except PydanticValidationError as exc:
+        raise invalid_turn(exc, within=(f"turns[{position}]",)) from exc

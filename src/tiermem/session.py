@@ -270,9 +270,14 @@ class Session:
         return turns[0]
 
     async def add_turns(
-        self, items: Sequence[TurnInput | NewTurn], *, idempotency_key: str | None = None
+        self,
+        items: Sequence[TurnInput | NewTurn | Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
     ) -> list[Turn]:
         """Add several turns, in one write per tier for every 50 (``MAX_TURNS_PER_APPEND``).
+        A turn is a :class:`TurnInput`, a mapping of its fields (``{"role": "user",
+        "content": "..."}``) or a prepared :class:`NewTurn`.
 
         Each batch of 50 is atomic; a longer list is several batches, in order. With
         ``idempotency_key`` each batch is keyed (``key``, then ``key#1``, ``key#2``...), so

@@ -74,3 +74,33 @@ async def test_a_bad_block_mapping_is_named_and_nothing_is_stored() -> None:
             await session.add_turn("user", bad)
         assert "list of such blocks" in str(err.value)
         assert [t.text for t in await session.get_turns()] == ["first"]
+
+
+async def test_add_turns_takes_mappings_and_names_a_bad_item() -> None:
+    """``add_turns`` of mappings used to fail with ``AttributeError: 'dict' object has no
+    attribute 'role'``; now a mapping is a TurnInput, and anything else is refused with
+    the item's position, before anything is stored."""
+    async with _service() as memory:
+        session = await memory.session(user_id="u-turns")
+        stored = await session.add_turns(
+            [
+                {"role": "user", "content": "Is vol 42 in stock?"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Yes, 3 left."}]},
+                {"role": "user", "content": "Pin this one.", "pinned": True},
+            ]
+        )
+        assert [(t.index, t.role, t.text) for t in stored] == [
+            (0, "user", "Is vol 42 in stock?"),
+            (1, "assistant", "Yes, 3 left."),
+            (2, "user", "Pin this one."),
+        ]
+        assert stored[2].pinned
+        assert all(t.token_count > 0 for t in stored)
+        assert (await session.active_entities())["volume"].value == "42"
+        with pytest.raises(ValidationError, match=r"turn 1 must be a TurnInput.*got tuple"):
+            await session.add_turns([{"role": "user", "content": "ok"}, ("user", "hi")])
+        with pytest.raises(ValidationError, match="role must be 'user' or 'assistant'"):
+            await session.add_turns([{"role": "system", "content": "hi"}])
+        with pytest.raises(ValidationError, match=r"turns\[0\]\.content"):
+            await session.add_turns([{"role": "user"}])
+        assert len(await session.get_turns()) == 3
