@@ -22,6 +22,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from tiermem.settings import TierMemSettings
 from tiermem.store.backends.redis_scripts import (
+    CancelGuard,
     RedisClient,
     RedisIO,
     RedisKeys,
@@ -105,7 +106,8 @@ async def describe_redis(
             map it).
     """
     try:
-        return await _describe(client, key_groups)
+        with CancelGuard():  # a diagnostic a Ctrl-C must still stop
+            return await _describe(client, key_groups)
     except (RedisError, RedisClusterException) as exc:
         raise map_redis_error(exc) from exc
 
@@ -201,7 +203,8 @@ async def check_redis(settings: TierMemSettings) -> RedisTopology:
         wanted = settings.redis_wait_replicas
         if wanted:
             try:
-                fewest = await _fewest_replicas(client)
+                with CancelGuard():
+                    fewest = await _fewest_replicas(client)
             except (RedisError, RedisClusterException) as exc:
                 raise map_redis_error(exc) from exc
             if fewest < wanted:
