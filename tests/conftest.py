@@ -17,13 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from tiermem.testing import BackendUnderTest, FakeClock
-
 # Keep pytest's assert-rewritten test modules (and tiermem's bytecode) in __pycache__
 # (git-ignored) even where the environment sets PYTHONDONTWRITEBYTECODE=1: rewriting the
 # ~270 test modules' asserts is most of the CPU of collecting the suite, and a cached module
-# is reused until its source changes (pytest checks the file's mtime and size).
+# is reused until its source changes (pytest checks the file's mtime and size). Set before
+# tiermem's first import (below), or the modules that import loads (tiermem/__init__,
+# settings, models, the store contract) are compiled again by every run and every process
+# a test starts. The variable goes too, so those processes (``python -m tiermem`` servers,
+# MCP servers, workers) cache what only they import instead of compiling it each start.
 sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+from tiermem.testing import BackendUnderTest, FakeClock  # noqa: E402 -- after the above
 
 
 # S108: pytest makes its own pytest-of-<user> folder there (0700, owner checked).
