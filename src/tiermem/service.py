@@ -55,7 +55,14 @@ from tiermem.models.shape import check_shape
 from tiermem.models.turns import TURN_SCHEMA_VERSION
 from tiermem.policies.importance import ImportanceScorer, RuleImportanceScorer
 from tiermem.policies.ttl import HybridTtl, TtlPolicy
-from tiermem.session import Session, SessionStats, TurnInput, content_blocks, invalid_turn
+from tiermem.session import (
+    Session,
+    SessionStats,
+    TurnInput,
+    check_turn_fields,
+    content_blocks,
+    invalid_turn,
+)
 from tiermem.session_context import ContextCache
 from tiermem.settings import TierMemSettings
 from tiermem.store.contract import DurableStore, HotStore
@@ -481,6 +488,7 @@ def _turn_input(item: object, position: int) -> TurnInput:
             f"turn {position} must be a TurnInput, a NewTurn or a mapping with role and "
             f"content; got {type(item).__name__}"
         )
+    check_turn_fields(item.keys(), what=f"field of turns[{position}]")
     try:
         return TurnInput.model_validate(item)
     except PydanticValidationError as exc:

@@ -46,6 +46,7 @@ from tiermem.policies.turn_text import TurnText
 from tiermem.session_context import RECORD_KINDS
 from tiermem.store.codec import check_idempotency_key
 from tiermem.store.contract import MAX_TURNS_PER_APPEND, EntityChange
+from tiermem.store.keys import validate_id
 from tiermem.tiers.tiered import SessionView, derive_metadata, rebase_entity_change
 
 if TYPE_CHECKING:
@@ -91,6 +92,20 @@ class TurnInput(FrozenModel):
     intent: str | None = None
     latency_ms: float | None = None
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+_TURN_FIELDS = frozenset(TurnInput.model_fields)
+
+
+def check_turn_fields(names: Collection[str], *, what: str) -> None:
+    """Refuse a turn field :class:`TurnInput` does not have (a typo would otherwise be
+    dropped without a word)."""
+    unknown = set(names) - _TURN_FIELDS
+    if unknown:
+        raise ValidationError(
+            f"unknown {what} {', '.join(sorted(map(repr, unknown)))}; a turn has "
+            f"{', '.join(sorted(_TURN_FIELDS))} (put your own values in metadata)"
+        )
 
 
 _PLAIN_TURN: dict[str, Any] = {
@@ -153,6 +168,21 @@ _BLOCKS_HINT = (
     ' "tool_result" holds a list of such blocks; tiermem.models.convert reads provider'
     " formats)"
 )
+
+
+def invalid_fields(what: str, exc: PydanticValidationError) -> ValidationError:
+    """tiermem's ValidationError for ``what`` (metadata, an entity) pydantic refused."""
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or what}: {error['msg']}"
+        for error in exc.errors(include_url=False)[:5]
+    )
+    return ValidationError(f"the {what} is not valid: {problems}")
+
+
+_PROTECTED_METADATA = frozenset(
+    {"schema_version", "session_id", "user_id", "created_at", "turn_count"}
+)
+_CHANGEABLE_METADATA = SessionMetadata.model_fields.keys() - _PROTECTED_METADATA
 
 
 def content_blocks(content: Content) -> tuple[Any, ...]:
@@ -258,6 +288,7 @@ class Session:
                 {"role", "content"},
             )
         else:
+            check_turn_fields(options.keys(), what="add_turn option")
             try:
                 item = TurnInput(role=role, content=content, **options)
             except PydanticValidationError as exc:
@@ -537,15 +568,29 @@ class Session:
     async def update_metadata(self, **changes: Any) -> SessionMetadata:
         """Change metadata fields (compare-and-set with retry, so two devices never lose an
         update). ``attributes`` is merged, not replaced."""
-        protected = {"session_id", "user_id", "created_at", "turn_count"} & changes.keys()
+        protected = _PROTECTED_METADATA & changes.keys()
         if protected:
             raise ValidationError(f"cannot change {', '.join(sorted(protected))}")
+        unknown = changes.keys() - SessionMetadata.model_fields.keys()
+        if unknown:
+            raise ValidationError(
+                f"unknown metadata field {', '.join(sorted(map(repr, unknown)))}; the fields "
+                f"are {', '.join(sorted(_CHANGEABLE_METADATA))} (put your own values in "
+                "attributes)"
+            )
+        if "attributes" in changes and not isinstance(changes["attributes"], Mapping):
+            raise ValidationError(
+                f"attributes must be a mapping, got {type(changes['attributes']).__name__}"
+            )
 
         def change(current: SessionMetadata) -> SessionMetadata:
             update = dict(changes)
             if "attributes" in update:
                 update["attributes"] = {**current.attributes, **update["attributes"]}
-            return SessionMetadata.model_validate({**current.model_dump(), **update})
+            try:
+                return SessionMetadata.model_validate({**current.model_dump(), **update})
+            except PydanticValidationError as exc:
+                raise invalid_fields("metadata", exc) from exc
 
         stored = await self._tiers.update_metadata(self.id, change)
         metadata = derive_metadata(stored, self._view.turns, self._view.next_index)
@@ -559,8 +604,17 @@ class Session:
         self, values: Mapping[str, str], *, remove: Collection[str] = ()
     ) -> dict[str, ActiveEntity]:
         """Set active entities by kind (``{"series": "Naruto"}``) and remove others."""
+        if not isinstance(values, Mapping):
+            raise ValidationError(
+                f"entities are a mapping of kind to value, got {type(values).__name__}"
+            )
+        if isinstance(remove, str) or not all(isinstance(kind, str) for kind in remove):
+            raise ValidationError("remove is a collection of entity kinds (strings)")
         now = self._service.clock.now()
-        upsert = {k: ActiveEntity(kind=k, value=v, updated_at=now) for k, v in values.items()}
+        try:
+            upsert = {k: ActiveEntity(kind=k, value=v, updated_at=now) for k, v in values.items()}
+        except PydanticValidationError as exc:
+            raise invalid_fields("entity", exc) from exc
         merged = await self._tiers.update_entities(
             self._view.metadata, upsert, remove, turn_count_hint=self._view.next_index
         )
@@ -576,6 +630,7 @@ class Session:
         copy behind until the blob's next successful write, so a re-read from the hot tier
         would lose again.
         """
+        validate_id(name, what="state name")
         if fresh:
             view = await self._tiers.durable_view(self.id)
             if view is None:
@@ -587,6 +642,17 @@ class Session:
         self, name: str, data: Mapping[str, JsonValue], *, expected_version: int | None = None
     ) -> StateBlob:
         """Write a named state blob; ``expected_version`` makes it compare-and-set."""
+        if not isinstance(data, Mapping):
+            raise ValidationError(
+                f"state data is a mapping (a JSON object), got {type(data).__name__}"
+            )
+        if expected_version is not None and (
+            type(expected_version) is not int or expected_version < 0
+        ):
+            raise ValidationError(
+                f"expected_version is a version number (an integer >= 0), got "
+                f"{expected_version!r}"
+            )
         return await self._tiers.put_state(
             self._view.metadata,
             name,
@@ -756,6 +822,10 @@ class Session:
         jobs = self._service.summaries
         if wait_through is None:
             return await jobs.read(self.id)
+        if type(wait_through) is not int or wait_through < 0:
+            raise ValidationError(
+                f"wait_through is a turn index (an integer >= 0), got {wait_through!r}"
+            )
         return await jobs.wait_through(self.id, wait_through)
 
     async def structured(self, *, wait_through: int | None = None) -> StructuredMemory:

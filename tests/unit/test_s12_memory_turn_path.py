@@ -232,7 +232,7 @@ async def test_hot_reads_give_the_view_load_gives(seed: int) -> None:
             elif op < 0.6:
                 await session.put_state("cart", {"n": step})
             elif op < 0.7:
-                await session.update_metadata(title=f"t{step}")
+                await session.update_metadata(attributes={"title": f"t{step}"})
             if rng.random() < 0.4:
                 clock.advance(rng.choice([0.5, 5, 11, 60, 3000]))
             snap = await hot.load(session.id)

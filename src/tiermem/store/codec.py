@@ -79,12 +79,14 @@ def check_append(
 
 
 def check_index(index: int) -> None:
-    if not isinstance(index, int) or index < 0:
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
         raise ValidationError(f"a turn index is an integer >= 0, got {index!r}")
 
 
 def check_range(start: int, end: int | None) -> None:
     check_index(start)
+    if end is not None and (not isinstance(end, int) or isinstance(end, bool)):
+        raise ValidationError(f"a turn range's end is an integer or None, got {end!r}")
     if end is not None and end < start:
         raise ValidationError(f"turn range end ({end}) is before start ({start})")
 
