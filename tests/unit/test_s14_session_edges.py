@@ -95,3 +95,41 @@ async def test_a_bad_argument_is_refused_and_changes_nothing(
             await session.get_state("cart"),
         )
         assert after == before
+
+
+LONGTERM_REFUSED: list[tuple[str, Callable[[Any], Awaitable[Any]], str]] = [
+    ("recall(u, 5)", lambda lt: lt.recall("u-edges", 5), "query must be a string"),
+    (
+        "recall(since='yesterday')",
+        lambda lt: lt.recall("u-edges", "manga", since="yesterday"),
+        "since must be an aware datetime, got str",
+    ),
+    (
+        "changes(since='x')",
+        lambda lt: lt.changes("u-edges", since="x"),
+        "since must be an aware datetime",
+    ),
+    (
+        "list(types='preference')",
+        lambda lt: lt.list("u-edges", types="preference"),
+        "types must be a collection of type names",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("label", "call", "message"), LONGTERM_REFUSED, ids=[r[0] for r in LONGTERM_REFUSED]
+)
+async def test_long_term_memory_refuses_bad_arguments(
+    label: str, call: Callable[[Any], Awaitable[Any]], message: str
+) -> None:
+    """Before: AttributeError from deep inside (``'int' object has no attribute
+    'isascii'``, ``'str' object has no attribute 'tzinfo'``) or, for a type list given as
+    one string, "unknown memory type 'p'"."""
+    settings = TierMemSettings(hot_backend="memory", durable_backend="memory")
+    async with MemoryService.from_settings(settings) as memory:
+        await memory.longterm.remember("u-edges", "I like seinen manga", memory_type="preference")
+        before = await memory.longterm.list("u-edges")
+        with pytest.raises(ValidationError, match=message):
+            await call(memory.longterm)
+        assert await memory.longterm.list("u-edges") == before

@@ -27,7 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from tiermem.errors import UnsupportedCapabilityError
+from tiermem.errors import UnsupportedCapabilityError, ValidationError
 from tiermem.longterm.forgetting import MemoryForgetting
 from tiermem.longterm.hits import RecallHit
 from tiermem.longterm.index import DocKind, IndexedDoc
@@ -92,6 +92,8 @@ class LongTermMemory(MemoryWrites, MemoryPreferences, MemoryForgetting):
         """
         validate_id(user_id, what="user_id")
         check_limit(limit)
+        if isinstance(types, str):
+            raise ValidationError(f"types must be a collection of type names, got {types!r}")
         # Ask for the registered types, so that the change log is never read here.
         names = self.types.names() if types is None else types
         wanted = [self._user_type(t).name for t in names]

@@ -517,6 +517,8 @@ class Recaller:
             BackendError: the index or the durable store failed (mapped by them).
         """
         validate_id(user_id, what="user_id")
+        if not isinstance(query, str):
+            raise ValidationError(f"query must be a string, got {type(query).__name__}")
         kinds = self._check_scope(scope)
         if not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise ValidationError(f"k must be an integer in 1..{MAX_K}, got {k!r}")

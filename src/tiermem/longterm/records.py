@@ -297,6 +297,8 @@ def check_provenance(provenance: Provenance | None, default_source: str) -> Prov
 
 
 def check_time(value: datetime | None, *, what: str) -> datetime | None:
+    if value is not None and not isinstance(value, datetime):
+        raise ValidationError(f"{what} must be an aware datetime, got {type(value).__name__}")
     if value is not None and (value.tzinfo is None or value.utcoffset() is None):
         raise ValidationError(f"{what} has no timezone; pass an aware datetime (UTC)")
     return value

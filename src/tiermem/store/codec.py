@@ -113,7 +113,10 @@ def check_memory_ids(user_id: str, memory_ids: Collection[str]) -> list[str]:
 
 
 def check_aware(value: datetime | None, *, what: str) -> None:
-    """Reject naive datetimes before they reach a comparison deep in a backend."""
+    """Reject naive datetimes (and what is no datetime) before they reach a comparison
+    deep in a backend."""
+    if value is not None and not isinstance(value, datetime):
+        raise ValidationError(f"{what} must be an aware datetime, got {type(value).__name__}")
     if value is not None and (value.tzinfo is None or value.utcoffset() is None):
         raise ValidationError(f"{what} has no timezone; pass an aware datetime (UTC)")
 
