@@ -24,6 +24,8 @@ from tiermem.background import Batch
 from tiermem.clock import Clock
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
 from tiermem.extraction.turn_analysis import LARGE_TURN_CHARS, TurnAnalysis
+from tiermem.longterm._detect_rules import EN_SWITCH, JA_SWITCH
+from tiermem.longterm.detect import split_sentences
 from tiermem.longterm.recall import turn_docs
 from tiermem.longterm.text import text_term_counts
 from tiermem.models import (
@@ -47,6 +49,7 @@ from tiermem.session_context import RECORD_KINDS
 from tiermem.store.codec import check_idempotency_key
 from tiermem.store.contract import MAX_TURNS_PER_APPEND, EntityChange
 from tiermem.store.keys import validate_id
+from tiermem.summaries.structured import ENTITY_SLOTS, SUBJECT_SLOTS
 from tiermem.tiers.tiered import SessionView, derive_metadata, rebase_entity_change
 
 if TYPE_CHECKING:
@@ -114,6 +117,37 @@ _PLAIN_TURN: dict[str, Any] = {
     if name not in ("role", "content")
 }
 """A :class:`TurnInput`'s defaults (``metadata`` gets a dict of its own per turn)."""
+
+
+_KIND_OF_SLOT = {slot: kind for kind, slot in ENTITY_SLOTS.items()}
+SUBJECT_KINDS = frozenset(_KIND_OF_SLOT.get(slot, slot) for slot in SUBJECT_SLOTS)
+"""The active entity kinds an explicit change of subject expires (seed 001: "forget that,
+show me Naruto"): the product the user was asking about, the same kinds structured
+memory expires (:data:`~tiermem.summaries.structured.SUBJECT_SLOTS`)."""
+
+
+def switches_subject(turn: NewTurn, read: TurnText | None) -> bool:
+    """Whether ``turn`` is a user's explicit change of subject: a sentence of what they
+    wrote (text blocks, not tool results) opens with "forget that", "never mind",
+    "scratch that", "let's switch to"... or 忘れて, もういい, やめて (the rules structured
+    memory reads a switch with). ``read``: the turn's analysed text, if at hand."""
+    if turn.role != "user":
+        return False
+    said = (read or TurnText.of_blocks(turn.content)).said
+    if not (EN_SWITCH.opens(said.folded) or JA_SWITCH.opens(said.normal)):
+        return False  # most turns: none of the rules' words
+    return any(
+        EN_SWITCH.match(sentence.lower()) or JA_SWITCH.match(sentence)
+        for sentence in split_sentences(said.normal)
+    )
+
+
+def _merged(entities: Mapping[str, ActiveEntity], change: EntityChange) -> dict[str, ActiveEntity]:
+    """``entities`` after ``change`` (remove first, then upsert: as the stores merge)."""
+    if not change.remove:
+        return {**entities, **change.upsert}
+    kept = {k: v for k, v in entities.items() if k not in change.remove}
+    return {**kept, **change.upsert}
 
 
 def _listed_kinds(turn: NewTurn) -> set[str] | None:
@@ -335,7 +369,8 @@ class Session:
             sent = analysed[start : start + MAX_TURNS_PER_APPEND]
             batch_turns = list(map(_first, sent))  # no comprehension frame per turn
             first = self._view.next_index
-            change = self._entity_change(batch_turns, first)
+            switches = [switches_subject(t, a.text if a is not None else None) for t, a in sent]
+            change = self._entity_change(batch_turns, first, switches if any(switches) else None)
             batch = await self._tiers.append(
                 self._view.stored_metadata,  # what the tiers read of it is never derived
                 batch_turns,
@@ -348,7 +383,7 @@ class Session:
                 if change is not None:
                     if batch[0].index != first:  # another writer got there first
                         change = rebase_entity_change(change, first, batch[0].index, len(batch))
-                    entities = {**entities, **change.upsert}
+                    entities = _merged(entities, change)
                 self._view = self._view.after_append(
                     max(self._view.next_index, batch[-1].index + 1), entities
                 )
@@ -366,8 +401,12 @@ class Session:
         loop."""
         view = self._view
         first = view.next_index
-        # Most turns name no entity: no call to find that nothing changed.
-        change = self._entity_change([turn], first) if turn.entities else None
+        # Most turns name no entity and change no subject: no call to find that nothing
+        # changed.
+        if switches_subject(turn, analysis.text if analysis is not None else None):
+            change = self._entity_change([turn], first, (True,))
+        else:
+            change = self._entity_change([turn], first) if turn.entities else None
         stored = await self._tiers.append(
             view.stored_metadata,  # what the tiers read of it is never derived
             [turn],
@@ -382,7 +421,7 @@ class Session:
         if change is not None:
             if stored[0].index != first:  # another writer got there first
                 change = rebase_entity_change(change, first, stored[0].index, len(stored))
-            entities = {**entities, **change.upsert}
+            entities = _merged(entities, change)
         self._view = view.after_append(max(view.next_index, stored[-1].index + 1), entities)
         await self._after_stored(stored, [analysis] if len(stored) == 1 else [None] * len(stored))
         return stored
@@ -490,16 +529,32 @@ class Session:
                 )
         return written
 
-    def _entity_change(self, turns: Sequence[NewTurn], first: int) -> EntityChange | None:
-        """What these turns change in the active entities: a new value of an entity kind
-        replaces the old one (seed 001), except where a tool result lists several values of
-        a kind (:func:`_listed_kinds`). Turn indexes count from ``first``, the index the
-        handle expects the first turn to get (the tiers move them if it gets another)."""
-        held = self._view.entities
+    def _entity_change(
+        self,
+        turns: Sequence[NewTurn],
+        first: int,
+        switches: Sequence[bool] | None = None,
+    ) -> EntityChange | None:
+        """What these turns change in the active entities (seed 001): a new value of an
+        entity kind replaces the old one, except where a tool result lists several values
+        of a kind (:func:`_listed_kinds`); a user's explicit change of subject ("forget
+        that, show me Naruto": ``switches``, one flag per turn, :func:`switches_subject`)
+        expires the product kinds (:data:`SUBJECT_KINDS`) before the turn's own entities
+        are set. Turn indexes count from ``first``, the index the handle expects the first
+        turn to get (the tiers move them if it gets another)."""
+        held: Mapping[str, ActiveEntity] = self._view.entities
         # A kind's value as of the last entity read, and the turn of its last change: one
         # ActiveEntity is built per changed kind, not per change.
         latest: dict[str, tuple[str, int]] = {}
+        removed: set[str] = set()
         for position, turn in enumerate(turns):
+            if switches is not None and switches[position]:
+                gone = SUBJECT_KINDS & (held.keys() | latest.keys())
+                if gone:
+                    removed |= gone
+                    held = {k: v for k, v in held.items() if k not in gone}
+                    for kind in gone:
+                        latest.pop(kind, None)
             entities = turn.entities
             listed = _listed_kinds(turn) if len(entities) > 1 else None
             for entity in entities:
@@ -514,7 +569,7 @@ class Session:
                 current = held.get(kind)
                 if current is None or current.value != value:
                     latest[kind] = (value, first + position)
-        if not latest:
+        if not latest and not removed:
             return None
         now = self._service.clock.now()
         # Validated values (the extractor's entity, the clock's aware time).
@@ -524,7 +579,8 @@ class Session:
             )
             for kind, (value, index) in latest.items()
         }
-        return EntityChange.trusted({"upsert": changed, "remove": ()})
+        remove = tuple(sorted(removed - changed.keys()))
+        return EntityChange.trusted({"upsert": changed, "remove": remove})
 
     async def view(self) -> SessionView:
         """The session now: hot window, metadata, entities, state (reloads on a hot miss)."""
@@ -650,8 +706,7 @@ class Session:
             type(expected_version) is not int or expected_version < 0
         ):
             raise ValidationError(
-                f"expected_version is a version number (an integer >= 0), got "
-                f"{expected_version!r}"
+                f"expected_version is a version number (an integer >= 0), got {expected_version!r}"
             )
         return await self._tiers.put_state(
             self._view.metadata,

@@ -110,6 +110,37 @@ async def test_a_tool_result_listing_several_values_does_not_pick_one(pairing: P
     assert (entities["volume"].value, entities["volume"].turn_index) == ("7", 4)
 
 
+async def test_an_explicit_change_of_subject_expires_the_product_entities(
+    pairing: Pairing,
+) -> None:
+    """Seed 001: entities expire when "the user explicitly switches subject ("forget that,
+    show me Naruto")". The product kinds go (in both tiers, and after a reload); the
+    order id and the language stay; the switching turn's own entities are set."""
+    memory = pairing.service()
+    session = await memory.session(user_id="u-ent-switch")
+    await session.add_turn("user", "Is vol 42 in stock for $12? Order ORD-11111, in Japanese.")
+    before = await session.active_entities()
+    assert {"volume", "money", "order_id", "language"} <= before.keys()
+    await session.add_turn("user", "Hmm, forget that. Show me vol 3 instead.")
+    after = await session.active_entities()
+    assert (after["volume"].value, after["volume"].turn_index) == ("3", 1)
+    assert "money" not in after
+    assert after["order_id"] == before["order_id"]
+    assert after["language"] == before["language"]
+    durable = await _durable_entities(pairing, session.id)
+    assert "money" not in durable
+    assert durable["volume"]["value"] == "3"  # type: ignore[index]
+    await pairing.hot.delete(session.id)
+    assert await session.active_entities() == after
+    # A switch naming nothing new clears the product kinds; the assistant cannot switch.
+    await session.add_turn("assistant", "Never mind, vol 3 is sold out.")
+    assert (await session.active_entities())["volume"].value == "3"
+    await session.add_turns([TurnInput(role="user", content="Never mind.")])
+    assert "volume" not in await session.active_entities()
+    await session.add_turn("user", "忘れて。ORD-22222の状況は？")
+    assert (await session.active_entities())["order_id"].value == "ORD-22222"
+
+
 class _LegacyHot(MemoryHotStore):
     """A hot store of before ENTITIES_IN_APPEND (a third-party backend, say): its append
     takes no ``entities``."""

@@ -30,17 +30,18 @@ class Gated:
     regex: re.Pattern[str]
     requires: tuple[str, ...]
 
-    def _open(self, text: str) -> bool:
+    def opens(self, text: str) -> bool:
+        """Whether the regex could match somewhere in ``text`` (its gate is open)."""
         return any(s in text for s in self.requires)
 
     def search(self, text: str) -> re.Match[str] | None:
-        return self.regex.search(text) if self._open(text) else None
+        return self.regex.search(text) if self.opens(text) else None
 
     def match(self, text: str) -> re.Match[str] | None:
-        return self.regex.match(text) if self._open(text) else None
+        return self.regex.match(text) if self.opens(text) else None
 
     def finditer(self, text: str) -> list[re.Match[str]]:
-        return list(self.regex.finditer(text)) if self._open(text) else []
+        return list(self.regex.finditer(text)) if self.opens(text) else []
 
 
 def _word_set(words: str) -> frozenset[str]:
