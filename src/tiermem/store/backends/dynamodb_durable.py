@@ -41,6 +41,11 @@
   process wrote meanwhile, the cancellation returns META (ALL_OLD): the store retries at
   once from it, or, when the caller pinned ``first_index`` and it no longer matches,
   raises :class:`ConflictError` whose ``actual`` is the real next index, with no read.
+  Losing again with a META read during the call means other processes are writing the
+  session right now: each further retry waits first (``retry_pause``: capped exponential
+  backoff with full jitter), so racing processes stop meeting in lockstep; after
+  :data:`~.dynamodb_table.MAX_ATTEMPTS` tries the append gives up with a retryable
+  :class:`~tiermem.errors.BackendError` naming the session.
 * ``entities=`` (:class:`~tiermem.store.contract.EntityChange`) is merged into the
   ``entities`` record (an ordinary record, read and written by ``get_record`` /
   ``put_record`` as ever) and the whole record rewritten in the append's transaction. The
@@ -125,7 +130,8 @@ from tiermem.store.backends.dynamodb_table import (
     ConditionFailed,
     DynamoDBTable,
     Item,
-    backoff_delay,
+    RetryPause,
+    backoff_pause,
     check_entity_change,
     check_transaction,
     contention_error,
@@ -300,6 +306,7 @@ class DynamoDBDurableStore:
         client: Any = None,
         wall_clock: Clock | None = None,
         header_cache_size: int = HEADER_CACHE_SIZE,
+        retry_pause: RetryPause = backoff_pause,
     ) -> None:
         self._table = DynamoDBTable(
             table_name,
@@ -307,6 +314,7 @@ class DynamoDBDurableStore:
             region_name=region_name,
             session=session,
             client=client,
+            pause=retry_pause,
         )
         self._clock = clock or SystemClock()
         self._wall_clock = wall_clock or SystemClock()
@@ -596,14 +604,21 @@ class DynamoDBDurableStore:
                         return await self._replay(session_id, stored)
                 if failed.failed(0):
                     # META moved on: the cancellation carries it (none: it is gone), as
-                    # good as a read, so the next attempt goes at once (a pause would make
-                    # it stale again). The key item it returned tells a repeat at once.
+                    # good as a read. The key item it returned tells a repeat at once.
+                    # Lost on a header remembered from before this call, the write was
+                    # only stale: the next attempt goes at once (a pause would make it
+                    # stale again). Lost on a header read during this call, other
+                    # processes are writing the session right now, and going at once
+                    # would meet them again in lockstep, round after round: pause first.
+                    contended = fresh
                     item = failed.item(0)
                     known = self._refreshed(pk, item)
                     if change is not None and failed.failed(record_at):
                         known = replace(known, entities=None)  # it changed too: read it
                     fresh = True
                     key_item = failed.item(1) if idem is not None and failed.failed(1) else None
+                    if contended and key_item is None and attempt + 1 < MAX_ATTEMPTS:
+                        await self._table.pause(attempt)
                     continue
                 if change is not None and failed.failed(record_at):
                     known = KnownSession(old)  # the record changed since it was read
@@ -611,7 +626,7 @@ class DynamoDBDurableStore:
                     continue
                 # A concurrent transaction was in the way: pause, then read again.
                 known, fresh = None, False
-                await asyncio.sleep(backoff_delay(attempt))
+                await self._table.pause(attempt)
                 continue
             # A merged entities record is ``merged``; its stamp is out of date.
             without = ENTITIES_RECORD if change is not None else None
@@ -635,7 +650,7 @@ class DynamoDBDurableStore:
             settled, record = _stored_record(items, sk, live)
             if settled:
                 return record
-            await asyncio.sleep(backoff_delay(attempt))
+            await self._table.pause(attempt)
         raise self._unsettled(session_id)
 
     def _merge_entities(
@@ -755,7 +770,7 @@ class DynamoDBDurableStore:
             )
             if payloads is not None:
                 return payloads
-            await asyncio.sleep(backoff_delay(attempt))
+            await self._table.pause(attempt)
         raise self._unsettled(session_id)
 
     @staticmethod
@@ -819,7 +834,7 @@ class DynamoDBDurableStore:
             payloads = self._visible_payloads(items)
             if payloads is not None:
                 return decode_turns(payloads[-count:], session_id=session_id)
-            await asyncio.sleep(backoff_delay(attempt))
+            await self._table.pause(attempt)
         raise self._unsettled(session_id)
 
     async def redact_turn(self, session_id: str, index: int) -> Turn:
@@ -830,7 +845,7 @@ class DynamoDBDurableStore:
             items = await self._table.query_partition(pk, lower=sk, upper=parts_upper(sk))
             payloads = self._visible_payloads(items)
             if payloads is None:
-                await asyncio.sleep(backoff_delay(attempt))
+                await self._table.pause(attempt)
                 continue
             if not payloads:
                 raise NotFoundError(f"session {session_id!r} has no turn {index}")
@@ -847,7 +862,7 @@ class DynamoDBDurableStore:
             try:
                 await self._table.write(actions)
             except ConditionFailed:
-                await asyncio.sleep(backoff_delay(attempt))
+                await self._table.pause(attempt)
                 continue
             return redacted
         raise contention_error(f"redact_turn on session {session_id!r}")
@@ -906,7 +921,7 @@ class DynamoDBDurableStore:
                     # the cancellation did not say what it is now.
                     read = failed.contention or failed.failed(0)
                 if failed.contention or (attempt and failed.failed(0)):
-                    await asyncio.sleep(backoff_delay(attempt))
+                    await self._table.pause(attempt)
                 continue
             self._known.put(pk, KnownSession(new))
             return holder
@@ -992,7 +1007,7 @@ class DynamoDBDurableStore:
                     return None
                 self._remember_stamp(pk, kind, stored, live)
                 return stored.record
-            await asyncio.sleep(backoff_delay(attempt))
+            await self._table.pause(attempt)
         raise self._unsettled(session_id)
 
     async def _read_with_meta(self, pk: str, sk: str) -> dict[str, Item]:
@@ -1104,12 +1119,16 @@ class DynamoDBDurableStore:
                     # Only META moved on (an append of this or another process): the
                     # cancellation carries it, and the record's stamp still held, so the
                     # next attempt trusts both again. Else read what the other writer wrote.
+                    # A loss after the first was on a META this call got: writers are
+                    # racing right now, so pause rather than meet them again in lockstep.
                     trusted = None
                     if failed.failed(0) and not failed.failed(1):
                         refreshed = self._refreshed(pk, failed.item(0))
                         trusted = refreshed if refreshed.stamp(kind) is not None else None
+                    if attempt:
+                        await self._table.pause(attempt)
                     continue
-                await asyncio.sleep(backoff_delay(attempt))
+                await self._table.pause(attempt)
                 continue
             # What the store knew with META ``old`` (the write was conditioned on it, so
             # nothing else changed since) still holds, but for this record.
@@ -1205,7 +1224,7 @@ class DynamoDBDurableStore:
                 await self._table.call("put_item", **params)
             except ConditionFailed as failed:
                 if failed.contention:
-                    await asyncio.sleep(backoff_delay(attempt))
+                    await self._table.pause(attempt)
                     continue
                 old = failed.items[0] if failed.items else None
                 actual = get_int(old, "version") if old and self._visible(old) else 0

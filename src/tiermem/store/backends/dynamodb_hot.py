@@ -95,7 +95,8 @@ from tiermem.store.backends.dynamodb_table import (
     DynamoDBTable,
     Item,
     Packed,
-    backoff_delay,
+    RetryPause,
+    backoff_pause,
     check_entity_change,
     check_transaction,
     contention_error,
@@ -256,8 +257,12 @@ class DynamoDBHotStore:
     The table must exist (:func:`~tiermem.store.backends.dynamodb.create_table`, the
     ``tiermem`` CLI, or ``deploy/dynamodb.yaml``). ``client`` takes an already open aioboto3
     DynamoDB client (not closed by :meth:`aclose`); otherwise one is opened on first use from
-    ``session`` / ``endpoint_url`` / ``region_name``. ``wall_clock`` is only used for native
-    TTL timestamps, which DynamoDB compares with real time.
+    ``session`` (none: the event loop's shared one,
+    :func:`~tiermem.store.backends.dynamodb_table.default_session`) / ``endpoint_url`` /
+    ``region_name``. ``wall_clock`` is only used for native TTL timestamps, which DynamoDB
+    compares with real time. ``retry_pause`` waits before each retry of a write that lost
+    a race (default: capped exponential backoff with full jitter,
+    :func:`~tiermem.store.backends.dynamodb_table.backoff_pause`).
     """
 
     name = "dynamodb"
@@ -277,6 +282,7 @@ class DynamoDBHotStore:
         activity_shards: int = 16,
         client: Any = None,
         wall_clock: Clock | None = None,
+        retry_pause: RetryPause = backoff_pause,
     ) -> None:
         if activity_shards < 1:
             raise ValidationError(f"activity_shards must be at least 1, got {activity_shards}")
@@ -286,6 +292,7 @@ class DynamoDBHotStore:
             region_name=region_name,
             session=session,
             client=client,
+            pause=retry_pause,
         )
         self._clock = clock or SystemClock()
         self._wall_clock = wall_clock or SystemClock()
@@ -487,7 +494,7 @@ class DynamoDBHotStore:
                     what=f"{what} on session {session_id!r}",
                 )
             except ConditionFailed:
-                await asyncio.sleep(backoff_delay(attempt))
+                await self._table.pause(attempt)
                 continue
             return result
         raise contention_error(f"{what} on session {session_id!r}")
@@ -589,7 +596,7 @@ class DynamoDBHotStore:
             if snapshot is not None:
                 return snapshot
             # The query saw part of a concurrent write; read again.
-            await asyncio.sleep(backoff_delay(attempt))
+            await self._table.pause(attempt)
         raise BackendError(
             f"session {session_id!r} kept changing while it was loaded; retry",
             backend=BACKEND,
@@ -777,7 +784,7 @@ class DynamoDBHotStore:
                     ],
                 )
             except ConditionFailed:
-                await asyncio.sleep(backoff_delay(attempt))
+                await self._table.pause(attempt)
                 continue
             meta_item, blob_item = (r.get("Item") for r in response["Responses"])
             return (_Meta.parse(meta_item) if meta_item else None), blob_item
@@ -814,7 +821,7 @@ class DynamoDBHotStore:
                 )
             if chunks is not None:
                 return StateBlob.model_validate_json(unpack(chunks))
-            await asyncio.sleep(backoff_delay(attempt))  # rewritten meanwhile: read again
+            await self._table.pause(attempt)  # rewritten meanwhile: read again
         raise contention_error(f"get_state {name!r} of session {session_id!r}")
 
     async def put_state(
@@ -925,7 +932,7 @@ class DynamoDBHotStore:
                 return True
             except ConditionFailed as failed:
                 if failed.contention:
-                    await asyncio.sleep(backoff_delay(attempt))
+                    await self._table.pause(attempt)
                     continue
                 item = failed.items[0] if failed.items else None
                 if item is None:
@@ -1044,7 +1051,7 @@ class DynamoDBHotStore:
                 )
             except ConditionFailed as failed:
                 if failed.contention:
-                    await asyncio.sleep(backoff_delay(attempt))
+                    await self._table.pause(attempt)
                     continue
                 return False
             return True
@@ -1092,7 +1099,7 @@ class DynamoDBHotStore:
                 return StateBlob(
                     name=name, data=json.loads(payload), version=version, updated_at=now
                 )
-            await asyncio.sleep(backoff_delay(attempt))
+            await self._table.pause(attempt)
         raise contention_error(f"put_shared {name!r}")
 
     async def _bump_shared(self, name: str, fields: Item, now_us: int) -> int | None:

@@ -25,8 +25,10 @@ import os
 import platform
 import re
 import sys
+import threading
+import weakref
 import zlib
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -482,15 +484,65 @@ def backoff_delay(attempt: int) -> float:
     return retry.backoff_delay(attempt, base=0.005)
 
 
+RetryPause = Callable[[int], Awaitable[None]]
+"""Waits before retry ``attempt`` (0-based) of an optimistic write that lost a race, or of
+a read that met a write half done."""
+
+
+async def backoff_pause(attempt: int) -> None:
+    """The stores' :data:`RetryPause`: sleep for :func:`backoff_delay` (capped exponential,
+    full jitter). A test passes its own to see the pauses without waiting for them."""
+    await asyncio.sleep(backoff_delay(attempt))
+
+
 def contention_error(what: str) -> BackendError:
     return BackendError(
-        f"{what} lost to concurrent writers {MAX_ATTEMPTS} times in a row; retry later",
+        f"{what} lost to concurrent writers {MAX_ATTEMPTS} times in a row: other processes "
+        "kept changing it. Retry later; if it recurs, send each session's writes through "
+        "one process (its writers queue there instead of racing).",
         backend=BACKEND,
         retryable=True,
     )
 
 
 # -- client -------------------------------------------------------------------------------
+
+_DEFAULT_SESSIONS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioboto3.Session] = (
+    weakref.WeakKeyDictionary()
+)
+_DEFAULT_SESSIONS_LOCK = threading.Lock()
+
+
+def default_session() -> aioboto3.Session:
+    """The aioboto3 session that the stores (and :func:`create_table`) given no ``session``
+    share in the running event loop, made on first use.
+
+    Why shared: a new session parses botocore's endpoint and service-model JSON again and
+    resolves credentials again for its first client, 280-330M instructions (callgrind,
+    ``bench/dynamodb_startup_cpu.py``), which a store with a session of its own paid once per
+    store, so twice per service with both tiers on DynamoDB and again for every service.
+    Why per event loop: an aiobotocore session is safe for concurrent tasks of one loop,
+    not across loops or threads (aiobotocore issue #1088; boto3's sessions are not
+    thread-safe), and its refreshable credentials (IMDS, container, assume-role) hold an
+    ``asyncio.Lock`` that binds to one loop. Each sync facade runs its own loop in its own
+    thread, so it gets its own session. Bounded by the open loops: an entry goes when its
+    loop is collected (weak keys) or, closed, when another loop makes its session. What a
+    session reads when it is made (environment, profile) holds for every store of the loop
+    that shares it: pass ``session=`` to a store for other credentials or another profile.
+
+    Raises:
+        RuntimeError: called outside a running event loop.
+    """
+    loop = asyncio.get_running_loop()
+    with _DEFAULT_SESSIONS_LOCK:
+        session = _DEFAULT_SESSIONS.get(loop)
+        if session is None:
+            for closed in [other for other in _DEFAULT_SESSIONS if other.is_closed()]:
+                # A session whose credentials' lock bound the loop keeps the loop alive,
+                # so weak keys alone would not let it go.
+                del _DEFAULT_SESSIONS[closed]
+            session = _DEFAULT_SESSIONS[loop] = aioboto3.Session()
+    return session
 
 
 class ConditionFailed(Exception):  # noqa: N818 -- a control-flow signal, not a user-facing error
@@ -536,8 +588,9 @@ def _response(exc: ClientError) -> dict[str, Any]:
 class DynamoDBTable:
     """One table and the client that talks to it; the boundary where botocore errors stop.
 
-    The aioboto3 client is opened on first use and closed by :meth:`aclose`. A client passed
-    in is used as is and never closed here (its owner closes it).
+    The aioboto3 client is opened on first use and closed by :meth:`aclose`, from the
+    ``session`` passed in, else from the event loop's :func:`default_session`. A client
+    passed in is used as is and never closed here (its owner closes it).
     """
 
     def __init__(
@@ -548,10 +601,12 @@ class DynamoDBTable:
         region_name: str | None = None,
         session: aioboto3.Session | None = None,
         client: Any = None,
+        pause: RetryPause = backoff_pause,
     ) -> None:
         if not table_name:
             raise ValidationError("table_name must not be empty")
         self.name = table_name
+        self.pause = pause
         self._endpoint_url = endpoint_url
         self._region_name = region_name
         self._session = session
@@ -573,7 +628,7 @@ class DynamoDBTable:
         async with self._lock:
             if self._client is None:
                 stack = AsyncExitStack()
-                session = self._session or aioboto3.Session()
+                session = self._session or default_session()
                 try:
                     self._client = await stack.enter_async_context(
                         session.client(
