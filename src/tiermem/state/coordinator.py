@@ -39,12 +39,13 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import ValidationError as PydanticValidationError
 
@@ -93,6 +94,7 @@ class StateView(Protocol):
     def state(self) -> Mapping[str, StateBlob]: ...
 
 
+@runtime_checkable
 class StateSession(Protocol):
     """What the coordinator needs of a session; :class:`tiermem.session.Session` has it."""
 
@@ -138,8 +140,15 @@ class StateCoordinator:
     def __init__(
         self, session: StateSession, *, worker: str | None = None, attempts: int = CAS_ATTEMPTS
     ) -> None:
-        if attempts < 1:
-            raise ValidationError(f"attempts must be at least 1, got {attempts}")
+        if not isinstance(session, StateSession):
+            raise ValidationError(
+                f"a StateCoordinator works on a Session (memory.session(...)), got "
+                f"{type(session).__name__}"
+            )
+        if type(attempts) is not int or attempts < 1:
+            raise ValidationError(f"attempts must be an integer >= 1, got {attempts!r}")
+        if worker is not None:
+            _text(worker, "worker")
         self._session = session
         self._clock = session.clock
         self.worker = worker or _default_worker()
@@ -292,6 +301,7 @@ class StateCoordinator:
 
     async def set_phase(self, phase: str) -> ConversationState:
         """Move the dialogue to ``phase`` (see :func:`tiermem.state.conversation.set_phase`)."""
+        _text(phase, "phase")
         return await self._change(
             ConversationState, CONVERSATION, lambda s: conv.set_phase(s, phase)
         )
@@ -299,7 +309,11 @@ class StateCoordinator:
     async def set_intent(
         self, intent: str, *, agent: str | None = None, slots: Sequence[Slot] = ()
     ) -> ConversationState:
-        """Make ``intent`` active (see :func:`tiermem.state.conversation.set_intent`)."""
+        """Make ``intent`` active (see :func:`tiermem.state.conversation.set_intent`).
+        ``slots`` are :class:`Slot` objects or mappings of their fields."""
+        _text(intent, "intent")
+        _optional_text(agent, "agent")
+        slots = _slots(slots)
         return await self._change(
             ConversationState,
             CONVERSATION,
@@ -307,11 +321,13 @@ class StateCoordinator:
         )
 
     async def set_agent(self, agent: str | None) -> ConversationState:
+        _optional_text(agent, "agent")
         return await self._change(
             ConversationState, CONVERSATION, lambda s: conv.set_agent(s, agent)
         )
 
-    async def define_slot(self, slot: Slot) -> ConversationState:
+    async def define_slot(self, slot: Slot | Mapping[str, Any]) -> ConversationState:
+        slot = _slot(slot, "slot")
         return await self._change(
             ConversationState, CONVERSATION, lambda s: conv.define_slot(s, slot)
         )
@@ -319,6 +335,9 @@ class StateCoordinator:
     async def infer_slot(
         self, name: str, value: SlotValue, *, turn_index: int | None = None
     ) -> ConversationState:
+        _text(name, "slot name")
+        _slot_value(value)
+        _turn_index(turn_index)
         return await self._change(
             ConversationState,
             CONVERSATION,
@@ -328,6 +347,10 @@ class StateCoordinator:
     async def confirm_slot(
         self, name: str, value: SlotValue | None = None, *, turn_index: int | None = None
     ) -> ConversationState:
+        _text(name, "slot name")
+        if value is not None:
+            _slot_value(value)
+        _turn_index(turn_index)
         return await self._change(
             ConversationState,
             CONVERSATION,
@@ -335,6 +358,7 @@ class StateCoordinator:
         )
 
     async def clear_slot(self, name: str) -> ConversationState:
+        _text(name, "slot name")
         return await self._change(
             ConversationState, CONVERSATION, lambda s: conv.clear_slot(s, name)
         )
@@ -342,6 +366,9 @@ class StateCoordinator:
     async def ask_clarification(
         self, clarification_id: str, question: str, *, slot: str | None = None
     ) -> ConversationState:
+        _text(clarification_id, "clarification_id")
+        _text(question, "question")
+        _optional_text(slot, "slot")
         now = self._now()
         return await self._change(
             ConversationState,
@@ -350,6 +377,7 @@ class StateCoordinator:
         )
 
     async def resolve_clarification(self, clarification_id: str) -> ConversationState:
+        _text(clarification_id, "clarification_id")
         return await self._change(
             ConversationState,
             CONVERSATION,
@@ -359,6 +387,7 @@ class StateCoordinator:
     async def finish_intent(
         self, *, phase: str = DialoguePhase.FOLLOW_UP.value
     ) -> ConversationState:
+        _text(phase, "phase")
         return await self._change(
             ConversationState, CONVERSATION, lambda s: conv.finish_intent(s, phase=phase)
         )
@@ -382,10 +411,18 @@ class StateCoordinator:
         max_retries: int = 2,
     ) -> Task:
         """Plan a task (idempotent: the same plan again changes nothing); see
-        :func:`tiermem.state.tasks.create_task`."""
+        :func:`tiermem.state.tasks.create_task`. ``steps`` are :class:`Step` objects or
+        mappings of their fields."""
+        _text(task_id, "task_id")
+        _text(goal, "goal")
+        _duration(budget, "budget")
+        if type(max_retries) is not int or not 0 <= max_retries <= MAX_RETRIES:
+            raise ValidationError(
+                f"max_retries must be an integer from 0 to {MAX_RETRIES}, got {max_retries!r}"
+            )
         plan = [
             s.model_copy(update={"params": _as_json(s.params, f"params of step {s.step_id!r}")})
-            for s in steps
+            for s in _steps(steps)
         ]
         state = await self._task_change(
             lambda s, now: tsk.create_task(
@@ -402,6 +439,8 @@ class StateCoordinator:
             ConflictError: another worker holds the step and ``takeover`` is False.
             ValidationError: see :func:`tiermem.state.tasks.start_step`.
         """
+        _ids(task_id, step_id)
+        _flag(takeover, "takeover")
         state = await self._task_change(
             lambda s, now: _or_timed_out(
                 s,
@@ -421,6 +460,8 @@ class StateCoordinator:
         """Start the task's next step (or keep the one this worker runs) and return it;
         None when every step is completed. Errors as for :meth:`start_step`; a failed or
         cancelled task is a ValidationError."""
+        _text(task_id, "task_id")
+        _flag(takeover, "takeover")
         chosen: list[str | None] = [None]
 
         def change(s: TaskState, now: datetime) -> TaskState:
@@ -448,6 +489,7 @@ class StateCoordinator:
             ValidationError: a result that is not JSON, or an illegal move (see
                 :func:`tiermem.state.tasks.complete_step`).
         """
+        _ids(task_id, step_id)
         result = _as_json(result, f"the result of step {step_id!r}")
         state = await self._task_change(
             lambda s, now: tsk.complete_step(s, task_id, step_id, result, now=now)
@@ -461,6 +503,9 @@ class StateCoordinator:
     ) -> Step:
         """Record a failed attempt: back to the queue while retries are left, else the step
         and its task fail. Returns the step. Idempotent."""
+        _ids(task_id, step_id)
+        _text(error, "error")
+        _flag(retry, "retry")
         state = await self._task_change(
             lambda s, now: tsk.fail_step(s, task_id, step_id, error, now=now, retry=retry)
         )
@@ -469,11 +514,16 @@ class StateCoordinator:
         return step
 
     async def checkpoint(self, task_id: str, name: str) -> Task:
+        _text(task_id, "task_id")
+        _text(name, "checkpoint name")
         state = await self._task_change(lambda s, now: tsk.checkpoint(s, task_id, name, now=now))
         return _found(state, task_id)
 
     async def rollback(self, task_id: str, name: str, *, budget: timedelta | None = None) -> Task:
         """Return a task to a checkpoint (see :func:`tiermem.state.tasks.rollback`)."""
+        _text(task_id, "task_id")
+        _text(name, "checkpoint name")
+        _duration(budget, "budget")
         now = self._now()
         # No expire_overdue first: a rollback with a new budget revives a timed-out task.
         state = await self._change(
@@ -482,10 +532,13 @@ class StateCoordinator:
         return _found(state, task_id)
 
     async def cancel_task(self, task_id: str, reason: str = "") -> Task:
+        _text(task_id, "task_id")
+        _text(reason, "reason")
         state = await self._task_change(lambda s, now: tsk.cancel_task(s, task_id, reason, now=now))
         return _found(state, task_id)
 
     async def discard_task(self, task_id: str) -> TaskState:
+        _text(task_id, "task_id")
         return await self._change(TaskState, TASK, lambda s: tsk.discard_task(s, task_id))
 
     async def expire_overdue(self) -> TaskState:
@@ -505,6 +558,12 @@ class StateCoordinator:
         """Apply an external system's report (``profile``, ``tier``, ``locale``,
         ``timezone``, ``cart``, ``promotions``); a redelivered or older event of that
         source changes nothing. See :func:`tiermem.state.environment.refresh_environment`."""
+        _text(source, "source")
+        _optional_text(event_id, "event_id")
+        if occurred_at is not None and not isinstance(occurred_at, datetime):
+            raise ValidationError(
+                f"occurred_at must be an aware datetime, got {type(occurred_at).__name__}"
+            )
         if "profile" in changes:
             changes["profile"] = _as_json(changes["profile"], "the profile")
         now = self._now()
@@ -526,6 +585,10 @@ class StateCoordinator:
         """The state as a short, human-readable block within ``budget_tokens``, with the
         layer blobs and versions it came from (see :mod:`tiermem.state.render`). No I/O:
         it renders what this coordinator last loaded or wrote."""
+        if type(budget_tokens) is not int or budget_tokens < 0:
+            raise ValidationError(
+                f"budget_tokens must be an integer >= 0 (tokens), got {budget_tokens!r}"
+            )
         sources = {
             name: StateSource(layer=name, version=held.version, updated_at=held.updated_at)
             for name, held in (
@@ -544,6 +607,92 @@ class StateCoordinator:
             session_id=self.session_id,
             sources=sources,
         )
+
+
+# -- checks of the caller's arguments (the pure transitions trust their types) ----------------
+
+MAX_RETRIES = 100
+"""The most failures a task sends back to the queue per step (the Step model's bound)."""
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _optional_text(value: object, what: str) -> None:
+    if value is not None:
+        _text(value, what)
+
+
+def _ids(task_id: object, step_id: object) -> None:
+    _text(task_id, "task_id")
+    _text(step_id, "step_id")
+
+
+def _flag(value: object, what: str) -> None:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{what} must be True or False, got {value!r}")
+
+
+def _duration(value: object, what: str) -> None:
+    if value is not None and not isinstance(value, timedelta):
+        raise ValidationError(
+            f"{what} must be a timedelta (e.g. timedelta(seconds=30)) or None, got {value!r}"
+        )
+
+
+def _turn_index(value: object) -> None:
+    if value is not None and (type(value) is not int or value < 0):
+        raise ValidationError(f"turn_index must be a turn index (an integer >= 0), got {value!r}")
+
+
+def _slot_value(value: object) -> None:
+    if not isinstance(value, str | int | float) or (
+        isinstance(value, float) and not math.isfinite(value)
+    ):
+        raise ValidationError(
+            f"a slot holds a string, number or boolean, got {type(value).__name__} {value!r}"
+        )
+
+
+def _parsed(model: type[Any], value: object, what: str) -> Any:
+    """``value`` as ``model``: the model itself, or a mapping of its fields."""
+    if isinstance(value, model):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValidationError(
+            f"{what} must be a {model.__name__} or a mapping of its fields, got "
+            f"{type(value).__name__}"
+        )
+    try:
+        return model.model_validate(value)
+    except PydanticValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+            for e in exc.errors(include_url=False)[:5]
+        )
+        raise ValidationError(f"{what} is not a valid {model.__name__}: {problems}") from None
+
+
+def _sequence(values: object, what: str) -> Sequence[Any]:
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence):
+        raise ValidationError(f"{what} must be a list, got {type(values).__name__}")
+    return values
+
+
+def _slot(value: object, what: str) -> Slot:
+    slot: Slot = _parsed(Slot, value, what)
+    return slot
+
+
+def _slots(values: object) -> list[Slot]:
+    return [_slot(v, f"slots[{i}]") for i, v in enumerate(_sequence(values, "slots"))]
+
+
+def _steps(values: object) -> list[Step]:
+    return [_parsed(Step, v, f"steps[{i}]") for i, v in enumerate(_sequence(values, "steps"))]
 
 
 def _environment_defaults(metadata: SessionMetadata) -> Mapping[str, object]:

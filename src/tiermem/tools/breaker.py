@@ -138,15 +138,16 @@ class BreakerPolicy:
     threshold, at least 1."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.failure_threshold, int) or self.failure_threshold < 1:
+        if type(self.failure_threshold) is not int or self.failure_threshold < 1:
             raise ValidationError(
                 f"failure_threshold must be an int >= 1, got {self.failure_threshold!r}"
             )
         _positive(self.window, "window")
         _positive(self.reset_timeout, "reset_timeout")
         _positive(self.probe_lease, "probe_lease")
-        if self.degraded_failures is not None and not (
-            1 <= self.degraded_failures <= self.failure_threshold
+        if self.degraded_failures is not None and (
+            type(self.degraded_failures) is not int
+            or not 1 <= self.degraded_failures <= self.failure_threshold
         ):
             raise ValidationError(
                 f"degraded_failures must be between 1 and failure_threshold "

@@ -23,11 +23,13 @@ closed:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 
 from tiermem.clock import Clock, IdFactory, SystemClock, UlidFactory
+from tiermem.errors import ValidationError
 from tiermem.models import FrozenModel, JsonValue, UtcDatetime
 from tiermem.store.keys import validate_id
 from tiermem.tools.breaker import BreakerPolicy, BreakerState, BreakerStatus, ToolHealth
@@ -98,6 +100,29 @@ class ToolStatus(FrozenModel):
     """A sentence for the agent when the tool is not healthy."""
 
 
+def _arguments(arguments: object, tool: str) -> dict[str, JsonValue]:
+    """The caller's arguments as a JSON object, checked once here: a value a tool cannot be
+    sent would fail inside the invoker and count against the tool's breaker."""
+    if arguments is None:
+        return {}
+    if not isinstance(arguments, Mapping):
+        raise ValidationError(
+            f"arguments of tool {tool!r} must be a mapping of name to value, got "
+            f"{type(arguments).__name__}"
+        )
+    args = dict(arguments)
+    if not all(isinstance(name, str) for name in args):
+        raise ValidationError(f"argument names are strings; tool {tool!r} got {list(args)!r}")
+    try:
+        json.dumps(args, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            f"arguments of tool {tool!r} must be JSON (dicts with string keys, lists, "
+            f"strings, finite numbers, booleans, None): {exc}"
+        ) from None
+    return args
+
+
 class ToolDispatcher:
     """Calls registered tools through their shared breakers, with tracking and fallbacks.
 
@@ -118,6 +143,13 @@ class ToolDispatcher:
         recent_limit: int = DEFAULT_RECENT_LIMIT,
         max_partial_chunks: int = DEFAULT_MAX_PARTIAL_CHUNKS,
     ) -> None:
+        for what, value in (
+            ("latency_window", latency_window),
+            ("recent_limit", recent_limit),
+            ("max_partial_chunks", max_partial_chunks),
+        ):
+            if type(value) is not int or value < 1:
+                raise ValidationError(f"{what} must be an integer >= 1, got {value!r}")
         self.registry = registry
         self.breakers = breakers
         self._clock = clock or SystemClock()
@@ -139,7 +171,8 @@ class ToolDispatcher:
 
         Raises:
             NotFoundError: ``tool`` is not registered.
-            ValidationError: a ``request_id`` that cannot be an id.
+            ValidationError: a ``request_id`` that cannot be an id, or ``arguments`` that
+                are not a JSON object (refused before the tool or its breaker sees them).
             ToolCallError: the tool (or the fallback that was tried) failed and its breaker
                 is still closed; ``ToolTimeoutError`` when it did not answer in time.
             ToolUnavailableError: every tool of the chain is unavailable or just failed.
@@ -151,7 +184,7 @@ class ToolDispatcher:
             request_id = self._ids.new_id()
         else:
             validate_id(request_id, what="request_id")
-        args: dict[str, JsonValue] = dict(arguments or {})
+        args = _arguments(arguments, tool)
         chain = (entry.spec.name, *entry.spec.fallbacks)
         attempts: list[ToolInvocation] = []
         skipped: list[tuple[str, BreakerState, BreakerPolicy]] = []
@@ -364,7 +397,12 @@ class ToolDispatcher:
         return [status.message for status in await self.statuses() if status.message]
 
     def stats(self, tool: str) -> ToolStats:
-        """This process's counts and rolling latency percentiles for ``tool``."""
+        """This process's counts and rolling latency percentiles for ``tool``.
+
+        Raises:
+            NotFoundError: ``tool`` is not registered.
+        """
+        self.registry.get(tool)
         return self.tracker.stats(tool)
 
     def in_flight(self) -> list[InFlight]:

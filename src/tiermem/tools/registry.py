@@ -59,6 +59,14 @@ def _schema(value: Mapping[str, JsonValue], tool: str) -> dict[str, JsonValue]:
     return copy.deepcopy(dict(value))
 
 
+def _check_invoker(invoker: object, tools: str) -> None:
+    if not callable(getattr(invoker, "invoke", None)):
+        raise ValidationError(
+            f"invoker of tool {tools!r} must have an async invoke(tool, arguments, *, "
+            f"request_id, emit) method (a ToolInvoker), got {type(invoker).__name__}"
+        )
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """One tool's definition.
@@ -81,7 +89,22 @@ class ToolSpec:
 
     def __post_init__(self) -> None:
         validate_id(self.name, what="tool name")
+        if not isinstance(self.description, str):
+            raise ValidationError(
+                f"description of tool {self.name!r} must be a string, got "
+                f"{type(self.description).__name__}"
+            )
         object.__setattr__(self, "input_schema", _schema(self.input_schema, self.name))
+        if isinstance(self.fallbacks, str) or not isinstance(self.fallbacks, Iterable):
+            raise ValidationError(
+                f"fallbacks of tool {self.name!r} must be a list of tool names, got "
+                f"{self.fallbacks!r}"
+            )
+        if self.breaker is not None and not isinstance(self.breaker, BreakerPolicy):
+            raise ValidationError(
+                f"breaker of tool {self.name!r} must be a BreakerPolicy or None, got "
+                f"{type(self.breaker).__name__}"
+            )
         fallbacks = tuple(self.fallbacks)
         for fallback in fallbacks:
             validate_id(fallback, what=f"fallback of tool {self.name!r}")
@@ -133,9 +156,13 @@ class ToolRegistry:
         """Add a tool.
 
         Raises:
-            ValidationError: the name is taken, or a fallback is not registered yet
-                (register fallbacks first).
+            ValidationError: ``spec`` is not a ToolSpec or ``invoker`` has no ``invoke``,
+                the name is taken, or a fallback is not registered yet (register
+                fallbacks first).
         """
+        if not isinstance(spec, ToolSpec):
+            raise ValidationError(f"register takes a ToolSpec, got {type(spec).__name__}")
+        _check_invoker(invoker, spec.name)
         if spec.name in self._tools:
             raise ValidationError(f"tool {spec.name!r} is already registered")
         missing = [name for name in spec.fallbacks if name not in self._tools]
@@ -156,6 +183,17 @@ class ToolRegistry:
             ValidationError: as :meth:`register`, for a fallback that is neither registered
                 nor among ``specs`` (or a cycle of fallbacks); nothing is registered then.
         """
+        if isinstance(specs, str | Mapping) or not isinstance(specs, Iterable):
+            raise ValidationError(
+                f"register_all takes a list of ToolSpec, got {type(specs).__name__}"
+            )
+        specs = list(specs)
+        wrong = [s for s in specs if not isinstance(s, ToolSpec)]
+        if wrong:
+            raise ValidationError(
+                f"register_all takes a list of ToolSpec, got {type(wrong[0]).__name__} in it"
+            )
+        _check_invoker(invoker, ", ".join(s.name for s in specs))
         pending = {spec.name: spec for spec in specs}
         ordered: list[ToolSpec] = []
         known = set(self._tools)
