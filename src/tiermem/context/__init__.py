@@ -8,7 +8,7 @@ Messages or OpenAI chat requests. The tool-pair rule lives in
 :mod:`tiermem.context.tool_pairs`, eviction in :mod:`tiermem.context.eviction`.
 """
 
-from tiermem.context.assemble import assemble_context, resolve_budget
+from tiermem.context.assemble import assemble_context, check_context_call, resolve_budget
 from tiermem.context.eviction import EvictionPlan, PlannedMessage, plan_eviction
 from tiermem.context.models import (
     Allocation,
@@ -36,6 +36,7 @@ __all__ = [
     "PlannedMessage",
     "ToolDefinition",
     "assemble_context",
+    "check_context_call",
     "close_orphans",
     "message_tokens",
     "plan_eviction",

@@ -35,6 +35,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import ValidationError as PydanticValidationError
+
 from tiermem.context.eviction import PlannedMessage, plan_eviction, required_tokens
 from tiermem.context.models import (
     Allocation,
@@ -73,9 +75,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTITIES_HEADER",
+    "MAX_RECALL_K",
     "RECALL_HEADER",
     "SECTION_MIN_TOKENS",
     "assemble_context",
+    "check_context_call",
     "resolve_budget",
 ]
 
@@ -103,7 +107,9 @@ def resolve_budget(budget: int | None, spec: ModelSpec | None) -> int:
     """
     if budget is None and spec is None:
         raise ValidationError("give a token budget (budget=...) or a model (model=...)")
-    if budget is not None and (not isinstance(budget, int) or budget < 1):
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, int) or budget < 1
+    ):
         raise ValidationError(f"budget must be a positive integer of tokens, got {budget!r}")
     if spec is None:
         assert budget is not None
@@ -111,6 +117,98 @@ def resolve_budget(budget: int | None, spec: ModelSpec | None) -> int:
     if budget is None:
         return spec.usable_input_tokens
     return min(math.floor(budget * (1 - spec.safety_margin)), spec.usable_input_tokens)
+
+
+MAX_RECALL_K = 100
+"""The most recall hits one context may ask for (the REST API's bound too)."""
+
+
+def _problems(exc: PydanticValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
+        for e in exc.errors(include_url=False)[:5]
+    )
+
+
+def check_context_call(
+    *, query: object = None, model: object = None, recall_k: object = 8, allocation: object = None
+) -> Allocation:
+    """Check the arguments ``Session.context`` uses before :func:`assemble_context` (which
+    checks the rest); returns the allocation (default, given, or parsed from a mapping).
+
+    Raises:
+        ValidationError: ``query`` or ``model`` that is not a string, ``recall_k`` that is
+            not an integer from 1 to :data:`MAX_RECALL_K`, a bad allocation.
+    """
+    if query is not None and not isinstance(query, str):
+        raise ValidationError(f"query must be a string or None, got {type(query).__name__}")
+    if model is not None and not isinstance(model, str):
+        raise ValidationError(
+            f"model must be a model id string (e.g. 'gpt-4o') or None, got {type(model).__name__}"
+        )
+    if type(recall_k) is not int or not 1 <= recall_k <= MAX_RECALL_K:
+        raise ValidationError(
+            f"recall_k must be an integer from 1 to {MAX_RECALL_K} (recall hits), got {recall_k!r}"
+        )
+    return _allocation(allocation)
+
+
+def _allocation(allocation: object) -> Allocation:
+    if allocation is None:
+        return Allocation()
+    if isinstance(allocation, Allocation):
+        return allocation
+    if not isinstance(allocation, Mapping):
+        raise ValidationError(
+            f"allocation must be an Allocation or a mapping of hot, memory and buffer shares, "
+            f"got {type(allocation).__name__}"
+        )
+    try:
+        return Allocation.model_validate(allocation)
+    except PydanticValidationError as exc:
+        raise ValidationError(f"allocation is not valid: {_problems(exc)}") from None
+
+
+def _manifest(tools: Sequence[Any]) -> tuple[ToolDefinition, ...]:
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
+        raise ValidationError(
+            f"tools must be a list of tool definitions, got {type(tools).__name__}"
+        )
+    manifest: list[ToolDefinition] = []
+    for position, tool in enumerate(tools):
+        if isinstance(tool, str | bytes | int | float | Sequence) and not isinstance(tool, Mapping):
+            raise ValidationError(
+                f"tools[{position}] must be a ToolDefinition, a mapping with name, "
+                f"description and input_schema, or a ToolSpec; got {type(tool).__name__}"
+            )
+        try:
+            manifest.append(ToolDefinition.of(tool))
+        except PydanticValidationError as exc:
+            raise ValidationError(
+                f"tools[{position}] is not a valid tool definition: {_problems(exc)}"
+            ) from None
+        except (TypeError, ValueError) as exc:  # dict() of a schema that is not a mapping
+            raise ValidationError(
+                f"tools[{position}] is not a valid tool definition: its input schema must be "
+                f"a JSON Schema object ({exc})"
+            ) from None
+    return tuple(manifest)
+
+
+def _current(current: object) -> Message | None:
+    if current is None or isinstance(current, Message):
+        return current
+    if isinstance(current, str):
+        return Message.text("user", current)
+    if not isinstance(current, Mapping):
+        raise ValidationError(
+            f"current must be a string, a Message or a mapping with role and content, got "
+            f"{type(current).__name__}"
+        )
+    try:
+        return Message.model_validate(current)
+    except PydanticValidationError as exc:
+        raise ValidationError(f"current is not a valid message: {_problems(exc)}") from None
 
 
 def _fingerprint(parts: Sequence[Any]) -> str:
@@ -123,8 +221,17 @@ def _system_texts(system: str | Sequence[SystemBlock] | None) -> tuple[TextBlock
         return ()
     if isinstance(system, str):
         return (TextBlock(text=system),) if system else ()
+    if not isinstance(system, Sequence):
+        raise ValidationError(
+            f"system must be a string or a list of text blocks, got {type(system).__name__}"
+        )
     texts: list[TextBlock] = []
     for block in system:
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            try:
+                block = TextBlock.model_validate(block)
+            except PydanticValidationError as exc:
+                raise ValidationError(f"a system block is not valid: {_problems(exc)}") from None
         if isinstance(block, TextBlock):
             if block.text:
                 texts.append(block)
@@ -249,14 +356,18 @@ def assemble_context(
     the stats (default: one past the last hot turn's index).
 
     Raises:
-        ValidationError: no budget and no model, a bad budget or system block, an
-            assistant current message.
+        ValidationError: no budget and no model, a bad budget, model, allocation, system
+            block, tool definition or current message, an assistant current message.
         UnknownModelError: ``model`` is not in the registry.
         BudgetExceededError: the system prompt and tool manifest, or the required
             messages even truncated, do not fit the budget.
     """
     counter = counter if counter is not None else TiktokenCounter()
-    allocation = allocation or Allocation()
+    allocation = _allocation(allocation)
+    if model is not None and not isinstance(model, str | ModelSpec):
+        raise ValidationError(
+            f"model must be a model id string or a ModelSpec, got {type(model).__name__}"
+        )
     spec = (models or default_registry()).get(model) if isinstance(model, str) else model
     total_budget = resolve_budget(budget, spec)
     buffer = math.floor(total_budget * allocation.buffer)
@@ -266,7 +377,7 @@ def assemble_context(
 
     # 1. Static: system prompt and tool manifest.
     static_texts = _system_texts(system)
-    manifest = tuple(ToolDefinition.of(t) for t in tools)
+    manifest = _manifest(tools)
     static_used = 0
     if static_texts:
         tokens = message_tokens(static_texts, counter)
@@ -287,7 +398,7 @@ def assemble_context(
     static_end = len(b.items) - 1
 
     # 2. The conversation, prepared first: derived memory must leave the required turns room.
-    current_message = Message.text("user", current) if isinstance(current, str) else current
+    current_message = _current(current)
     if current_message is not None and current_message.role != "user":
         raise ValidationError("the current message is the user's: its role must be 'user'")
     raw = [t.content for t in turns] + ([current_message.content] if current_message else [])

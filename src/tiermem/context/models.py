@@ -76,7 +76,7 @@ class ContextSection(FrozenModel):
 class ToolDefinition(FrozenModel):
     """One tool of the manifest, in the provider-neutral shape every renderer maps."""
 
-    name: str
+    name: str = Field(min_length=1, max_length=256)
     description: str = ""
     input_schema: dict[str, JsonValue] = Field(
         default_factory=lambda: {"type": "object", "properties": {}}
