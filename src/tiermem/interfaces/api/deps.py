@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from tiermem.errors import NotFoundError, ValidationError
@@ -105,6 +106,30 @@ async def _keys(request: Request, call: Callable[..., T], *args: Any) -> T:
         ) from None
 
 
+def _refuse_unknown_query(request: Request) -> None:
+    """A query parameter the route does not take is a 422 naming it: a misspelt option
+    (``?memory_types=...``, ``?since=...``) must not be silently ignored, as unknown body
+    fields are not."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    known: set[str] = set()
+    pending = [route.dependant]
+    while pending:
+        dependant = pending.pop()
+        known.update(param.alias for param in dependant.query_params)
+        pending.extend(dependant.dependencies)
+    unknown = sorted(set(request.query_params.keys()) - known)
+    if unknown:
+        takes = ", ".join(sorted(known)) if known else "no query parameters"
+        raise ApiError(
+            422,
+            "validation",
+            f"unknown query parameter {', '.join(map(repr, unknown))}; this route takes {takes}",
+            field=unknown[0],
+        )
+
+
 async def authenticate(request: Request) -> Caller:
     """The caller's tenant from ``Authorization: Bearer <key>``; the ``local`` tenant for
     a keyless request when the server allows it (loopback only, no active keys).
@@ -145,6 +170,8 @@ async def authenticate(request: Request) -> Caller:
             )
         tenant = LOCAL_TENANT
     _limit(state.limiter, f"key:{tenant.key_id or tenant.id}", state)
+    if request.query_params:
+        _refuse_unknown_query(request)
     scope = TenantScope(tenant)
     request.state.tenant_prefix = f"{scope.tenant}:"
     return Caller(tenant, scope)

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from tiermem.errors import NotFoundError, ValidationError
 from tiermem.interfaces.api.deps import Caller, CallerDep, answer, api_state
-from tiermem.interfaces.api.errors import ErrorBody
+from tiermem.interfaces.api.errors import ApiError, ErrorBody
 from tiermem.interfaces.api.schemas import (
     ID_MAX,
     ID_PATTERN,
@@ -46,6 +46,19 @@ Limit = Annotated[int, Query(ge=1, le=1_000)]
 
 def _user(caller: Caller, user_id: str) -> str:
     return caller.scope.scope(user_id, field="user_id")
+
+
+def _types(request: Request, types: list[str] | None, field: str) -> list[str] | None:
+    """Memory types to filter by, each one registered: an unknown (misspelt) type would
+    filter everything out and answer an empty list."""
+    if types is not None:
+        registry = api_state(request).service.longterm.types
+        for name in types:
+            try:
+                registry.get(name)
+            except ValidationError as exc:
+                raise ApiError(422, "validation", str(exc), field=field) from None
+    return types
 
 
 @router.get("/sessions", response_model=SessionListResponse, operation_id="list_sessions")
@@ -86,7 +99,7 @@ async def list_memories(
     """The user's memories, newest first."""
     records = await api_state(request).service.longterm.list(
         _user(caller, user_id),
-        types=memory_type,
+        types=_types(request, memory_type, "memory_type"),
         include_superseded=include_superseded,
         limit=limit,
     )
@@ -127,7 +140,7 @@ async def recall(
     hits = await api_state(request).service.longterm.recall(
         _user(caller, user_id),
         body.query,
-        types=body.types,
+        types=_types(request, body.types, "types"),
         min_importance=body.min_importance,
         k=body.k,
         scope=tuple(body.scope),

@@ -128,7 +128,7 @@ class ContextRequest(_Request):
     window; ``system`` and ``tools`` form the cacheable prefix."""
 
     query: str | None = Field(default=None, max_length=MAX_QUERY_CHARS)
-    budget: int | None = Field(default=None, ge=1, le=10_000_000)
+    budget: int | None = Field(default=None, ge=1, le=10_000_000, strict=True)
     model: str | None = Field(default=None, max_length=200)
     system: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
     tools: list[ToolDefinition] = Field(default_factory=list, max_length=512)
@@ -137,7 +137,7 @@ class ContextRequest(_Request):
         max_length=MAX_TEXT_CHARS,
         description="A user message not yet added as a turn.",
     )
-    recall_k: int = Field(default=8, ge=0, le=100)
+    recall_k: int = Field(default=8, ge=1, le=100, strict=True)
 
 
 class StatePutRequest(_Request):
@@ -161,12 +161,19 @@ class MemoryListResponse(BaseModel):
 
 class RecallRequest(_Request):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    k: int = Field(default=5, ge=1, le=100)
+    k: int = Field(default=5, ge=1, le=100, strict=True)
     types: list[str] | None = Field(default=None, max_length=64)
     scope: list[DocKind] = Field(
         default_factory=lambda: list[DocKind](["memory"]), min_length=1, max_length=3
     )
     min_importance: float = Field(default=0.0, ge=0.0, le=1.0)
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("query is blank; give the words to recall by")
+        return value
 
 
 class RecallResponse(BaseModel):
