@@ -827,9 +827,9 @@ class TieredSessionStore:
         who reached the hot tier meanwhile is never overwritten with an older view."""
         self.metrics.hot_resyncs += 1
         for attempt in range(CAS_ATTEMPTS):
-            snap = await self._hot(
-                lambda: self.hot.load(session_id, include_expired=True), "resync"
-            )
+            # Not include_expired: restore counts an expired session as absent (version 0),
+            # so checking against an expired session's own version could never succeed.
+            snap = await self._hot(lambda: self.hot.load(session_id), "resync")
             if isinstance(snap, _Bypassed):
                 return
             view = await self.durable_view(session_id)
