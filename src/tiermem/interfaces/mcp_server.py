@@ -49,6 +49,8 @@ __all__ = [
 
 MAX_TEXT_CHARS = 100_000
 """The longest text one tool call may add or remember (a pasted page, not a book)."""
+MAX_QUERY_CHARS = 4_000
+"""The longest query of get_context and recall (the REST API's bound)."""
 MAX_BUDGET = 200_000
 MAX_K = 50
 
@@ -58,9 +60,11 @@ TenantResolver = Callable[[Context], TenantScope]
 _ROLES = ("user", "assistant")
 
 
-def _tool_error(exc: TierMemError) -> ToolError:
-    """The message the model sees; the error's class name tells it what kind it was."""
-    return ToolError(f"{type(exc).__name__}: {exc}")
+def _tool_error(exc: TierMemError, scope: TenantScope) -> ToolError:
+    """The message the model sees, with the caller's own ids (never the tenant's store
+    ids); the error's class name tells it what kind it was."""
+    # As the REST API does: every id in a library message is a store id of this tenant.
+    return ToolError(f"{type(exc).__name__}: {exc}".replace(f"{scope.tenant}:", ""))
 
 
 def _check_text(value: str, what: str) -> str:
@@ -68,6 +72,15 @@ def _check_text(value: str, what: str) -> str:
         raise ValidationError(f"{what} must not be empty")
     if len(value) > MAX_TEXT_CHARS:
         raise ValidationError(f"{what} is {len(value)} characters; the limit is {MAX_TEXT_CHARS}")
+    return value
+
+
+def _check_query(value: str) -> str:
+    if len(value) > MAX_QUERY_CHARS:
+        raise ValidationError(
+            f"query is {len(value)} characters; the limit is {MAX_QUERY_CHARS} (the user's "
+            "latest message, not the conversation)"
+        )
     return value
 
 
@@ -106,6 +119,7 @@ class _Tools:
         self, scope: TenantScope, session_id: str, user_id: str, query: str, budget: int
     ) -> str:
         _check_range(budget, "budget", 256, MAX_BUDGET)
+        _check_query(query)
         stored = scope.scope(session_id, field="session_id")
         if await self.memory.tiers.view(stored, refresh_ttl=False) is None:
             raise NotFoundError(f"session {session_id!r} does not exist; call add_turn to start it")
@@ -151,6 +165,7 @@ class _Tools:
         self, scope: TenantScope, user_id: str, query: str, k: int, include_turns: bool
     ) -> dict[str, Any]:
         _check_text(query, "query")
+        _check_query(query)
         _check_range(k, "k", 1, MAX_K)
         kinds: tuple[Any, ...] = ("memory", "turn") if include_turns else ("memory",)
         hits = await self.memory.longterm.recall(
@@ -211,17 +226,42 @@ class _Tools:
         return out
 
 
-async def _run(call: Awaitable[Any]) -> Any:
+async def _run(scope: TenantScope, call: Callable[[TenantScope], Awaitable[Any]]) -> Any:
     try:
-        return await call
+        return await call(scope)
     except TierMemError as exc:
-        raise _tool_error(exc) from exc
+        raise _tool_error(exc, scope) from exc
+
+
+class _StrictServer(MCPServer):
+    """Refuses an argument a tool does not take, as a tool error naming it: the SDK
+    drops unknown arguments, so a misspelt option (``pinned`` for add_turn) would vanish
+    without a word."""
+
+    _arguments: dict[str, frozenset[str]] | None = None
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> Any:
+        if self._arguments is None or name not in self._arguments:
+            self._arguments = {
+                tool.name: frozenset((tool.input_schema or {}).get("properties", {}))
+                for tool in await self.list_tools()
+            }
+        known = self._arguments.get(name)
+        unknown = sorted(set(arguments) - known) if known is not None else []
+        if known is not None and unknown:
+            raise ToolError(
+                f"ValidationError: {name} takes no argument {', '.join(map(repr, unknown))}; "
+                f"its arguments are {', '.join(sorted(known))}"
+            )
+        return await super().call_tool(name, arguments, context)
 
 
 def build_mcp_server(memory: MemoryService, resolve: TenantResolver) -> MCPServer:
     """An MCP server whose six tools call ``memory`` as the tenant ``resolve`` gives."""
     tools = _Tools(memory)
-    server: MCPServer = MCPServer(
+    server: MCPServer = _StrictServer(
         "tiermem",
         log_level="WARNING",  # stdout is the protocol on stdio; the SDK logs to stderr
         instructions=(
@@ -241,7 +281,9 @@ def build_mcp_server(memory: MemoryService, resolve: TenantResolver) -> MCPServe
         that session for user_id. Returns the turn's index in the session, its token count,
         its importance (0-1) and the entities found in it (series, volume, order id...).
         """
-        return await _run(tools.add_turn(resolve(ctx), session_id, user_id, role, text))
+        return await _run(
+            resolve(ctx), lambda scope: tools.add_turn(scope, session_id, user_id, role, text)
+        )
 
     @server.tool()
     async def get_context(
@@ -254,7 +296,10 @@ def build_mcp_server(memory: MemoryService, resolve: TenantResolver) -> MCPServe
         turns of the session, each section labelled with where it came from and its token
         count. Fails if the session does not exist yet (call add_turn first).
         """
-        return await _run(tools.get_context(resolve(ctx), session_id, user_id, query, budget))
+        return await _run(
+            resolve(ctx),
+            lambda scope: tools.get_context(scope, session_id, user_id, query, budget),
+        )
 
     @server.tool()
     async def remember(
@@ -272,7 +317,10 @@ def build_mcp_server(memory: MemoryService, resolve: TenantResolver) -> MCPServe
         comma-separated list. Saying the same thing twice keeps one memory. Returns the
         memory's id (use it with forget).
         """
-        return await _run(tools.remember(resolve(ctx), user_id, content, memory_type, tags))
+        return await _run(
+            resolve(ctx),
+            lambda scope: tools.remember(scope, user_id, content, memory_type, tags),
+        )
 
     @server.tool()
     async def recall(
@@ -285,7 +333,9 @@ def build_mcp_server(memory: MemoryService, resolve: TenantResolver) -> MCPServe
         memory_id (for forget) and where it came from (session and turn indexes). An empty
         list means nothing relevant is stored.
         """
-        return await _run(tools.recall(resolve(ctx), user_id, query, k, include_turns))
+        return await _run(
+            resolve(ctx), lambda scope: tools.recall(scope, user_id, query, k, include_turns)
+        )
 
     @server.tool()
     async def forget(user_id: str, memory_id: str, ctx: Context) -> Any:
@@ -294,14 +344,16 @@ def build_mcp_server(memory: MemoryService, resolve: TenantResolver) -> MCPServe
         Call this when the user asks you to forget something or a memory is wrong. Fails
         if the user has no memory with that id.
         """
-        return await _run(tools.forget(resolve(ctx), user_id, memory_id))
+        return await _run(resolve(ctx), lambda scope: tools.forget(scope, user_id, memory_id))
 
     @server.tool()
     async def memory_stats(user_id: str, ctx: Context, session_id: str = "") -> Any:
         """How much is stored for the user: memories by type, their tokens, number of
         sessions; with session_id also that session's turn count, recent (hot) turns and
         tokens, active entities and expiry. Call it to check what memory holds."""
-        return await _run(tools.memory_stats(resolve(ctx), user_id, session_id))
+        return await _run(
+            resolve(ctx), lambda scope: tools.memory_stats(scope, user_id, session_id)
+        )
 
     return server
 
