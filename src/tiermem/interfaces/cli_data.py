@@ -22,7 +22,7 @@ from rich.table import Table
 
 from tiermem.errors import NotFoundError
 from tiermem.interfaces import jsonl
-from tiermem.interfaces.cli_common import Ids, console, err_console, open_memory
+from tiermem.interfaces.cli_common import Ids, console, err_console, fail, open_memory
 from tiermem.models import Turn
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
@@ -188,6 +188,8 @@ async def recall_memories(
     as_json: bool,
 ) -> None:
     """Print the user's memories (and turns) most relevant to ``query``, best first."""
+    if not query.strip():
+        fail("the query is empty; give the words to recall by")
     async with open_memory(settings) as memory:
         scope: tuple[Any, ...] = ("memory", "turn", "chunk") if include_turns else ("memory",)
         hits = await memory.longterm.recall(ids.user(user_id), query, k=k, scope=scope)
@@ -232,7 +234,7 @@ async def import_jsonl(settings: TierMemSettings, ids: Ids, path: Path) -> jsonl
     """Import a JSONL file with a progress bar over its lines (see :mod:`~.jsonl`)."""
     total = _count_lines(path)
     async with open_memory(settings) as memory:
-        with _progress() as progress, path.open(encoding="utf-8") as fh:
+        with _progress() as progress, path.open("rb") as fh:
             task = progress.add_task(f"import {path.name}", total=total)
             report = await jsonl.import_lines(
                 memory, fh, scope=ids.scope, on_line=lambda: progress.advance(task)
@@ -252,7 +254,11 @@ def _output(path: Path | None) -> Iterator[IO[str]]:
     if path is None:
         yield sys.stdout
         return
-    with path.open("w", encoding="utf-8") as fh:
+    try:
+        fh = path.open("w", encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror or exc}; give a file in a writable directory")
+    with fh:
         yield fh
 
 

@@ -206,7 +206,15 @@ class _Importer:
         self.stored: dict[tuple[str, int], Turn] = {}
         """A page of stored turns being compared with a re-imported file (one read per 500)."""
 
-    async def line(self, number: int, raw: str) -> None:
+    async def line(self, number: int, raw: str | bytes) -> None:
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValidationError(
+                    f"line {number}: not UTF-8 text (byte {exc.start + 1} of the line is "
+                    f"{raw[exc.start : exc.start + 1]!r}); save the file as UTF-8"
+                ) from None
         text = raw.strip()
         if not text:
             return
@@ -404,17 +412,19 @@ def _same(stored: Turn, imported: Turn) -> bool:
 
 async def import_lines(
     memory: MemoryService,
-    lines: Iterable[str],
+    lines: Iterable[str | bytes],
     *,
     scope: TenantScope | None = None,
     on_line: Callable[[], None] | None = None,
 ) -> ImportReport:
-    """Import JSONL lines (see the module docstring); returns what was done.
+    """Import JSONL lines (see the module docstring); returns what was done. Lines read
+    from a file opened in binary mode are decoded here, one by one, so a line that is not
+    UTF-8 is named like any other bad line.
 
     Raises:
-        ValidationError: a line that is not a valid record, a turn before its session, a
-            gap in a session's indexes, or a turn that differs from the stored one at its
-            index -- naming the line. Lines before it are imported (import again after
+        ValidationError: a line that is not UTF-8 or not a valid record, a turn before its
+            session, a gap in a session's indexes, or a turn that differs from the stored
+            one at its index -- naming the line. Lines before it are imported (import again after
             fixing the file: what is there is skipped).
         BackendError: a store failed; importing again continues where it stopped.
     """
