@@ -427,7 +427,15 @@ class SessionHandoff:
             done = summaries.watermarks.summarized_through
             source = [t for t in turns if t.index > done] or turns[-1:]
         if source:
-            text = await self.jobs.summarizer.summarize(source, prior=context, target_tokens=target)
+            # The prior is the summary of the turns before the source (the summarizer's
+            # contract): a tier of the source's own turns would give each of their lines
+            # twice, once carried from the tier and once read from its turn.
+            first = source[0].index
+            prior = "\n".join(t.text for t in summaries.tiers if t.text and t.first_index < first)
+            text = await self.jobs.summarizer.summarize(
+                source, prior=prior or None, target_tokens=target
+            )
+            text = _unique_lines(text)
         else:
             text = cut_to_tokens(context or render_structured(structured), target, self.tokens)
         day = meta.created_at.date().isoformat()
@@ -557,3 +565,17 @@ def _int(value: JsonValue | None) -> int:
 
 def _iso(value: datetime) -> str:
     return value.isoformat()
+
+
+def _unique_lines(text: str) -> str:
+    """``text`` with each line once (the first time): a tier that spans the source's
+    first turn (the raw turns before it expired) still shares lines with the source."""
+    seen: set[str] = set()
+    lines = []
+    for line in text.splitlines():
+        key = line.strip()
+        if key and key in seen:
+            continue
+        seen.add(key)
+        lines.append(line)
+    return "\n".join(lines)
