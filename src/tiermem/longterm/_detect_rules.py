@@ -408,13 +408,17 @@ QUOTED_LINE = re.compile(r"^\s*(?:>|\|)")
 """A quoted line of a pasted email or message."""
 EN_DECISION = Gated(
     re.compile(
-        r"\b(?:i(?:'ll|\s+will)\s+(?:take|buy|go\s+with|order|get)|let's\s+(?:go\s+with|do)|"
-        r"i(?:'ve|\s+have)?\s+decided|i\s+choose|i'm\s+going\s+with|we(?:'ll|\s+will)\s+go\s+with|"
-        r"decision:|i(?:'ve|\s+have)\s+(?:placed|added|reserved|booked|cancell?ed|ordered|"
-        r"applied)|go\s+ahead\s+(?:and|with))\b"
+        r"\b(?:(?:i|we)(?:'ll|\s+will)\s+(?:take|buy|go\s+with|order|get)|"
+        r"let's\s+(?:go\s+with|do)|(?:i|we)(?:'ve|\s+have)?\s+decided|(?:i|we)\s+choose|"
+        r"(?:i'm|we're)\s+going\s+with|decision:|"
+        r"(?:i|we)(?:'ve|\s+have)\s+(?:placed|added|reserved|booked|cancell?ed|ordered|applied)|"
+        r"go\s+ahead\s+(?:and|with)|"
+        # "Put it in my cart", "add vol 3 to the order" (not "don't put it in my cart").
+        r"(?<!n't\s)(?<!not\s)(?<!never\s)(?:put|add)\s+(?:[\w'.-]+\s+){1,6}?"
+        r"(?:in|into|to)\s+(?:my|our|the)\s+(?:cart|basket|order))\b"
     ),
-    ("i'll", "i will", "let's", "decided", "choose", "going with", "we'll", "we will",
-     "decision", "i've", "i have", "go ahead"),
+    ("i'll", "i will", "we'll", "we will", "let's", "decided", "choose", "going with",
+     "decision", "i've", "i have", "we've", "we have", "go ahead", "cart", "basket", "order"),
 )  # fmt: skip
 EN_GOAL = Gated(
     re.compile(
@@ -424,16 +428,43 @@ EN_GOAL = Gated(
     ),
     ("looking", "trying", "hoping", "shopping", "after", "want", "need", "goal", "like to"),
 )
+_LATER_REQUEST = (
+    # Asking to hear about something that has not happened yet: "let me know when it's
+    # back", "notify me if the price drops" ("let me know if you have it" asks now).
+    r"(?:let\s+me\s+know|keep\s+me\s+posted)\s+(?:when|once|as\s+soon\s+as)|"
+    r"(?:notify|alert|email|e-mail|message|ping|text)\s+me\s+(?:when|once|as\s+soon\s+as|if)|"
+    # "remind me about the preorder", not "remind me what the price was" (asks now).
+    r"remind\s+me(?!\s+(?:what|which|who|how|where|why|of\s+what)\b)"
+)
 EN_UNRESOLVED = Gated(
     re.compile(
         r"\b(?:i(?:'ll|\s+will)\s+(?:think\s+about|decide|come\s+back|get\s+back|let\s+you\s+know|"
-        r"check\s+(?:later|back|with))|remind\s+me|not\s+sure\s+yet|haven't\s+decided|"
+        r"check\s+(?:later|back|with))|not\s+sure\s+yet|haven't\s+decided|"
         r"still\s+need\s+to|(?:can|could)\s+you\s+(?:check|find\s+out|look\s+into)\s+.*\blater|"
-        r"decide\s+later|to\s+be\s+decided|tbd|pending)\b"
+        r"decide\s+later|to\s+be\s+decided|tbd|pending|"
+        # Waiting on someone else: "let me check with my wife first", "I need to ask my
+        # husband", "let me think it over".
+        r"let\s+me\s+(?:(?:check|talk|speak|consult)\s+with|ask\s+(?:my|our)|"
+        r"think\s+(?:about\s+it|it\s+over)|sleep\s+on\s+it)|"
+        r"(?:need|have)\s+to\s+(?:(?:check|talk|speak|consult)\s+with|ask\s+(?:my|our))|"
+        rf"{_LATER_REQUEST})\b"
     ),
     ("think", "decide", "come back", "get back", "let you know", "check", "remind", "not sure",
-     "haven't", "still need", "later", "tbd", "pending", "to be decided"),
+     "haven't", "still need", "later", "tbd", "pending", "to be decided", "let me",
+     "need to", "have to", "me when", "me once", "me as soon", "me if", "posted"),
 )  # fmt: skip
+EN_REQUESTED_UNRESOLVED = Gated(
+    re.compile(
+        r"\b(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?(?:"
+        rf"{_LATER_REQUEST}|(?:check|find\s+out|look\s+into)\s+.*\blater|"
+        r"(?:hold|reserve|save|keep)\s+(?:it|that|this|them|one|a\s+copy)\s+for\s+me)|"
+        rf"^(?:please\s+)?(?:{_LATER_REQUEST}))\b"
+    ),
+    ("you", "let me", "me when", "me once", "me as soon", "me if", "posted", "remind"),
+)  # fmt: skip
+"""A question that asks for something later ("can you let me know when vol 43 is back?",
+"could you remind me next week?"): an unresolved intention although it ends in "?". An
+ordinary question ("is vol 43 in stock?", "can you check if it's in stock?") is not."""
 EN_ASSISTANT_UNRESOLVED = Gated(
     re.compile(
         r"\bi(?:'ll|\s+will)\s+(?:check|get\s+back|follow\s+up|let\s+you\s+know|look\s+into|"

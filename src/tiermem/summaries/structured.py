@@ -22,9 +22,14 @@ entity kinds           "Is Berserk vol 42 in stock?",             ``entities``: 
 ``name`` …             "my name is Ken Sato", "call me Ken",      ``facts["name"]``,
 ``preference:<key>``   "my favorite genre is seinen", "I prefer   ``facts["preference:
                        Japanese editions" (the detection rules)   favorite_genre"]`` …
-decisions              "I'll take vol 3", "I've placed the order" ``decisions``
+decisions              "I'll take vol 3", "we decided to go with  ``decisions``
+                       the hardcover", "put it in my cart"
 goals                  "I'm looking for a gift", "I want to…"     ``goals``
 unresolved             "I'll think about it", "remind me…",       ``unresolved``
+                       "let me check with my wife first",
+                       "notify me when it's restocked", and
+                       requests asked as questions ("can you
+                       let me know when vol 43 is back?");
                        assistant: "I'll check and get back…"
 =====================  =========================================  ==========================
 
@@ -369,10 +374,7 @@ class RuleStructuredExtractor:
             about_user=about_user,
             decision=statement and bool(rules.EN_DECISION.search(folded)),
             goal=user and statement and bool(rules.EN_GOAL.search(folded)),
-            unresolved=statement
-            and bool(
-                (rules.EN_UNRESOLVED if user else rules.EN_ASSISTANT_UNRESOLVED).search(folded)
-            ),
+            unresolved=_unresolved(folded, user=user, about_user=about_user, question=question),
         )
 
     def _statements(
@@ -450,6 +452,19 @@ class RuleStructuredExtractor:
         if needs_money and not any(k == "money" for _, _, k, _ in self._entities.find(value)):
             return None
         return SlotValue(slot, value, False)
+
+
+def _unresolved(folded: str, *, user: bool, about_user: bool, question: bool) -> bool:
+    """The sentence states an unresolved intention: a statement ("I'll think about it",
+    "let me check with my wife first"), or a user's request for something later, which
+    ends in "?" as often as not ("can you let me know when vol 43 is back?"); never an
+    ordinary question ("is vol 43 in stock?")."""
+    if not about_user:
+        return False
+    if not question:
+        rule = rules.EN_UNRESOLVED if user else rules.EN_ASSISTANT_UNRESOLVED
+        return bool(rule.search(folded))
+    return user and bool(rules.EN_REQUESTED_UNRESOLVED.search(folded))
 
 
 # ---------------------------------------------------------------- values
