@@ -37,7 +37,8 @@ PREFERENCES: list[tuple[str, list[Draft]]] = [
     ("I prefer reading in Japanese", [
         ("prefer", "opinion:reading_in_japanese", "prefers", "prefers reading in Japanese")]),
     ("I prefer Japanese", [("prefer", "preferred_language", "Japanese", "prefers Japanese")]),
-    ("I prefer paperbacks", [("prefer", "opinion:paperbacks", "prefers", "prefers paperbacks")]),
+    ("I prefer paperbacks", [
+        ("prefer", "favorite_format", "paperbacks", "prefers paperbacks")]),
     ("my favorite genre is seinen", [
         ("favorite", "favorite_genre", "seinen", "favorite genre: seinen")]),
     ("My favourite author is Naoki Urasawa.", [
@@ -98,7 +99,8 @@ PREFERENCES: list[tuple[str, list[Draft]]] = [
         ("dislike", "opinion:genre:horror", "dislikes", "dislikes ホラー"),
         ("like", "opinion:genre:seinen", "likes", "likes セイネン")]),
     ("ホラーじゃなくてセイネンが好き", [
-        ("like", "opinion:genre:seinen", "likes", "likes セイネン")]),
+        ("like", "opinion:genre:seinen", "likes", "likes セイネン"),
+        ("contrast", "opinion:genre:horror", "dislikes", "dislikes ホラー")]),
     ("ケンと呼んでください", [("addressed_as", "addressed_as", "ケン", "wants to be called ケン")]),
     ("私の名前はケンです", [("name", "name", "ケン", "name: ケン")]),
 ]  # fmt: skip

@@ -17,12 +17,17 @@ rule (``reason``)      examples                                    draft
                        remember …", "私はベジタリアンだと覚えておいて"
 ``favorite``           "my favorite genre is seinen",              preference
                        "好きなジャンルはセイネンです"                    ``favorite_genre`` = value
-``prefer``             "I prefer seinen", "セイネンの方が好き"        preference
-                                                                   ``favorite_genre`` = value
+``prefer``             "I prefer seinen", "セイネンの方が好き",      preference
+                       "I prefer hardcover", "紙の本のほうが好き"      ``favorite_genre``,
+                                                                   ``favorite_format`` = value
 ``like`` / ``dislike`` "I love horror", "I don't like horror",     preference
                        "I hate isekai", "ホラーは苦手です", "嫌い"      ``opinion:genre:horror``
                                                                    = likes / dislikes …
-``addressed_as``       "call me Ken", "ケンと呼んでください"            preference ``addressed_as``
+``addressed_as``       "call me Ken", "Actually, call me Kenji",   preference ``addressed_as``
+                       "No, call me Kenji, not Ken", "ケンと呼んで"
+``contrast``           the X of "I'm into seinen now, not shojo",  preference
+                       "I love Frieren instead of Berserk",        ``opinion:genre:shojo``
+                       "ホラーじゃなくてセイネンが好き"                    = dislikes
 ``name``               "my name is Ken Sato", "名前はケンです"          preference ``name``
 ``correction``         "No, I meant volume 3", "Actually, volume   fact tagged ``correction``
                        7 instead", "3巻じゃなくて4巻です"
@@ -35,14 +40,28 @@ upsert_preference`, with the old value kept in history):
 * "prefer" and "my favorite <noun> is" name one favourite per category: the category comes
   from the noun ("genre", "author"…) or, for "I prefer X", from what X is (a known genre,
   language or series title, via the entity rules of :mod:`tiermem.extraction.entities`):
-  ``favorite_genre``, ``preferred_language``, ``favorite_series``. "I prefer seinen" and
-  later "I prefer shonen" both write ``favorite_genre``.
+  ``favorite_genre``, ``preferred_language``, ``favorite_series``; a format or an edition
+  ("paperback", "ebooks", "紙の本"; "first editions", "kanzenban") is ``favorite_format`` or
+  ``favorite_edition``, the keys "my preferred format / edition is" writes. "I prefer
+  seinen" and later "I prefer shonen" both write ``favorite_genre``; "I prefer paperback"
+  and later "Actually I prefer hardcover now" both write ``favorite_format``.
 * "like", "love", "don't like", "hate", "苦手" give an opinion about one thing, and a user
   has opinions about many things at once: the key is ``opinion:<kind>:<canonical value>``
   for a known entity (``opinion:genre:horror`` for "horror" and "ホラー" alike) or
   ``opinion:<slug>`` for anything else, and the value is the sentiment (``loves``,
   ``likes``, ``prefers``, ``dislikes``, ``hates``). So "I don't like horror" is a key of its
   own, separate from ``favorite_genre``, and "actually I love horror now" later updates it.
+* **A replaced value.** "Not X" after a value is not part of it: "Call me Kenji, not Ken"
+  changes ``addressed_as`` to Kenji, "I prefer hardcover, not paperback" sets
+  ``favorite_format`` (the key already replaces the old favourite). After a *liked* value
+  ("like", "love", "into", "fan of", 「好き」), "not X" / "instead of X" / "no longer X" and
+  「XじゃなくてYが好き」 also write ``dislikes`` to X's opinion key (rule ``contrast``), so
+  "I love shojo" said before does not stay current next to "I'm into seinen now, not
+  shojo anymore". X must be a known entity, a format or edition, or (English) a short
+  capitalised name: "not gonna lie" and "not just shojo" are prose. A favourite or a
+  preference ("my favorite genre is romance, not shojo", 「少年じゃなくて青年のほうが好き」)
+  says X is not the favourite, not that it is disliked: no ``contrast`` draft. "seinen over
+  shojo" and 「少年より青年」 compare; they replace nothing.
 * Values are kept as the user wrote them ("セイネン", not "seinen"); the draft's content is
   a short English line with the words as written ("favorite genre: セイネン").
 
@@ -103,6 +122,66 @@ MAX_OBJECT_CHARS = 80
 EXPLICIT_IMPORTANCE = 0.8
 """Importance of a memory the user asked for ("!remember"): above a plain fact's 0.7."""
 
+# Rule data of corrections and categories, kept here (not in ``_detect_rules``) with the
+# engine steps that read them; every one is read only after a drafting rule has matched,
+# so the trigger gate of ``_detect_rules`` covers them.
+_CORRECTION_LEAD = re.compile(
+    r"^(?:(?:actually|no|nope|nah|sorry|oops|wait|oh|ok|okay|hmm|um|uh|correction|"
+    r"make\s+that|i\s+mean)\b[,.!:;]*\s*)+"
+)
+"""Words a correction opens with ("Actually, call me Kenji", "No, call me Kenji"), read
+before the request to be called something (which is anchored at the sentence start)."""
+_NOT_TAIL = re.compile(
+    r"[\s,;]*\b(?:(?:but|and)\s+)?(?:not|no\s+longer|instead\s+of|rather\s+than)\s+(?P<x>.+)$"
+)
+"""What follows a new value to name the one it replaces: "Kenji, not Ken", "seinen now,
+not shojo anymore", "hardcover instead of paperback" (folded text)."""
+_OVER = re.compile(r"\s+over\s+")
+"""'I prefer <value> over <other>': the other is compared, not replaced."""
+_TRAILING_CHANGE = re.compile(r"(?:\s+(?:instead|from\s+now\s+on|going\s+forward))+$")
+"""Words after a new value that only say it is new ("Kenji from now on")."""
+_JA_NOT = re.compile(r"(?:じゃなくて|じゃなく|ではなくて|ではなく)")
+"""「XじゃなくてY」: X is the value replaced (not 「より」, which compares)."""
+_CONTRAST_WORDS = 4
+"""At most this many words in an English "not X" with no known entity in it (a name:
+"not Berserk"); longer, or in lower case, it is read as prose ("not gonna lie")."""
+_CATEGORY_FAVORITE_KEY = {"format": "favorite_format", "edition": "favorite_edition"}
+"""The keys "my favorite (or preferred) format / edition is" writes, for "I prefer" too."""
+_CATEGORY_VALUES: dict[str, tuple[str, str]] = {
+    written: (category, canonical)
+    for category, canonical, forms in (
+        ("format", "paperback", "paperback paperbacks softcover softcovers soft_cover "
+         "paper_back"),
+        ("format", "hardcover", "hardcover hardcovers hardback hardbacks hard_cover"),
+        ("format", "digital", "digital ebook ebooks e-book e-books kindle electronic "
+         "電子書籍 電子版 電子"),
+        ("format", "print", "print printed physical paper 紙 紙の本 紙版"),
+        ("format", "audiobook", "audiobook audiobooks"),
+        ("edition", "tankobon", "tankobon tankoubon tankobon_edition 単行本"),
+        ("edition", "bunko", "bunko bunko_edition 文庫 文庫本 文庫版"),
+        ("edition", "omnibus", "omnibus omnibuses omnibus_edition omnibus_editions"),
+        ("edition", "first edition", "first_edition first_editions 1st_edition "
+         "1st_editions 初版"),
+        ("edition", "limited edition", "limited_edition limited_editions 限定版"),
+        ("edition", "special edition", "special_edition special_editions deluxe_edition "
+         "deluxe_editions collector's_edition collector's_editions collectors_edition "
+         "collectors_editions 特装版 愛蔵版"),
+        ("edition", "standard edition", "standard_edition standard_editions "
+         "regular_edition regular_editions 通常版"),
+        ("edition", "kanzenban", "kanzenban kanzenban_edition 完全版"),
+    )
+    for written in (f.replace("_", " ") for f in forms.split())
+}  # fmt: skip
+"""Formats and editions a preference can name (folded, as written → category and canonical
+value): "I prefer paperback" and later "I prefer hardcover" both write
+``favorite_format``, and "I love paperbacks" is ``opinion:format:paperback``."""
+_CATEGORY_SUFFIX = frozenset({
+    "copies", "copy", "version", "versions", "format", "formats", "book", "books", "volumes",
+    "volume", "manga", "editions", "edition", "ones", "translation", "translations",
+})  # fmt: skip
+"""Words after a format, edition or language that do not change it ("paperback copies",
+"the Japanese edition")."""
+
 
 @dataclass(frozen=True, slots=True)
 class DetectedMemory:
@@ -116,7 +195,7 @@ class DetectedMemory:
     content: str
     reason: str
     """The rule that fired: command, remember_request, favorite, prefer, like, dislike,
-    addressed_as, name, correction."""
+    addressed_as, name, correction, contrast."""
     importance: float | None = None
     """None: the memory type's default."""
     key: str | None = None
@@ -229,6 +308,17 @@ def _clean_en_object(raw: str) -> str | None:
     return obj
 
 
+def _clean_en_value(raw: str) -> str | None:
+    """:func:`_clean_en_object` of a stated value, without the words that only say it is
+    new ("Kenji from now on", "hardcover now instead"). The slot rules of summaries keep
+    :func:`clean_object` as it is."""
+    obj = _clean_en_object(raw)
+    if obj is None or _TRAILING_CHANGE.search(obj) is None:
+        return obj
+    obj = _TRAILING_CHANGE.sub("", obj)
+    return rules.EN_TRAILING_FILLER.sub("", obj).strip(rules.END_PUNCT) or None
+
+
 def clean_object(raw: str) -> str | None:
     """The object phrase of an English statement ("¥8,000 by the way" → "¥8,000"), or None
     when it is vague ("it", "that one") or too long; the clean-up the preference rules use,
@@ -272,6 +362,19 @@ def _noun_key(noun: str) -> tuple[str, str]:
     if canonical:
         return canonical, canonical
     return _slug(noun), noun.lower()
+
+
+def _split_replaced(normal: str, folded: str) -> tuple[str, str | None]:
+    """(the new value's part, the replaced value's part or None) of an English object
+    phrase: "Kenji, not Ken" → ("Kenji", "Ken"). A "not" after a clause break is not about
+    the value ("Berserk because it's not boring"): (``normal``, None)."""
+    found = _NOT_TAIL.search(folded)
+    if found is None:
+        return normal, None
+    head = normal[: found.start()]
+    if rules.EN_CUT.search(head):
+        return normal, None
+    return head, normal[found.start("x") :]
 
 
 # ---------------------------------------------------------------- the detector
@@ -373,10 +476,17 @@ class RuleMemoryDetector:
         return None
 
     def _addressed_as(self, normal: str, folded: str) -> DetectedMemory | None:
-        match = rules.EN_CALL_ME.match(folded)
+        match = None
+        if "call" in folded:
+            # "Actually, call me Kenji", "No, call me Kenji, not Ken": a correction's
+            # opening words, then the request.
+            lead = _CORRECTION_LEAD.match(folded)
+            skip = lead.end() if lead else 0
+            match = rules.EN_CALL_ME.match(folded[skip:])
         if match:
-            raw = normal[match.start("obj") :]
-            obj = _clean_en_object(rules.PLEASE_AND_AFTER.sub("", raw))
+            start = skip + match.start("obj")
+            raw, _ = _split_replaced(normal[start:], folded[start:])
+            obj = _clean_en_value(rules.PLEASE_AND_AFTER.sub("", raw))
             # Names are capitalised: "call me later" and "call me back" are not names.
             if obj is None or len(_words(obj)) > 3:
                 return None
@@ -391,8 +501,15 @@ class RuleMemoryDetector:
         return None
 
     def _english_preferences(self, normal: str, folded: str) -> list[DetectedMemory]:
+        replaced: str | None = None
+
         def obj_of(match: re.Match[str]) -> str | None:
-            return _clean_en_object(normal[match.start("obj") : match.end("obj")])
+            # The value the user names as replaced ("seinen now, not shojo") is kept
+            # apart, for the positive rules to mark it (:meth:`_replaced_en`).
+            nonlocal replaced
+            start, end = match.span("obj")
+            head, replaced = _split_replaced(normal[start:end], folded[start:end])
+            return _clean_en_value(head)
 
         if match := rules.EN_NAME.search(folded):
             obj = obj_of(match)
@@ -415,7 +532,10 @@ class RuleMemoryDetector:
                 ]
             return self._favorite_by_kind(obj, reason="favorite", text=f"favorite: {obj}")
         if match := rules.EN_PREFER.search(folded):
-            obj = obj_of(match)
+            start, end = match.span("obj")
+            if over := _OVER.search(folded, start, end):  # "seinen over shojo": a comparison
+                end = over.start()
+            obj = _clean_en_value(_split_replaced(normal[start:end], folded[start:end])[0])
             if obj is None or obj.lower().startswith(("not ", "to not", "not to")):
                 return []
             return self._favorite_by_kind(obj, reason="prefer", text=f"prefers {obj}")
@@ -429,14 +549,19 @@ class RuleMemoryDetector:
         if match := rules.EN_FAN.search(folded):
             obj = obj_of(match)
             negative = bool(match.group("neg")) != bool(match.group("tired"))
-            sentiment, reason = ("dislikes", "dislike") if negative else ("likes", "like")
-            return self._opinions(obj, sentiment, reason) if obj else []
+            if obj is None:
+                return []
+            if negative:
+                return self._opinions(obj, "dislikes", "dislike")
+            return self._opinions(obj, "likes", "like") + self._replaced_en(replaced)
         if (match := rules.EN_LIKE.search(folded)) and not rules.EN_NEGATED.search(
             folded[max(0, match.start() - 12) : match.start()]
         ):
             obj = obj_of(match)
             sentiment = rules.SENTIMENT_WORDS[match.group("verb")]
-            return self._opinions(obj, sentiment, "like") if obj else []
+            if obj is None:
+                return []
+            return self._opinions(obj, sentiment, "like") + self._replaced_en(replaced)
         return []
 
     def _japanese_preferences(self, normal: str) -> list[DetectedMemory]:
@@ -452,9 +577,9 @@ class RuleMemoryDetector:
             return [_preference("name", obj, f"name: {obj}", "name")] if obj else []
         if match := rules.JA_PREFER.search(body):
             obj = _clean_ja_object(match.group("obj"))
-            return (
-                self._favorite_by_kind(obj, reason="prefer", text=f"prefers {obj}") if obj else []
-            )
+            if obj is None:
+                return []
+            return self._favorite_by_kind(obj, reason="prefer", text=f"prefers {obj}")
         if match := rules.JA_NEG_LIKE.search(body):
             obj = _clean_ja_object(match.group("obj"))
             return self._opinions(obj, "dislikes", "dislike") if obj else []
@@ -463,9 +588,12 @@ class RuleMemoryDetector:
             sentiment = rules.JA_SENTIMENT[match.group("verb")]
             return self._opinions(obj, sentiment, "dislike") if obj else []
         if match := rules.JA_LIKE.search(body):
-            obj = _clean_ja_object(match.group("obj") or match.group("bare"))
+            raw = match.group("obj") or match.group("bare")
+            obj = _clean_ja_object(raw)
             sentiment = rules.JA_SENTIMENT[match.group("verb")]
-            return self._opinions(obj, sentiment, "like") if obj else []
+            if obj is None:
+                return []
+            return self._opinions(obj, sentiment, "like") + self._replaced_ja(raw)
         return []
 
     def _correction(self, normal: str, folded: str) -> DetectedMemory | None:
@@ -514,13 +642,63 @@ class RuleMemoryDetector:
             return []
         return [(kind, value, view.normal[start:end]) for start, end, kind, value in spans]
 
+    def _category(self, obj: str) -> tuple[str, str] | None:
+        """``(category, canonical value)`` of a format or an edition ("paperback copies" →
+        format, paperback), or of one known entity followed by words that do not change it
+        ("the Japanese edition" → language, japanese); else None."""
+        words = rules.ARTICLES.sub("", obj.strip(rules.END_PUNCT)).lower().split()
+        for end in range(len(words), 0, -1):
+            phrase = " ".join(words[:end])
+            if found := _CATEGORY_VALUES.get(phrase):
+                return found
+            if end < len(words):
+                known = self._known(phrase)
+                if len(known) == 1:
+                    kind, value, _ = known[0]
+                    return kind, value
+            if words[end - 1] not in _CATEGORY_SUFFIX:
+                return None
+        return None
+
     def _favorite_by_kind(self, obj: str, *, reason: str, text: str) -> list[DetectedMemory]:
         known = self._known(obj)
         kinds = {kind for kind, _, _ in known}
         if len(kinds) == 1:
             (kind,) = kinds
             return [_preference(rules.KIND_FAVORITE_KEY[kind], obj, text, reason)]
+        if not known and (category := self._category(obj)) is not None:
+            key = _CATEGORY_FAVORITE_KEY.get(category[0]) or rules.KIND_FAVORITE_KEY[category[0]]
+            return [_preference(key, obj, text, reason)]
         return self._opinions(obj, "prefers", reason)
+
+    def _replaced_en(self, replaced: str | None) -> list[DetectedMemory]:
+        """The opinion drafts that mark a value the user replaced ("seinen now, not shojo
+        anymore" → ``dislikes shojo``), so it does not stay a positive preference next to
+        the new one. Only a known entity, a format or edition, or a short capitalised name
+        counts; "not gonna lie" or "not just shojo" is prose, not a value."""
+        if replaced is None:
+            return []
+        obj = _clean_en_value(replaced)
+        if obj is None:
+            return []
+        if not (
+            self._known(obj)
+            or self._category(obj)
+            or (obj[0].isupper() and len(_words(obj)) <= _CONTRAST_WORDS)
+        ):
+            return []
+        return self._opinions(obj, "dislikes", "contrast")
+
+    def _replaced_ja(self, raw: str) -> list[DetectedMemory]:
+        """:meth:`_replaced_en` of 「XじゃなくてYが好き」: X, if it is a known entity, a
+        format or an edition."""
+        parts = _JA_NOT.split(raw)
+        if len(parts) < 2:
+            return []
+        obj = _clean_ja_object(parts[-2])
+        if obj is None or not (self._known(obj) or self._category(obj)):
+            return []
+        return self._opinions(obj, "dislikes", "contrast")
 
     def _opinions(self, obj: str, sentiment: str, reason: str) -> list[DetectedMemory]:
         known = self._known(obj)
@@ -531,6 +709,10 @@ class RuleMemoryDetector:
                 )
                 for kind, value, written in known
             ]
+        if (category := self._category(obj)) is not None:
+            kind, value = category
+            key = f"opinion:{kind}:{_slug(value)}"
+            return [_preference(key, sentiment, f"{sentiment} {obj}", reason)]
         slug = _slug(obj)
         if not slug:
             return []
