@@ -24,7 +24,13 @@ from tiermem.background import Batch
 from tiermem.clock import Clock
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
 from tiermem.extraction.turn_analysis import LARGE_TURN_CHARS, TurnAnalysis
-from tiermem.longterm._detect_rules import EN_SWITCH, JA_SWITCH
+from tiermem.longterm._detect_rules import (
+    CJK,
+    EN_NEGATED_TAIL,
+    EN_SWITCH,
+    JA_CONTRAST,
+    JA_SWITCH,
+)
 from tiermem.longterm.detect import split_sentences
 from tiermem.longterm.recall import turn_docs
 from tiermem.longterm.text import text_term_counts
@@ -44,6 +50,7 @@ from tiermem.models import (
 )
 from tiermem.models.base import FrozenModel
 from tiermem.models.shape import check_shape
+from tiermem.policies.phrases import TextView
 from tiermem.policies.turn_text import TurnText
 from tiermem.session_context import RECORD_KINDS
 from tiermem.store.codec import check_idempotency_key
@@ -140,6 +147,29 @@ def switches_subject(turn: NewTurn, read: TurnText | None) -> bool:
         EN_SWITCH.match(sentence.lower()) or JA_SWITCH.match(sentence)
         for sentence in split_sentences(said.normal)
     )
+
+
+def _negated_entities(read: TurnText, extractor: object) -> frozenset[tuple[str, str]]:
+    """The ``(kind, value)`` pairs a user's text names only as the wrong ones: inside "not
+    …", "instead of …", "rather than …" (to the next comma) or before じゃなくて/ではなく, as
+    structured memory reads a correction; a value also named outside such a part is not
+    wrong. Empty when no sentence holds those words, or when the service's entity
+    extractor cannot say where it found a value (only the rule extractor can)."""
+    said = read.said
+    find = getattr(extractor, "find", None)
+    if find is None or not (EN_NEGATED_TAIL.opens(said.folded) or JA_CONTRAST.opens(said.normal)):
+        return frozenset()  # most turns
+    wrong: set[tuple[str, str]] = set()
+    right: set[tuple[str, str]] = set()
+    for sentence in split_sentences(said.normal):
+        folded = TextView(sentence).folded
+        regions = [(m.start(), m.end()) for m in EN_NEGATED_TAIL.finditer(folded)]
+        if CJK.search(sentence) and (contrast := JA_CONTRAST.search(sentence)):
+            regions.append((contrast.start("a"), contrast.end("a")))
+        for start, end, kind, value in find(sentence):
+            inside = any(a <= start and end <= b for a, b in regions)
+            (wrong if inside else right).add((kind, value))
+    return frozenset(wrong - right)
 
 
 def _merged(entities: Mapping[str, ActiveEntity], change: EntityChange) -> dict[str, ActiveEntity]:
@@ -369,8 +399,8 @@ class Session:
             sent = analysed[start : start + MAX_TURNS_PER_APPEND]
             batch_turns = list(map(_first, sent))  # no comprehension frame per turn
             first = self._view.next_index
-            switches = [switches_subject(t, a.text if a is not None else None) for t, a in sent]
-            change = self._entity_change(batch_turns, first, switches if any(switches) else None)
+            reads = [None if a is None else a.text for a in map(_second, sent)]
+            change = self._entity_change(batch_turns, first, reads)
             batch = await self._tiers.append(
                 self._view.stored_metadata,  # what the tiers read of it is never derived
                 batch_turns,
@@ -403,10 +433,11 @@ class Session:
         first = view.next_index
         # Most turns name no entity and change no subject: no call to find that nothing
         # changed.
-        if switches_subject(turn, analysis.text if analysis is not None else None):
-            change = self._entity_change([turn], first, (True,))
+        read = None if analysis is None else analysis.text
+        if turn.entities or switches_subject(turn, read):
+            change = self._entity_change([turn], first, (read,))
         else:
-            change = self._entity_change([turn], first) if turn.entities else None
+            change = None
         stored = await self._tiers.append(
             view.stored_metadata,  # what the tiers read of it is never derived
             [turn],
@@ -533,33 +564,48 @@ class Session:
         self,
         turns: Sequence[NewTurn],
         first: int,
-        switches: Sequence[bool] | None = None,
+        reads: Sequence[TurnText | None] | None = None,
     ) -> EntityChange | None:
-        """What these turns change in the active entities (seed 001): a new value of an
-        entity kind replaces the old one, except where a tool result lists several values
-        of a kind (:func:`_listed_kinds`); a user's explicit change of subject ("forget
-        that, show me Naruto": ``switches``, one flag per turn, :func:`switches_subject`)
-        expires the product kinds (:data:`SUBJECT_KINDS`) before the turn's own entities
-        are set. Turn indexes count from ``first``, the index the handle expects the first
-        turn to get (the tiers move them if it gets another)."""
+        """What these turns change in the active entities (seed 001's "use these unless
+        overridden"): a new value of an entity kind replaces the old one, except
+
+        * where a tool result lists several values of a kind (:func:`_listed_kinds`);
+        * a value the user names as the wrong one ("volume 5, not volume 4", "3巻じゃなくて
+          4巻": :func:`_negated_entities`);
+        * a user's explicit change of subject ("forget that, show me Naruto":
+          :func:`switches_subject`) expires the product kinds (:data:`SUBJECT_KINDS`)
+          before the turn's own entities are set.
+
+        ``reads``: each turn's analysed text, where at hand (else read again if needed).
+        Turn indexes count from ``first``, the index the handle expects the first turn to
+        get (the tiers move them if it gets another)."""
         held: Mapping[str, ActiveEntity] = self._view.entities
         # A kind's value as of the last entity read, and the turn of its last change: one
         # ActiveEntity is built per changed kind, not per change.
         latest: dict[str, tuple[str, int]] = {}
         removed: set[str] = set()
         for position, turn in enumerate(turns):
-            if switches is not None and switches[position]:
-                gone = SUBJECT_KINDS & (held.keys() | latest.keys())
-                if gone:
-                    removed |= gone
-                    held = {k: v for k, v in held.items() if k not in gone}
-                    for kind in gone:
-                        latest.pop(kind, None)
             entities = turn.entities
+            if turn.role != "user":
+                negated: Collection[tuple[str, str]] = ()
+            else:
+                read = reads[position] if reads is not None else None
+                if read is None:
+                    read = TurnText.of_blocks(turn.content)
+                if switches_subject(turn, read):
+                    gone = SUBJECT_KINDS & (held.keys() | latest.keys())
+                    if gone:
+                        removed |= gone
+                        held = {k: v for k, v in held.items() if k not in gone}
+                        for kind in gone:
+                            latest.pop(kind, None)
+                negated = _negated_entities(read, self._service.entities) if entities else ()
             listed = _listed_kinds(turn) if len(entities) > 1 else None
             for entity in entities:
                 kind, value = entity.kind, entity.value
                 if listed is not None and kind in listed:
+                    continue
+                if negated and (kind, value) in negated:
                     continue
                 pending = latest.get(kind)
                 if pending is not None:

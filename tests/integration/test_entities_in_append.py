@@ -141,6 +141,32 @@ async def test_an_explicit_change_of_subject_expires_the_product_entities(
     assert (await session.active_entities())["order_id"].value == "ORD-22222"
 
 
+async def test_a_value_the_user_names_as_wrong_is_not_made_active(pairing: Pairing) -> None:
+    """ "volume 5, not volume 4" makes volume 5 active, not the last one named; as
+    structured memory reads a correction (not, instead of, rather than, じゃなくて)."""
+    memory = pairing.service()
+    session = await memory.session(user_id="u-ent-negated")
+    cases = [
+        ("I want volume 5, not volume 4.", "volume", "5"),
+        ("English please, not Japanese.", "language", "english"),
+        ("Send vol 8 instead of vol 7.", "volume", "8"),
+        ("3巻じゃなくて4巻をください。", "volume", "4"),
+        ("Not vol 9. Vol 9 is what I have; vol 10 is new.", "volume", "10"),
+    ]
+    for text, kind, value in cases:
+        turn = await session.add_turn("user", text)
+        active = (await session.active_entities())[kind]
+        assert (active.value, active.turn_index) == (value, turn.index), text
+    # Named both as wrong and as right in one turn: right.
+    await session.add_turn("user", "Not vol 2? Yes, vol 2 then.")
+    assert (await session.active_entities())["volume"].value == "2"
+    # The assistant's "not" is not the user's correction; the durable tier agrees.
+    await session.add_turn("assistant", "We have vol 6, not vol 11.")
+    assert (await session.active_entities())["volume"].value == "11"
+    durable = await _durable_entities(pairing, session.id)
+    assert durable["volume"]["value"] == "11"  # type: ignore[index]
+
+
 class _LegacyHot(MemoryHotStore):
     """A hot store of before ENTITIES_IN_APPEND (a third-party backend, say): its append
     takes no ``entities``."""

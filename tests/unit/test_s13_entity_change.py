@@ -67,6 +67,7 @@ def random_case(rng: random.Random) -> tuple[dict[str, ActiveEntity], list[Any],
     }
     turns = [
         SimpleNamespace(
+            role="assistant",  # no switch or negation to read (session 14)
             content=(),  # no tool result: a kind named twice still changes (session 14)
             entities=[
                 SimpleNamespace(kind=rng.choice(KINDS), value=rng.choice(VALUES))
@@ -105,7 +106,9 @@ def test_a_value_that_returns_to_the_held_one_is_still_a_change() -> None:
     new turn index and time for A); so does the new one."""
     held = {"series": ActiveEntity(kind="series", value="A", turn_index=0, updated_at=NOW)}
     turn = SimpleNamespace(
-        content=(), entities=[SimpleNamespace(kind="series", value=v) for v in ("A", "B", "A")]
+        role="assistant",
+        content=(),
+        entities=[SimpleNamespace(kind="series", value=v) for v in ("A", "B", "A")],
     )
     self, _ = handle(held)
     change = Session._entity_change(self, [turn], 7)
