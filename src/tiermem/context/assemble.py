@@ -170,29 +170,38 @@ def _allocation(allocation: object) -> Allocation:
 
 
 def _manifest(tools: Sequence[Any]) -> tuple[ToolDefinition, ...]:
-    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
+    # Checked on the way (the manifest is read on every context call): a list or tuple
+    # goes straight on; what a bad item is gets worked out only when it fails to parse.
+    if type(tools) not in (list, tuple) and (
+        isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence)
+    ):
         raise ValidationError(
             f"tools must be a list of tool definitions, got {type(tools).__name__}"
         )
     manifest: list[ToolDefinition] = []
     for position, tool in enumerate(tools):
-        if isinstance(tool, str | bytes | int | float | Sequence) and not isinstance(tool, Mapping):
-            raise ValidationError(
-                f"tools[{position}] must be a ToolDefinition, a mapping with name, "
-                f"description and input_schema, or a ToolSpec; got {type(tool).__name__}"
-            )
         try:
             manifest.append(ToolDefinition.of(tool))
-        except PydanticValidationError as exc:
-            raise ValidationError(
-                f"tools[{position}] is not a valid tool definition: {_problems(exc)}"
-            ) from None
-        except (TypeError, ValueError) as exc:  # dict() of a schema that is not a mapping
-            raise ValidationError(
-                f"tools[{position}] is not a valid tool definition: its input schema must be "
-                f"a JSON Schema object ({exc})"
-            ) from None
+        except (TypeError, ValueError) as exc:  # pydantic's error is a ValueError
+            raise _bad_tool(position, tool, exc) from None
     return tuple(manifest)
+
+
+def _bad_tool(position: int, tool: object, exc: Exception) -> ValidationError:
+    if not isinstance(tool, Mapping) and getattr(tool, "name", None) is None:
+        return ValidationError(
+            f"tools[{position}] must be a ToolDefinition, a mapping with name, description "
+            f"and input_schema, or a ToolSpec; got {type(tool).__name__}"
+        )
+    if isinstance(exc, PydanticValidationError):
+        return ValidationError(
+            f"tools[{position}] is not a valid tool definition: {_problems(exc)}"
+        )
+    # dict() of an input schema that is not a mapping
+    return ValidationError(
+        f"tools[{position}] is not a valid tool definition: its input schema must be a "
+        f"JSON Schema object ({exc})"
+    )
 
 
 def _current(current: object) -> Message | None:
