@@ -202,7 +202,7 @@ async def ref_validated_pass(
         for item in lost:
             tier = _tier_of(spans, item.turn_index)
             if tier is not None:
-                by_tier.setdefault(tier, []).append(item.text)
+                by_tier.setdefault(tier, []).append(item.line)  # s14: lines, not values
         retry = {t: keep for t, keep in by_tier.items() if _raw(first, t)}
         if retry:
             reuse = {b.span.tier: b for b in first if b.span.tier not in retry}
@@ -214,7 +214,7 @@ async def ref_validated_pass(
         still = lost if final is first else ref_lost_slots(_joined(final), lost)
         if still:
             final = _append(builder, final, spans, still)
-            appended = [i.text for i in still]
+            appended = [i.line for i in still]
     lost_final = lost if final is first else ref_lost_slots(_joined(final), items)
     kept_after = len(items) - len(lost_final)
     built_raw = [b for b in final if b.from_raw and not b.rolled]
@@ -222,7 +222,7 @@ async def ref_validated_pass(
     summary_tokens = sum(b.text.tokens for b in built_raw)
     quality = PassQuality(
         checked=len(items),
-        lost_first=tuple(i.text for i in lost),
+        lost_first=tuple(i.line for i in lost),
         retried_tiers=tuple(retried),
         appended=tuple(appended),
         fact_preservation_first=(len(items) - len(lost)) / len(items) if items else None,
@@ -349,7 +349,9 @@ async def test_passes_of_the_conversation_workload_write_what_they_wrote(
     qualities = [json.loads(row)[0]["quality"] for row in new]
     assert any(q["retried_tiers"] for q in qualities)  # retries (a second stale pass) ran
     assert sum(q["stale_dropped"] for q in qualities) > 0  # stale sentences were dropped
-    assert any(q["appended"] for q in qualities)
+    # Since session 14 a retry asks for readable slot lines ("budget: ¥8,000"), which the
+    # offline summarizer keeps: this workload no longer reaches the verbatim append (its
+    # path is tests/summaries/test_validate.py's).
     for at, (row_new, row_ref) in enumerate(zip(new, ref, strict=True)):
         assert row_new == row_ref, f"pass {at}"
 

@@ -129,7 +129,7 @@ async def test_a_lost_slot_is_summarized_again_with_must_keep() -> None:
     summarizer = ScriptedSummarizer(reply)
     tiers, quality = await validated_pass(make_builder(summarizer), plan_tiers((), 11), (), MEMORY)
     assert set(summarizer.must_keep[1]) == {
-        "Berserk",
+        "series: Berserk",  # a slot as a readable line, not the bare value
         "I'll take volume 3 in the Japanese edition",
         "remind me when volume 43 ships",
     }
@@ -146,7 +146,7 @@ async def test_still_lost_after_the_retry_is_appended_verbatim() -> None:
     assert len(summarizer.must_keep) == 2  # one retry, no more
     text = tiers[0].text.text
     assert text.startswith("Ken talked about manga; budget ¥8,000.\nAlso: ")
-    for item in ("Berserk", "remind me when volume 43 ships"):
+    for item in ("series: Berserk", "remind me when volume 43 ships"):
         assert item in text
     assert tiers[0].text.tokens == COUNTER.count(text)
     assert quality.fact_preservation_first == 0.25
@@ -180,7 +180,7 @@ async def test_a_kept_tier_is_not_summarized_again_its_losses_are_appended() -> 
     middle, recent = tiers
     assert not middle.from_raw
     assert middle.text.text.startswith("The user browsed.")
-    assert "Also: ¥8,000." in middle.text.text
+    assert "Also: budget: ¥8,000." in middle.text.text
     assert quality.kept_tiers == ("middle",)
     assert quality.retried_tiers == ()  # a kept tier has no raw turns to retry with
     assert len(summarizer.must_keep) == 1

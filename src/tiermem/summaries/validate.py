@@ -10,9 +10,11 @@ the pass summarized (turns kept raw are in the context anyway). Then:
    cannot know a later correction);
 1. nothing lost: done;
 2. lost slots: the tiers that should hold them (the tier whose span has the slot's turn)
-   are summarized again from their raw turns, once, with the lost items as ``must_keep``;
-3. still lost: the items are appended to their tier verbatim (``Also: ...``), so the next
-   inference can still see them.
+   are summarized again from their raw turns, once, with the lost items as ``must_keep``
+   (each as a readable line, :attr:`SlotItem.line`: ``budget: ¥8,000``, never a bare
+   value);
+3. still lost: the items' lines are appended to their tier verbatim (``Also: ...``), so
+   the next inference can still see them.
 
 Each pass records, in the summary record and in the service's stats:
 
@@ -46,6 +48,7 @@ from tiermem.summaries.structured import (
     SaidIn,
     ValueProbe,
     same_value,
+    slot_statement,
     stated_in,
     states_value,
     value_probe,
@@ -137,10 +140,27 @@ class SlotItem:
     slot: str | None
     """The entity kind or fact slot (None for decisions and intentions)."""
     text: str
-    """What must appear: a value as written, or a decision's / intention's sentence."""
+    """What must appear: a value as written, or a decision's / intention's sentence (an
+    opinion's subject, :func:`slot_items`)."""
     turn_index: int
     exact: bool
     """Values must appear as written; sentences by :data:`ITEM_WORD_SHARE` of their words."""
+    said: str = ""
+    """How a summary says the item when ``text`` alone would not read as it (an opinion:
+    "User loves seinen."); "" for the others (:attr:`line`)."""
+
+    @property
+    def line(self) -> str:
+        """The item as a readable line: what a retry's ``must_keep`` asks for, what a last
+        resort appends and what the pass's quality lists. Never a bare value: a slot is
+        ``slot: value`` (:func:`~tiermem.summaries.structured.slot_statement`, which the
+        offline summarizer reads back as a statement of that slot), an opinion a sentence,
+        a decision or an intention its own sentence."""
+        if self.said:
+            return self.said
+        if self.slot is not None and self.kind in ("entity", "fact"):
+            return slot_statement(self.slot, self.text)
+        return self.text
 
 
 def _norm(text: str) -> str:
@@ -192,17 +212,53 @@ def mentions(summary: str, item: SlotItem) -> bool:
 
 def slot_items(structured: StructuredMemory, through: int) -> list[SlotItem]:
     """The slots said at or before turn ``through``: current entity and fact values,
-    decisions and unresolved intentions (goals are not checked: seed 001's slot list)."""
+    decisions and unresolved intentions (goals are not checked: seed 001's slot list).
+
+    A slot is checked as a summary would state it. Most values are what was said ("my
+    budget is ¥8,000" keeps ``¥8,000``); an opinion's value is its sentiment ("I love
+    seinen" is ``preference:opinion:genre:seinen`` = ``loves``), a word no summary needs
+    to write, so an opinion is checked by its subject (:func:`_opinion_item`)."""
     items: list[SlotItem] = []
     for kind, slots in (("entity", structured.entities), ("fact", structured.facts)):
         for slot, fact in slots.items():
             if fact.turn_index <= through and fact.value.strip():
-                items.append(SlotItem(kind, slot, fact.value, fact.turn_index, exact=True))
+                if slot.startswith(_OPINION):
+                    items.append(_opinion_item(slot, fact.value, fact.turn_index))
+                else:
+                    items.append(SlotItem(kind, slot, fact.value, fact.turn_index, exact=True))
     for kind, group in (("decision", structured.decisions), ("unresolved", structured.unresolved)):
         for item in group:
             if item.turn_index <= through and item.text.strip():
                 items.append(SlotItem(kind, None, item.text, item.turn_index, exact=False))
     return items
+
+
+_OPINION = "preference:opinion:"
+"""The slot prefix of an opinion (:mod:`tiermem.longterm.detect`'s ``opinion:<kind>:<value>``
+and ``opinion:<slug>`` keys, as preferences)."""
+
+
+def _opinion_item(slot: str, sentiment: str, turn_index: int) -> SlotItem:
+    """The item of an opinion slot: its subject must appear, as the same entity for
+    ``opinion:<kind>:<value>`` (seinen as the genre, in any spelling the entity rules
+    read), else by its words (the slug's; as written when it is not ASCII, which the word
+    rule cannot split). The sentiment is not checked: "I love seinen", "loves seinen" and
+    "a big fan of seinen" all say it in words no rule lists; a superseded one is what
+    :func:`drop_stale` removes."""
+    subject, check_slot = _opinion_subject(slot)
+    exact = check_slot is not None or not subject.isascii()
+    said = f"User {sentiment} {subject}."
+    return SlotItem("fact", check_slot, subject, turn_index, exact=exact, said=said)
+
+
+def _opinion_subject(slot: str) -> tuple[str, str | None]:
+    """What an opinion slot is about, readable ("seinen", "japanese editions"), and the
+    entity kind it is when the key names one (``opinion:genre:seinen``)."""
+    topic = slot[len(_OPINION) :]
+    kind, colon, value = topic.partition(":")
+    if colon and value:
+        return value.replace("_", " "), kind
+    return topic.replace("_", " "), None
 
 
 def lost_slots(summary: str, items: Sequence[SlotItem]) -> list[SlotItem]:
@@ -339,6 +395,14 @@ def _stale_values(structured: StructuredMemory) -> _StaleValues | None:
                     for old in fact.previous
                     if old.strip() and not same_value(old, fact.value, slot=slot)
                 )
+                if triples and slot.startswith(_OPINION):
+                    # An opinion's value is a sentiment: "loves" alone would make every
+                    # sentence that loves anything stale. A stale opinion is its
+                    # sentiment about its subject ("loves seinen", as an appended line).
+                    subject = _opinion_subject(slot)[0]
+                    triples = tuple(
+                        (slot, f"{old} {subject}", f"{new} {subject}") for _, old, new in triples
+                    )
             slots_read[slot_key] = triples
             stale += triples
     _LAST_FACTS[:] = [slots_read]
@@ -464,7 +528,7 @@ async def validated_pass(
         for item in lost:
             tier = _tier_of(spans, item.turn_index)
             if tier is not None:
-                by_tier.setdefault(tier, []).append(item.text)
+                by_tier.setdefault(tier, []).append(item.line)
         retry = {t: keep for t, keep in by_tier.items() if _raw(first, t)}
         if retry:
             reuse = {b.span.tier: b for b in first if b.span.tier not in retry}
@@ -476,7 +540,7 @@ async def validated_pass(
         still = lost if final is first else lost_slots(_joined(final), lost)
         if still:
             final = _append(builder, final, spans, still)
-            appended = [i.text for i in still]
+            appended = [i.line for i in still]
     # The first attempt's text, unchanged, lost what it lost: no need to read it again.
     lost_final = lost if final is first else lost_slots(_joined(final), items)
     kept_after = len(items) - len(lost_final)
@@ -487,7 +551,7 @@ async def validated_pass(
     summary_tokens = sum(b.text.tokens for b in built_raw)
     quality = PassQuality(
         checked=len(items),
-        lost_first=tuple(i.text for i in lost),
+        lost_first=tuple(i.line for i in lost),
         retried_tiers=tuple(retried),
         appended=tuple(appended),
         fact_preservation_first=(len(items) - len(lost)) / len(items) if items else None,
@@ -539,5 +603,5 @@ def _append(
     by_tier: dict[SummaryTier, list[str]] = {}
     newest = spans[-1].tier
     for item in still:
-        by_tier.setdefault(_tier_of(spans, item.turn_index) or newest, []).append(item.text)
+        by_tier.setdefault(_tier_of(spans, item.turn_index) or newest, []).append(item.line)
     return [builder.appended(b, by_tier.get(b.span.tier, ())) for b in tiers]
