@@ -822,10 +822,13 @@ class Session:
                 fit the budget even truncated.
             BackendError: a tier or the index failed.
         """
-        from tiermem.context import Allocation, assemble_context, resolve_budget
+        from tiermem.context import assemble_context, resolve_budget
+        from tiermem.context.assemble import check_context_call
         from tiermem.tokens import default_registry
 
-        allocation = allocation or Allocation()
+        allocation = check_context_call(
+            query=query, model=model, recall_k=recall_k, allocation=allocation
+        )
         spec = default_registry().get(model) if model is not None else None
         if budget is None and spec is None:
             budget = DEFAULT_CONTEXT_BUDGET

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiermem.context.count_memo import MemoTokenCounter
 from tiermem.context.models import ContextSection, ItemProvenance
-from tiermem.models import ActiveEntity, SessionRecord, Turn
+from tiermem.models import ActiveEntity, SessionRecord, ToolResultBlock, Turn
 from tiermem.summaries.jobs import (
     STRUCTURED_RECORD,
     SUMMARY_RECORD,
@@ -74,10 +74,29 @@ class SummarySections:
 
     def hot_turns(self, turns: Sequence[Turn]) -> list[Turn]:
         """The hot turns the summaries do not cover (pinned ones and the newest
-        ``keep_hot`` always stay)."""
+        ``keep_hot`` always stay), reaching back to a user's own turn when they would
+        start with anything else (:func:`opens_conversation`): the newest six turns of a
+        user/assistant exchange start with the assistant, and Bedrock Converse refuses a
+        conversation that does not start with the user."""
         done, keep = self.summarized_through, self.keep_hot
-        newest = {t.index for t in turns[len(turns) - keep :]} if keep else set()
-        return [t for t in turns if t.index > done or t.pinned or t.index in newest]
+        start = max(0, len(turns) - keep) if keep else len(turns)
+        for position, turn in enumerate(turns):
+            if turn.index > done:
+                start = min(start, position)
+                break
+        # The first turn kept (pinned ones aside) is the user's, if one is at hand.
+        if start < len(turns) and not opens_conversation(turns[start]):
+            for back in range(start - 1, -1, -1):
+                if opens_conversation(turns[back]):
+                    start = back
+                    break
+        return [t for position, t in enumerate(turns) if position >= start or t.pinned]
+
+
+def opens_conversation(turn: Turn) -> bool:
+    """Whether a conversation may start with ``turn``: a user's turn that answers no tool
+    call (a tool result without the call before it is refused by every provider)."""
+    return turn.role == "user" and not any(type(block) is ToolResultBlock for block in turn.content)
 
 
 def summary_sections(session_id: str, found: SessionSummaries) -> SummarySections:

@@ -37,7 +37,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError as PydanticValidationError
 
-from tiermem.context.eviction import PlannedMessage, plan_eviction, required_tokens
+from tiermem.context.eviction import (
+    PlannedMessage,
+    plan_eviction,
+    required_positions,
+    required_tokens,
+)
 from tiermem.context.models import (
     Allocation,
     CachePoint,
@@ -520,7 +525,9 @@ def assemble_context(
     )
     messages: list[tuple[str, tuple[ContentBlock, ...]]] = []
     truncated_set = set(plan.truncated)
-    for position in plan.kept:
+    kept = _from_a_user_message(plan.kept, planned, plan.content)
+    evicted = sorted((*plan.evicted, *plan.kept[: len(plan.kept) - len(kept)]))
+    for position in kept:
         message = planned[position]
         is_turn = message.turn_index is not None
         b.items.append(
@@ -557,10 +564,10 @@ def assemble_context(
                 "buffer": buffer,
             },
             "hot_turns": len(turns),
-            "kept_turns": sum(1 for i in plan.kept if planned[i].turn_index is not None),
-            "evicted_count": len(plan.evicted),
+            "kept_turns": sum(1 for i in kept if planned[i].turn_index is not None),
+            "evicted_count": len(evicted),
             "evicted_turn_indexes": tuple(
-                planned[i].turn_index for i in plan.evicted if planned[i].turn_index is not None
+                planned[i].turn_index for i in evicted if planned[i].turn_index is not None
             ),
             "truncated_turn_indexes": tuple(
                 planned[i].turn_index for i in plan.truncated if planned[i].turn_index is not None
@@ -572,6 +579,29 @@ def assemble_context(
             "structured_memory": _structured_counts(structured),
         },
     )
+
+
+def _from_a_user_message(
+    kept: Sequence[int],
+    planned: Sequence[PlannedMessage],
+    content: Mapping[int, tuple[ContentBlock, ...]],
+) -> Sequence[int]:
+    """``kept`` from its first user message that answers no tool call: Bedrock Converse
+    refuses a conversation that starts with the assistant, and every provider a tool
+    result without its call. Eviction can cut a window there (it drops the oldest
+    groups); the turns before such a start go, which loses less than a refused request.
+    A message eviction may not drop (pinned, grouped with one) is never dropped here
+    either: then ``kept`` stays as it is, as it does when no message can start it."""
+    required = required_positions(planned)
+    for at, position in enumerate(kept):
+        message = planned[position]
+        if message.role == "user" and not any(
+            type(block) is ToolResultBlock for block in content[position]
+        ):
+            return kept[at:]
+        if position in required:
+            break
+    return kept
 
 
 def _structured_counts(sections: Sequence[ContextSection]) -> dict[str, int] | None:

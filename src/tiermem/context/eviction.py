@@ -59,7 +59,8 @@ class EvictionPlan:
         return sum(self.tokens[i] for i in self.kept)
 
 
-def _required(messages: Sequence[PlannedMessage]) -> set[int]:
+def required_positions(messages: Sequence[PlannedMessage]) -> set[int]:
+    """Positions of the messages never evicted (rule 2 above)."""
     required = {i for i, m in enumerate(messages) if m.pinned or m.turn_index is None}
     turns = [i for i, m in enumerate(messages) if m.turn_index is not None]
     if turns:
@@ -72,7 +73,7 @@ def _required(messages: Sequence[PlannedMessage]) -> set[int]:
 
 def required_tokens(messages: Sequence[PlannedMessage]) -> int:
     """Tokens of the messages :func:`plan_eviction` never evicts, before truncation."""
-    required = _required(messages)
+    required = required_positions(messages)
     groups = tool_pair_groups([m.content for m in messages])
     return sum(messages[i].tokens for g in groups if required.intersection(g) for i in g)
 
@@ -96,9 +97,9 @@ def plan_eviction(
     """
     cost = {i: m.tokens for i, m in enumerate(messages)}
     groups = tool_pair_groups([m.content for m in messages])
-    required_positions = _required(messages)
-    required_groups = [g for g in groups if required_positions.intersection(g)]
-    optional_groups = [g for g in groups if not required_positions.intersection(g)]
+    never = required_positions(messages)
+    required_groups = [g for g in groups if never.intersection(g)]
+    optional_groups = [g for g in groups if not never.intersection(g)]
     required = sorted(i for g in required_groups for i in g)
 
     content = {i: messages[i].content for i in range(len(messages))}
