@@ -846,8 +846,12 @@ class Session:
         if query is not None and query.strip():
             longterm = self._service.longterm
             profile_tokens = max(1, int(total * allocation.memory) // 2)
+            # The profile is the user's preferences alone, not what this query recalls: it
+            # sits before the cache point, so it must not change from turn to turn (a
+            # changed prefix is a cache write and no hit on every request). Memories the
+            # query finds come through per-turn recall, after the cache point.
             user_context, hits = await asyncio.gather(
-                longterm.build_user_context(self.user_id, query, budget_tokens=profile_tokens),
+                longterm.build_user_context(self.user_id, "", budget_tokens=profile_tokens),
                 self._recall_for_context(query, recall_k, {t.index for t in view.turns}),
             )
         return assemble_context(
