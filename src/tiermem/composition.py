@@ -8,6 +8,7 @@ Optional client libraries are imported only when their backend is chosen.
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from tiermem.clock import Clock, IdFactory, SystemClock
@@ -269,6 +270,9 @@ def open_service(
         engines["embedder"] = open_embedder(settings)
     for name, engine in summary_engines(settings).items():
         engines.setdefault(name, engine)
+    if settings.series_catalogue is not None:
+        for name, engine in catalogue_engines(load_series_catalogue(settings.series_catalogue)):
+            engines.setdefault(name, engine)
     wants_index = "index" not in engines and "longterm" not in engines
     shared = _open_shared_redis(settings, clock, index=wants_index)
     if shared is not None:
@@ -379,6 +383,53 @@ def build_summaries(
         durable, longterm, jobs, clock=clock, tokens=tokens, after=rollup.roll_up
     )
     return jobs, handoff, rollup
+
+
+def load_series_catalogue(path: Path) -> dict[str, str]:
+    """The catalogue file ``TIERMEM_SERIES_CATALOGUE`` names, as alias -> canonical title
+    (see :attr:`TierMemSettings.series_catalogue`).
+
+    Raises:
+        ValidationError: the file cannot be read, is not JSON, or is neither an object of
+            non-empty strings nor a list of them.
+    """
+    import json
+
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValidationError(
+            f"TIERMEM_SERIES_CATALOGUE {str(path)!r} cannot be read as JSON: {exc}"
+        ) from exc
+    pairs = [(t, t) for t in raw] if isinstance(raw, list) else raw
+    if isinstance(pairs, dict):
+        pairs = list(pairs.items())
+    if not isinstance(pairs, list) or not all(
+        isinstance(a, str) and isinstance(t, str) and a.strip() and t.strip() for a, t in pairs
+    ):
+        raise ValidationError(
+            f"TIERMEM_SERIES_CATALOGUE {str(path)!r} must hold a JSON object of alias to "
+            'title ({"berserk": "Berserk"}) or a list of titles, all non-empty strings'
+        )
+    return {alias.strip(): title.strip() for alias, title in pairs}
+
+
+def catalogue_engines(titles: dict[str, str]) -> list[tuple[str, Any]]:
+    """The rule engines that read series, each given the catalogue ``titles``: turn
+    analysis, memory detection, the offline summarizer and structured memory (engines a
+    caller passes, or an LLM engine from the settings, are kept)."""
+    from tiermem.extraction.entities import RuleEntityExtractor
+    from tiermem.longterm.detect import RuleMemoryDetector
+    from tiermem.summaries.offline import ExtractiveSummarizer
+    from tiermem.summaries.structured import RuleStructuredExtractor
+
+    extractor = RuleStructuredExtractor(titles)
+    return [
+        ("entities", RuleEntityExtractor(titles)),
+        ("detector", RuleMemoryDetector(titles)),
+        ("extractor", extractor),
+        ("summarizer", ExtractiveSummarizer(known_titles=titles, extractor=extractor)),
+    ]
 
 
 def summary_engines(settings: TierMemSettings) -> dict[str, Any]:

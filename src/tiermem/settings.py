@@ -63,6 +63,13 @@ class TierMemSettings(BaseSettings):
     """Set for DynamoDB Local, e.g. ``http://127.0.0.1:8000``."""
     aws_region: str | None = None
 
+    series_catalogue: Path | None = None
+    """A JSON file naming the series (titles) entity rules can find: an object of alias to
+    canonical title (``{"berserk": "Berserk", "ベルセルク": "Berserk"}``) or a list of
+    titles (each its own alias). Series are found only with a catalogue (seed 001's
+    "series: Berserk"); it reaches turn analysis, memory detection, the offline summarizer
+    and structured memory. Read once at start-up."""
+
     hot_window: int = Field(default=20, ge=1, le=10_000)
     """Turns kept in the hot tier per session (seed 000: 20)."""
     gc_grace_seconds: int = Field(default=3600, ge=0)
