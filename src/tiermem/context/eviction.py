@@ -7,7 +7,9 @@ Rules, in order:
 2. Required messages are never evicted: the first user turn of the window, the latest turn,
    pinned turns, the current message, and every message grouped with one of them.
 3. Other groups are evicted lowest importance first (a group is as important as its most
-   important turn), then oldest first, until the rest fits ``optional_room``.
+   important turn), then oldest first, until the rest fits ``optional_room``; then the
+   evicted groups that fit the room left come back, most important first, then newest
+   (a large tool pair evicted to make room must not take three short turns with it).
 4. If the required messages alone exceed ``required_room``, the largest are truncated
    (with a visible marker) until they fit; if even their minimal forms do not fit,
    :class:`~tiermem.errors.BudgetExceededError` is raised.
@@ -119,11 +121,21 @@ def plan_eviction(
             optional_groups,
             key=lambda g: (max(messages[i].importance for i in g), g[0]),
         )
+        dropped: list[tuple[int, ...]] = []
         for group in order:
             if total_optional <= room:
                 break
             evicted.update(group)
+            dropped.append(group)
             total_optional -= sum(cost[i] for i in group)
+        # Room the evictions left over (the last one evicted may have freed much more than
+        # was needed): give it back to what fits, most important first, then newest.
+        dropped.sort(key=lambda g: (-max(messages[i].importance for i in g), -g[0]))
+        for group in dropped:
+            group_cost = sum(cost[i] for i in group)
+            if total_optional + group_cost <= room:
+                evicted.difference_update(group)
+                total_optional += group_cost
     kept = tuple(i for i in range(len(messages)) if i not in evicted)
     return EvictionPlan(
         kept=kept,
