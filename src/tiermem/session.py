@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from tiermem.longterm.memory import LongTermMemory
     from tiermem.models.convert import SystemBlock
     from tiermem.service import MemoryService
+    from tiermem.state import StateCoordinator
     from tiermem.summaries.jobs import SessionSummaries, Watermarks
     from tiermem.summaries.models import StructuredMemory
 
@@ -797,6 +798,7 @@ class Session:
         current: str | Message | None = None,
         allocation: Allocation | None = None,
         recall_k: int = RECALL_K,
+        state: StateCoordinator | None = None,
     ) -> ContextWindow:
         """What to send the model now, assembled by :func:`tiermem.context.assemble_context`.
 
@@ -810,7 +812,10 @@ class Session:
         chunks (``recall_k`` hits; hits of turns already in the hot window are skipped) are
         read concurrently. Read-only: recall is placed in the window, never written into the
         history. ``current`` is a message not yet added as a turn; usually the caller has
-        added it and it is the latest hot turn. With neither ``budget`` nor ``model`` the
+        added it and it is the latest hot turn. ``state``: this session's
+        :class:`~tiermem.state.StateCoordinator` (loaded): its block (intent and slots,
+        task, environment; within a quarter of the memory share) goes after the active
+        entities. With neither ``budget`` nor ``model`` the
         budget is :data:`DEFAULT_CONTEXT_BUDGET`. The session's rolling summaries and
         structured memory go in as sections, and hot turns they cover are left out (see
         ``docs/summaries.md``).
@@ -854,9 +859,13 @@ class Session:
                 longterm.build_user_context(self.user_id, "", budget_tokens=profile_tokens),
                 self._recall_for_context(query, recall_k, {t.index for t in view.turns}),
             )
+        state_text = None
+        if state is not None:
+            state_text = self._state_block(state, max(1, int(total * allocation.memory) // 4))
         return assemble_context(
             system=system,
             tools=tools or (),
+            state=state_text,
             user_context=user_context,
             entities=cache.entities(view, built, jobs),
             recall=hits,
@@ -870,6 +879,22 @@ class Session:
             total_turns=view.next_index,
             counter=cache.tokens,
         )
+
+    def _state_block(self, state: StateCoordinator, budget_tokens: int) -> str | None:
+        from tiermem.state import StateCoordinator
+
+        if not isinstance(state, StateCoordinator):
+            raise ValidationError(
+                f"state must be this session's StateCoordinator, got {type(state).__name__}"
+            )
+        if state.session_id != self.id:
+            raise ValidationError(
+                f"state is session {state.session_id!r}'s coordinator, not {self.id!r}'s"
+            )
+        block = state.to_agent_context(
+            budget_tokens=budget_tokens, tokens=self._service.context_cache.tokens
+        )
+        return block.text or None
 
     async def _recall_for_context(
         self, query: str, k: int, hot_indexes: set[int]

@@ -349,6 +349,7 @@ def assemble_context(
     recall: Sequence[RecallHit] = (),
     turns: Sequence[Turn] = (),
     current: str | Message | None = None,
+    state: str | None = None,
     model: str | ModelSpec | None = None,
     budget: int | None = None,
     allocation: Allocation | None = None,
@@ -365,7 +366,10 @@ def assemble_context(
     :meth:`LongTermMemory.build_user_context`'s result. ``sections``: rolling summaries and
     structured memory. ``entities``: the session's active entities. ``recall``: per-turn
     recall hits (hits of turns in ``turns`` are skipped). ``turns``: the hot window, oldest
-    first. ``current``: the message being answered (a user message). ``model`` and
+    first. ``current``: the message being answered (a user message). ``state``: the
+    session's state block (``StateCoordinator.to_agent_context(...).text``: intent, slots,
+    task, environment), placed after the active entities (seed 000 injects it into the
+    system prompt), cut to the room left like the other sections. ``model`` and
     ``budget``: see the module docstring. ``total_turns``: the session's turn count, for
     the stats (default: one past the last hot turn's index).
 
@@ -509,6 +513,14 @@ def assemble_context(
             ),
         )
         used += b.add("entities", "\n".join(lines), provenance, room=room())
+    if state:
+        if not isinstance(state, str):
+            raise ValidationError(
+                "state is the text of the session's state block (StateCoordinator."
+                f"to_agent_context(...).text), got {type(state).__name__}"
+            )
+        state_provenance = ItemProvenance(tier="session", session_id=session_id)
+        used += b.add("state", state, state_provenance, room=room())
     recall_items, recall_dropped = plan_recall_block(fresh_hits, room(), counter)
     for item in recall_items:
         used += b.add("recall", item.text, item.provenance, name=item.name)

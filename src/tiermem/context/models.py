@@ -38,6 +38,7 @@ ItemKind = Literal[
     "summary",
     "structured_memory",
     "entities",
+    "state",
     "recall",
     "turn",
     "current",
