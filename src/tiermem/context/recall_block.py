@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from tiermem.context.models import ItemProvenance, SourceTier
 from tiermem.context.truncate import message_tokens
 from tiermem.longterm.recall_dates import find_date_mentions
-from tiermem.models import TextBlock
+from tiermem.models import TextBlock, ToolResultBlock
 from tiermem.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -101,11 +101,17 @@ def hit_line(hit: RecallHit, *, in_session: bool) -> str:
             if m.relative and m.precision == "day"
         ]
         dates = f" ({'; '.join(resolved)})" if resolved else ""
-        if in_session:
-            return f"- [{turn.role}, turn {turn.index}] {text}{dates}"
-        where = f"session {hit.session_id}, " if hit.session_id else ""
         day = turn.timestamp.date().isoformat()
-        return f"- [{turn.role}, {where}turn {turn.index}, {day}] {text}{dates}"
+        who: str = turn.role
+        if any(type(block) is ToolResultBlock for block in turn.content):
+            # Seed 000's anti-pattern: a stored tool result read back as today's data
+            # (stock, prices). Said as what it is, and as of when.
+            who = "tool result"
+            dates += f" (data as of {day}; fetch it again before relying on it)"
+        if in_session:
+            return f"- [{who}, turn {turn.index}] {text}{dates}"
+        where = f"session {hit.session_id}, " if hit.session_id else ""
+        return f"- [{who}, {where}turn {turn.index}, {day}] {text}{dates}"
     if hit.kind == "memory" and hit.memory is not None:
         return f"- [{hit.memory.memory_type}, {hit.memory.created_at.date().isoformat()}] {text}"
     if _is_summary(hit):
