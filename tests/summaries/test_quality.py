@@ -170,3 +170,17 @@ def test_rendered_memory_and_slot_statements_state_every_slot() -> None:
     for slot, fact in (*structured.entities.items(), *structured.facts.items()):
         alone = StructuredMemory(facts={slot: fact})
         assert lost_items(slot_statement(slot, fact.value), alone) == [], slot
+
+
+def test_an_opinion_is_lost_only_when_its_subject_is_missing() -> None:
+    """Session 14: "I love seinen" is kept as preference:opinion:genre:seinen = loves;
+    the bare word "loves" is not what a summary must say (validation checks the subject,
+    and so does lost_items now; it counted every opinion as lost)."""
+    from tiermem.summaries.models import Fact
+
+    opinion = "preference:opinion:genre:seinen"
+    structured = StructuredMemory(
+        facts={opinion: Fact(slot=opinion, value="loves", turn_index=2)}, through_index=2
+    )
+    assert lost_items("- The user is a big fan of seinen.", structured) == []
+    assert lost_items("- The user asked about prices.", structured) == [opinion]

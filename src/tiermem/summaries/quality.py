@@ -93,9 +93,16 @@ def lost_items(
     series be found by any of its names. Items (decisions, goals, intentions) are not
     checked: they are kept as said in structured memory, and a summary may word them
     otherwise."""
+    from tiermem.summaries.validate import OPINION_PREFIX, mentions, opinion_item
+
     lost = []
     for slot, fact in (*structured.entities.items(), *structured.facts.items()):
-        if not states_value(summary_text, fact.value, slot=slot, extractor=extractor):
+        if slot.startswith(OPINION_PREFIX):
+            # An opinion's value is its sentiment ("loves"), a word no summary needs to
+            # write: checked by its subject, as validation checks it.
+            if not mentions(summary_text, opinion_item(slot, fact.value, fact.turn_index)):
+                lost.append(slot)
+        elif not states_value(summary_text, fact.value, slot=slot, extractor=extractor):
             lost.append(slot)
     return lost
 

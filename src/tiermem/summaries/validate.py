@@ -56,11 +56,13 @@ from tiermem.summaries.structured import (
 )
 
 __all__ = [
+    "OPINION_PREFIX",
     "PassQuality",
     "SlotItem",
     "drop_stale",
     "lost_slots",
     "mentions",
+    "opinion_item",
     "slot_items",
     "validated_pass",
 ]
@@ -217,13 +219,13 @@ def slot_items(structured: StructuredMemory, through: int) -> list[SlotItem]:
     A slot is checked as a summary would state it. Most values are what was said ("my
     budget is ¥8,000" keeps ``¥8,000``); an opinion's value is its sentiment ("I love
     seinen" is ``preference:opinion:genre:seinen`` = ``loves``), a word no summary needs
-    to write, so an opinion is checked by its subject (:func:`_opinion_item`)."""
+    to write, so an opinion is checked by its subject (:func:`opinion_item`)."""
     items: list[SlotItem] = []
     for kind, slots in (("entity", structured.entities), ("fact", structured.facts)):
         for slot, fact in slots.items():
             if fact.turn_index <= through and fact.value.strip():
-                if slot.startswith(_OPINION):
-                    items.append(_opinion_item(slot, fact.value, fact.turn_index))
+                if slot.startswith(OPINION_PREFIX):
+                    items.append(opinion_item(slot, fact.value, fact.turn_index))
                 else:
                     items.append(SlotItem(kind, slot, fact.value, fact.turn_index, exact=True))
     for kind, group in (("decision", structured.decisions), ("unresolved", structured.unresolved)):
@@ -233,12 +235,12 @@ def slot_items(structured: StructuredMemory, through: int) -> list[SlotItem]:
     return items
 
 
-_OPINION = "preference:opinion:"
+OPINION_PREFIX = "preference:opinion:"
 """The slot prefix of an opinion (:mod:`tiermem.longterm.detect`'s ``opinion:<kind>:<value>``
 and ``opinion:<slug>`` keys, as preferences)."""
 
 
-def _opinion_item(slot: str, sentiment: str, turn_index: int) -> SlotItem:
+def opinion_item(slot: str, sentiment: str, turn_index: int) -> SlotItem:
     """The item of an opinion slot: its subject must appear, as the same entity for
     ``opinion:<kind>:<value>`` (seinen as the genre, in any spelling the entity rules
     read), else by its words (the slug's; as written when it is not ASCII, which the word
@@ -254,7 +256,7 @@ def _opinion_item(slot: str, sentiment: str, turn_index: int) -> SlotItem:
 def _opinion_subject(slot: str) -> tuple[str, str | None]:
     """What an opinion slot is about, readable ("seinen", "japanese editions"), and the
     entity kind it is when the key names one (``opinion:genre:seinen``)."""
-    topic = slot[len(_OPINION) :]
+    topic = slot[len(OPINION_PREFIX) :]
     kind, colon, value = topic.partition(":")
     if colon and value:
         return value.replace("_", " "), kind
@@ -395,7 +397,7 @@ def _stale_values(structured: StructuredMemory) -> _StaleValues | None:
                     for old in fact.previous
                     if old.strip() and not same_value(old, fact.value, slot=slot)
                 )
-                if triples and slot.startswith(_OPINION):
+                if triples and slot.startswith(OPINION_PREFIX):
                     # An opinion's value is a sentiment: "loves" alone would make every
                     # sentence that loves anything stale. A stale opinion is its
                     # sentiment about its subject ("loves seinen", as an appended line).
