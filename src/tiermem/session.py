@@ -25,7 +25,6 @@ from tiermem.clock import Clock
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
 from tiermem.extraction.turn_analysis import LARGE_TURN_CHARS, TurnAnalysis
 from tiermem.longterm._detect_rules import (
-    CJK,
     EN_NEGATED_TAIL,
     EN_SWITCH,
     JA_CONTRAST,
@@ -48,7 +47,7 @@ from tiermem.models import (
     ToolResultBlock,
     Turn,
 )
-from tiermem.models.base import FrozenModel
+from tiermem.models.base import FrozenModel, problems
 from tiermem.models.shape import check_shape
 from tiermem.policies.phrases import TextView
 from tiermem.policies.turn_text import TurnText
@@ -56,7 +55,7 @@ from tiermem.session_context import RECORD_KINDS
 from tiermem.store.codec import check_idempotency_key
 from tiermem.store.contract import MAX_TURNS_PER_APPEND, EntityChange
 from tiermem.store.keys import validate_id
-from tiermem.summaries.structured import ENTITY_SLOTS, SUBJECT_SLOTS
+from tiermem.summaries.structured import ENTITY_SLOTS, SUBJECT_SLOTS, wrong_regions
 from tiermem.tiers.tiered import SessionView, derive_metadata, rebase_entity_change
 
 if TYPE_CHECKING:
@@ -164,9 +163,7 @@ def _negated_entities(read: TurnText, extractor: object) -> frozenset[tuple[str,
     right: set[tuple[str, str]] = set()
     for sentence in split_sentences(said.normal):
         folded = TextView(sentence).folded
-        regions = [(m.start(), m.end()) for m in EN_NEGATED_TAIL.finditer(folded)]
-        if CJK.search(sentence) and (contrast := JA_CONTRAST.search(sentence)):
-            regions.append((contrast.start("a"), contrast.end("a")))
+        regions = wrong_regions(sentence, folded)
         for start, end, kind, value in find(sentence):
             inside = any(a <= start and end <= b for a, b in regions)
             (wrong if inside else right).add((kind, value))
@@ -220,11 +217,9 @@ def invalid_turn(
     """tiermem's ValidationError for a turn pydantic refused, naming each bad field (a
     caller catches one error type, never pydantic's); ``within``: the field the errors'
     locations are in."""
-    problems = "; ".join(
-        f"{'.'.join(str(part) for part in (*within, *error['loc'])) or 'turn'}: {error['msg']}"
-        for error in exc.errors(include_url=False)[:5]
+    return ValidationError(
+        f"the turn is not valid: {problems(exc, within=within, whole='turn')}{hint}"
     )
-    return ValidationError(f"the turn is not valid: {problems}{hint}")
 
 
 _BLOCKS: TypeAdapter[tuple[ContentBlock, ...]] = TypeAdapter(tuple[ContentBlock, ...])
@@ -237,11 +232,7 @@ _BLOCKS_HINT = (
 
 def invalid_fields(what: str, exc: PydanticValidationError) -> ValidationError:
     """tiermem's ValidationError for ``what`` (metadata, an entity) pydantic refused."""
-    problems = "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or what}: {error['msg']}"
-        for error in exc.errors(include_url=False)[:5]
-    )
-    return ValidationError(f"the {what} is not valid: {problems}")
+    return ValidationError(f"the {what} is not valid: {problems(exc, whole=what)}")
 
 
 _PROTECTED_METADATA = frozenset(

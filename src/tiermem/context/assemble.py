@@ -63,6 +63,7 @@ from tiermem.context.truncate import (
     truncation_marker,
 )
 from tiermem.errors import BudgetExceededError, ValidationError
+from tiermem.models.base import problems
 from tiermem.models.content import (
     CachePointBlock,
     ContentBlock,
@@ -128,13 +129,6 @@ MAX_RECALL_K = 100
 """The most recall hits one context may ask for (the REST API's bound too)."""
 
 
-def _problems(exc: PydanticValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
-        for e in exc.errors(include_url=False)[:5]
-    )
-
-
 def check_context_call(
     *, query: object = None, model: object = None, recall_k: object = 8, allocation: object = None
 ) -> Allocation:
@@ -171,7 +165,7 @@ def _allocation(allocation: object) -> Allocation:
     try:
         return Allocation.model_validate(allocation)
     except PydanticValidationError as exc:
-        raise ValidationError(f"allocation is not valid: {_problems(exc)}") from None
+        raise ValidationError(f"allocation is not valid: {problems(exc)}") from None
 
 
 def _manifest(tools: Sequence[Any]) -> tuple[ToolDefinition, ...]:
@@ -199,9 +193,7 @@ def _bad_tool(position: int, tool: object, exc: Exception) -> ValidationError:
             f"and input_schema, or a ToolSpec; got {type(tool).__name__}"
         )
     if isinstance(exc, PydanticValidationError):
-        return ValidationError(
-            f"tools[{position}] is not a valid tool definition: {_problems(exc)}"
-        )
+        return ValidationError(f"tools[{position}] is not a valid tool definition: {problems(exc)}")
     # dict() of an input schema that is not a mapping
     return ValidationError(
         f"tools[{position}] is not a valid tool definition: its input schema must be a "
@@ -222,7 +214,7 @@ def _current(current: object) -> Message | None:
     try:
         return Message.model_validate(current)
     except PydanticValidationError as exc:
-        raise ValidationError(f"current is not a valid message: {_problems(exc)}") from None
+        raise ValidationError(f"current is not a valid message: {problems(exc)}") from None
 
 
 def _fingerprint(parts: Sequence[Any]) -> str:
@@ -245,7 +237,7 @@ def _system_texts(system: str | Sequence[SystemBlock] | None) -> tuple[TextBlock
             try:
                 block = TextBlock.model_validate(block)
             except PydanticValidationError as exc:
-                raise ValidationError(f"a system block is not valid: {_problems(exc)}") from None
+                raise ValidationError(f"a system block is not valid: {problems(exc)}") from None
         if isinstance(block, TextBlock):
             if block.text:
                 texts.append(block)

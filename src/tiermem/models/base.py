@@ -15,11 +15,31 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Self, TypeVar
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer
+from pydantic import ValidationError as PydanticValidationError
 
-__all__ = ["Base64Bytes", "FrozenModel", "JsonValue", "UtcDatetime", "to_epoch_ms"]
+__all__ = [
+    "Base64Bytes",
+    "FrozenModel",
+    "JsonValue",
+    "UtcDatetime",
+    "problems",
+    "to_epoch_ms",
+]
 
 JsonValue = Any
 """A JSON-compatible value (dict, list, str, int, float, bool, None)."""
+
+
+def problems(
+    exc: PydanticValidationError, *, within: tuple[str, ...] = (), whole: str = "value"
+) -> str:
+    """Pydantic's errors as one line for tiermem's own ValidationError: each bad field's
+    location (under ``within``; ``whole`` when the value itself is bad) and message, the
+    first five."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in (*within, *error['loc'])) or whole}: {error['msg']}"
+        for error in exc.errors(include_url=False)[:5]
+    )
 
 
 def _require_aware(value: datetime) -> datetime:

@@ -52,6 +52,7 @@ from pydantic import ValidationError as PydanticValidationError
 from tiermem.clock import Clock
 from tiermem.errors import BudgetExceededError, ConflictError, CorruptDataError, ValidationError
 from tiermem.models import JsonValue, SessionMetadata, StateBlob
+from tiermem.models.base import problems
 from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.state import conversation as conv
 from tiermem.state import environment as env
@@ -669,11 +670,7 @@ def _parsed(model: type[Any], value: object, what: str) -> Any:
     try:
         return model.model_validate(value)
     except PydanticValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}"
-            for e in exc.errors(include_url=False)[:5]
-        )
-        raise ValidationError(f"{what} is not a valid {model.__name__}: {problems}") from None
+        raise ValidationError(f"{what} is not a valid {model.__name__}: {problems(exc)}") from None
 
 
 def _sequence(values: object, what: str) -> Sequence[Any]:

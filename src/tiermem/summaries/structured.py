@@ -103,6 +103,7 @@ __all__ = [
     "turn_said",
     "value_key",
     "value_probe",
+    "wrong_regions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -344,9 +345,9 @@ class RuleStructuredExtractor:
         )
         question = is_question(normal)
         spans = self._entities.find(normal)
-        wrong_regions = _wrong_regions(normal, folded)
-        current = [s for s in spans if not _inside(s[0], s[1], wrong_regions)]
-        wrong = tuple(normal[s:e] for s, e, _, _ in spans if _inside(s, e, wrong_regions))
+        regions = wrong_regions(normal, folded)
+        current = [s for s in spans if not _inside(s[0], s[1], regions)]
+        wrong = tuple(normal[s:e] for s, e, _, _ in spans if _inside(s, e, regions))
         slots: list[SlotValue] = []
         if user and about_user:
             if not question:
@@ -369,7 +370,7 @@ class RuleStructuredExtractor:
             memorable=bool(signals.memories),
             has_number=signals.has_number,
             slots=tuple(slots),
-            wrong=wrong + _wrong_words(normal, wrong_regions, spans),
+            wrong=wrong + _wrong_words(normal, regions, spans),
             switch=user and bool(rules.EN_SWITCH.match(folded) or rules.JA_SWITCH.match(normal)),
             about_user=about_user,
             decision=statement and bool(rules.EN_DECISION.search(folded)),
@@ -478,7 +479,10 @@ def _object(raw: str) -> str | None:
     return value.replace(_COMMA_MASK, ",") if value else None
 
 
-def _wrong_regions(normal: str, folded: str) -> list[tuple[int, int]]:
+def wrong_regions(normal: str, folded: str) -> list[tuple[int, int]]:
+    """Where a sentence names wrong values: "not …", "instead of …", "rather than …" up to
+    the next comma, and the part before じゃなくて/ではなく (positions in ``normal``, which
+    ``folded`` matches character for character)."""
     regions = [(m.start(), m.end()) for m in rules.EN_NEGATED_TAIL.finditer(folded)]
     if rules.CJK.search(normal) and (contrast := rules.JA_CONTRAST.search(normal)):
         regions.append((contrast.start("a"), contrast.end("a")))
