@@ -9,6 +9,11 @@ Layout (seed 001), cache-friendly from the most stable part to the least::
     hot turns                              the conversation
     current message
 
+The conversation overrides the profile (seed 001): a preference an active entity
+contradicts (``preferred_language: English`` while ``language: japanese`` is active) is
+left out of the profile. The cached prefix then changes when the user switches, once, and
+never from turn to turn while the entities and preferences stay the same.
+
 Budget (seed 004): the budget is the explicit ``budget``, or the model's usable input
 (window minus output reservation, shrunk by its safety margin), or the smaller of the two
 (the explicit budget shrunk by the model's margin). ``allocation.buffer`` of it is kept
@@ -246,20 +251,36 @@ def _system_texts(system: str | Sequence[SystemBlock] | None) -> tuple[TextBlock
     return tuple(texts)
 
 
-def _profile_section(user_context: ContextSection | _UserContextLike) -> ContextSection:
+def _profile_section(
+    user_context: ContextSection | _UserContextLike,
+    entities: Sequence[ActiveEntity],
+    counter: TokenCounter,
+) -> tuple[ContextSection, frozenset[str]]:
+    """The profile section, without the preferences the active ``entities`` override, and
+    the memory ids of those left out (recall must not bring them back either)."""
     if isinstance(user_context, ContextSection):
-        return user_context
+        return user_context, frozenset()
+    overridden: frozenset[str] = frozenset()
+    if entities:
+        # Imported here: assemble runs without long-term memory, and longterm's modules
+        # are needed only for its UserContext.
+        from tiermem.longterm.context import UserContext, override_by_entities
+
+        if isinstance(user_context, UserContext):
+            user_context = override_by_entities(user_context, entities, counter=counter)
+            overridden = frozenset(user_context.overridden)
     memory_ids: list[str] = []
     for item in user_context.items:
         memory_id = getattr(item, "memory_id", None)
         if isinstance(memory_id, str):
             memory_ids.append(memory_id)
-    return ContextSection(
+    section = ContextSection(
         kind="profile",
         text=user_context.text,
         name="user",
         provenance=ItemProvenance(tier="longterm", memory_ids=tuple(memory_ids)),
     )
+    return section, overridden
 
 
 def _merge_messages(messages: Sequence[tuple[str, tuple[ContentBlock, ...]]]) -> list[Message]:
@@ -354,8 +375,11 @@ def assemble_context(
 
     ``system``: the static system prompt (text, or text blocks). ``tools``: the tool
     manifest (:class:`ToolDefinition`, mappings, or objects like
-    :class:`tiermem.tools.ToolSpec`). ``user_context``: a profile section, or
-    :meth:`LongTermMemory.build_user_context`'s result. ``sections``: rolling summaries and
+    :class:`tiermem.tools.ToolSpec`). ``user_context``: a profile section (placed as
+    given), or :meth:`LongTermMemory.build_user_context`'s result, from which the
+    preferences an active entity contradicts are left out
+    (:func:`tiermem.longterm.context.override_by_entities`: the conversation overrides
+    the profile, seed 001). ``sections``: rolling summaries and
     structured memory. ``entities``: the session's active entities. ``recall``: per-turn
     recall hits (hits of turns in ``turns`` are skipped). ``turns``: the hot window, oldest
     first. ``current``: the message being answered (a user message). ``state``: the
@@ -447,9 +471,13 @@ def assemble_context(
     def room() -> int:
         return memory_room - used
 
-    profile = _profile_section(user_context) if user_context is not None else None
+    entity_list = list(entities.values()) if isinstance(entities, Mapping) else list(entities)
+    profile: ContextSection | None = None
+    profile_ids: set[str] = set()
+    if user_context is not None:
+        profile, overridden = _profile_section(user_context, entity_list, counter)
+        profile_ids = {*profile.provenance.memory_ids, *overridden}
     hot_indexes = {t.index for t in turns}
-    profile_ids = set(profile.provenance.memory_ids) if profile is not None else set()
     seen: set[tuple[str, str]] = set()
     fresh_hits = []
     for hit in sorted(recall, key=lambda h: -h.score):
@@ -494,7 +522,6 @@ def assemble_context(
         used += b.add(
             section.kind, section.text, section.provenance, name=section.name, room=room()
         )
-    entity_list = list(entities.values()) if isinstance(entities, Mapping) else list(entities)
     if entity_list:
         lines = [ENTITIES_HEADER] + [f"{e.kind}: {e.value}" for e in entity_list]
         provenance = ItemProvenance(

@@ -16,21 +16,28 @@ model's safety margin when a model is named); when it does not, the lowest-prior
 are dropped first: recalled items by ascending score, then preferences by ascending
 importance, oldest first. With nothing to say, the block is one line, :data:`EMPTY_TEXT`.
 
-:func:`render_user_context` is pure (values in, a :class:`UserContext` out);
-:func:`build_user_context` fetches the values.
+A session's active entities override the profile (seed 001: "Profile says English, Redis
+says Japanese (user just switched) → conversation tier wins for current session"):
+:func:`override_by_entities` leaves out a preference whose key an active entity of the
+session contradicts (``preferred_language: English`` while ``language: japanese`` is
+active), so the model is not shown two answers with no rule between them.
+
+:func:`render_user_context` and :func:`override_by_entities` are pure (values in, a
+:class:`UserContext` out); :func:`build_user_context` fetches the values.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Literal
 
 from tiermem.errors import ValidationError
+from tiermem.longterm._detect_rules import KIND_FAVORITE_KEY
 from tiermem.longterm.hits import RecallHit
-from tiermem.models import FrozenModel, MemoryRecord, Provenance
+from tiermem.models import ActiveEntity, FrozenModel, MemoryRecord, Provenance
 from tiermem.tokens import ModelRegistry, TokenCounter, default_registry
 
 if TYPE_CHECKING:
@@ -44,6 +51,7 @@ __all__ = [
     "build_user_context",
     "describe_provenance",
     "effective_budget",
+    "override_by_entities",
     "render_user_context",
 ]
 
@@ -66,6 +74,10 @@ class UserContextItem(FrozenModel):
     score: float
     """Importance for a preference, the recall score for a recalled item."""
     provenance: Provenance
+    preference_key: str | None = None
+    """A keyed preference's (normalised) key, e.g. ``preferred_language``; else None."""
+    preference_value: str | None = None
+    """A keyed preference's value as set, e.g. ``English``; else None."""
 
 
 class UserContext(FrozenModel):
@@ -77,6 +89,9 @@ class UserContext(FrozenModel):
     budget_tokens: int
     dropped: int
     """Items left out to fit the budget."""
+    overridden: tuple[str, ...] = ()
+    """Memory ids of preferences left out because an active entity of the session says
+    otherwise (:func:`override_by_entities`)."""
 
 
 def _turns(indexes: Sequence[int]) -> str:
@@ -163,6 +178,8 @@ def render_user_context(
             line=_line(record, dated=False),
             score=record.importance,
             provenance=record.provenance,
+            preference_key=_text_or_none(record.metadata.get("preference_key")),
+            preference_value=_text_or_none(record.metadata.get("preference_value")),
         )
         candidates.append(_Candidate(item, (1, record.importance, record.created_at.timestamp())))
     for hit in hits:
@@ -196,6 +213,74 @@ def render_user_context(
         tokens=tokens,
         budget_tokens=budget_tokens,
         dropped=len(candidates) - len(kept),
+    )
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+_OVERRIDDEN_KEYS = {key: kind for kind, key in KIND_FAVORITE_KEY.items()}
+"""Preference key → the entity kind whose active value overrides it (``preferred_language``
+→ ``language``): the map the detector writes these preferences by, read backwards."""
+
+
+def override_by_entities(
+    context: UserContext, entities: Iterable[ActiveEntity], *, counter: TokenCounter
+) -> UserContext:
+    """``context`` without the preferences a session's active ``entities`` contradict.
+
+    A preference is contradicted when its key is the favourite key of an entity kind
+    (``preferred_language`` of ``language``, ``favorite_genre`` of ``genre``,
+    ``favorite_series`` of ``series``: the map :mod:`tiermem.longterm.detect` writes them
+    by) and the active entity of that kind has another value, compared as structured memory
+    compares values (:func:`tiermem.summaries.structured.same_value`: "English", "english"
+    and "英語" are one language; "the Japanese edition" is ``japanese``). Of several
+    entities of one kind, the last is the active one.
+
+    The line is left out, not marked: the active entity (shown with the session's
+    entities) already says the current value, a marker would cost tokens in every window
+    and still show the stale value the model might follow, and the stored preference is
+    not changed (the session overrides it, it does not correct it). Its memory id goes to
+    :attr:`UserContext.overridden`. Preferences without a key (``remember(...,
+    memory_type="preference")``), opinions (``opinion:genre:shojo``) and keys of kinds
+    with no entity are never left out.
+
+    The result depends on the preferences and the active entities only, so it changes
+    when the user switches (a change of the cached prefix, the profile being before the
+    cache point, once per switch) and never from turn to turn while neither changes.
+    Returns ``context`` itself when nothing is contradicted.
+    """
+    active = {e.kind: e.value for e in entities}
+    if not active:
+        return context
+    # Imported here: summaries depends on longterm, and same_value is needed only when a
+    # session has an active entity of a kind some preference is keyed by.
+    from tiermem.summaries.structured import same_value
+
+    overridden: list[str] = []
+    for item in context.items:
+        kind = _OVERRIDDEN_KEYS.get(item.preference_key or "")
+        if kind is None or item.preference_value is None or item.section != "preference":
+            continue
+        value = active.get(kind)
+        if value is not None and not same_value(item.preference_value, value, slot=kind):
+            overridden.append(item.memory_id)
+    if not overridden:
+        return context
+    gone = set(overridden)
+    kept = [item for item in context.items if item.memory_id not in gone]
+    text = _render(kept)
+    tokens = counter.count(text)
+    if tokens > context.tokens:  # EMPTY_TEXT longer than what it replaces: never grow
+        text, tokens = "", 0
+    return context.model_copy(
+        update={
+            "text": text,
+            "items": tuple(kept),
+            "tokens": tokens,
+            "overridden": (*context.overridden, *overridden),
+        }
     )
 
 
