@@ -453,6 +453,10 @@ class TieredSessionStore:
                 if new is not None:
                     await self._touch(session_id, new)
             return view
+        if snap is None and self.config.write_policy is WritePolicy.WRITE_BEHIND:
+            # An expired hot session is held a while before it is collected, with the turns
+            # not flushed yet: archive them before the reload replaces it.
+            await self.flush(session_id, include_expired=True)
         rebuilt = await self.durable_view(session_id)
         if rebuilt is None or snap is BYPASSED:
             return rebuilt
@@ -655,6 +659,10 @@ class TieredSessionStore:
         # Write-through, in this coroutine: the combined stores' write is awaited from here,
         # not through two more coroutines (this is every turn's path).
         sid = metadata.session_id
+        if idempotency_key and self.config.write_policy is WritePolicy.WRITE_BEHIND:
+            # The durable tier numbers a keyed append: archive the turns the hot tier holds
+            # unflushed (an expired copy's too) first, or they would be numbered over.
+            await self.flush(sid, include_expired=True)
         key = idempotency_key
         in_append = entities is not None and self._durable_takes_entities
         # Pin the first index when the change names turn indexes (they must be the ones
@@ -845,7 +853,10 @@ class TieredSessionStore:
         self, metadata: SessionMetadata, turns: Sequence[NewTurn], turn_count_hint: int
     ) -> list[Turn]:
         sid = metadata.session_id
-        expires_at = self._write_expiry(metadata, turn_count_hint + len(turns))
+        now = self.clock.now()
+        expires_at = self._write_expiry(metadata, turn_count_hint + len(turns), None, now)
+        if expires_at <= now:
+            return await self._append_past_expiry(sid, turns, now)
         result = await self._hot(
             lambda: self.hot.append_turns(
                 sid, turns, window=self.config.window, expires_at=expires_at
@@ -856,46 +867,68 @@ class TieredSessionStore:
             # Hot tier down: the durable tier is all we have, so write through.
             return await self.durable.append_turns(sid, turns, expires_at=self.durable_expiry())
         if result.version == 1:
-            # The hot session was absent, so its numbering may not continue the archive's.
+            # The hot session was absent: this append re-created it, without its metadata
+            # and numbered from where the hot tier restarted, not where the archive stands.
             durable_next = await self.durable.next_index(sid)
-            if result.turns[0].index != durable_next:
-                return await self._renumber_after_loss(metadata, turns, result.turns, durable_next)
+            return await self._rebuild_after_loss(metadata, turns, result.turns, durable_next)
         every = self.config.write_behind_every
         if result.next_index // every != result.turns[0].index // every:
             await self.flush(sid)
         return list(result.turns)
 
-    async def _renumber_after_loss(
+    async def _append_past_expiry(
+        self, session_id: str, turns: Sequence[NewTurn], now: datetime
+    ) -> list[Turn]:
+        """A write-behind append for which the TTL policy gives an expiry already past
+        (:class:`~tiermem.policies.ttl.FixedTtl` after its deadline): a hot session written
+        now would be expired on arrival and its turns lost with it, so the turns are written
+        through, after the turns the expired hot copy still holds (unflushed ones keep
+        their place ahead of these)."""
+        await self.flush(session_id, include_expired=True)
+        return await self.durable.append_turns(
+            session_id, turns, expires_at=self.durable_expiry(now)
+        )
+
+    async def _rebuild_after_loss(
         self,
         metadata: SessionMetadata,
         turns: Sequence[NewTurn],
         ours: Sequence[Turn],
         durable_next: int,
     ) -> list[Turn]:
-        """Our write-behind append re-created a hot session the hot tier had lost, numbered
-        from where the hot tier restarted rather than where the archive stands. Writers
-        may have appended on top of it in the meantime; rebuild the hot session as the
-        durable view followed by every turn written since the re-creation (ours first),
-        renumbered to continue the archive, so none of them is dropped.
+        """Our write-behind append re-created a hot session the hot tier had lost: without
+        metadata (a half-built session, which the next read would replace with the durable
+        view, dropping our turns) and numbered from where the hot tier restarted rather
+        than where the archive stands. Writers may have appended on top of it in the
+        meantime; rebuild the hot session as the durable view followed by every turn
+        written since the re-creation (ours first), renumbered to continue the archive, so
+        none of them is dropped.
 
         Turns another writer added in that window keep their content and order, but the
         indexes their own append returned are the ones before renumbering."""
         sid = metadata.session_id
         first = ours[0].index
         for attempt in range(CAS_ATTEMPTS):
-            snap = await self._hot(lambda: self.hot.load(sid, include_expired=True), "resync")
+            # Not include_expired: restore counts an expired session as absent (version 0),
+            # so checking against an expired session's own version could never succeed.
+            snap = await self._hot(lambda: self.hot.load(sid), "resync")
             if isinstance(snap, _Bypassed):
                 return await self.durable.append_turns(sid, turns, expires_at=self.durable_expiry())
             chain = [t for t in snap.turns if t.index >= first] if snap is not None else []
             view = await self.durable_view(sid)
-            if view is None or snap is None or chain[: len(ours)] != list(ours):
-                # Another writer rebuilt the session meanwhile (or it is gone): ours is not
-                # in it under the old numbering, so write it again.
+            if view is None:
+                return list(ours)  # the durable tier does not know the session: nothing to add
+            if snap is None or chain[: len(ours)] != list(ours):
+                # Another writer rebuilt the session meanwhile (or it is gone or expired):
+                # ours is not in it under the old numbering, so write it again.
                 await self._resync(sid)
                 return await self._append_write_behind(metadata, turns, durable_next)
             self.metrics.hot_resyncs += 1
             base = view.next_index
-            moved = [t.model_copy(update={"index": base + i}) for i, t in enumerate(chain)]
+            moved = [
+                t if t.index == base + i else t.model_copy(update={"index": base + i})
+                for i, t in enumerate(chain)
+            ]
             all_turns = (*view.turns, *moved)
             next_index = base + len(moved)
             rebuilt = SessionView(
