@@ -198,3 +198,27 @@ async def test_a_keyed_turn_under_write_behind_keeps_the_unflushed_turns(every: 
     assert _texts(archived) == [*(f"t{i}" for i in range(7)), "pay now", "paid"]
     assert [t.index for t in archived] == list(range(9))
     assert _texts(await session.history()) == _texts(archived)
+
+
+async def test_a_turn_to_a_session_the_durable_tier_forgot_is_not_written_twice(
+    every: Pairing,
+) -> None:
+    config = SessionTierConfig(
+        window=10,
+        write_policy=WritePolicy.WRITE_BEHIND,
+        write_behind_every=5,
+        durable_ttl=timedelta(hours=1),
+    )
+    memory = every.service(config, auto_detect=False, index_turns=False, auto_summarize=False)
+    session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
+    for i in range(6):
+        await session.add_turn("user", f"t{i}")
+    every.clock.advance(timedelta(days=40))  # both tiers' copies are gone
+
+    await session.add_turn("user", "late")
+
+    # Nothing to rebuild the hot session from: it keeps the turn once (it used to be
+    # rebuilt from nothing and the turn written behind a second time).
+    held = await every.hot.load(session.id)
+    assert held is not None
+    assert _texts(held.turns) == ["late"]
