@@ -286,3 +286,32 @@ def test_tiermem_environment_variables_in_the_docs_exist() -> None:
         assert re.search(rf"\b{name}\b", harness), (
             f"{where}: nothing in scripts/ or tests/ reads {name}"
         )
+
+
+def test_the_api_pages_keys_and_serve_comments_hold(embedded: Path) -> None:
+    """docs/api.md: ``tiermem keys create acme  # prints the key once: tm_<key_id>_<secret>``
+    (16 hex characters, then 43 URL-safe ones), and ``tiermem serve --host 0.0.0.0`` refuses
+    to start without an active key."""
+    block = next(f for f in fences("docs/api.md") if f.lang == "bash")
+    create, serve = (words for line in block.code.splitlines()[:2] for words in _words(line))
+    runner = CliRunner()
+    refused = runner.invoke(app, serve)
+    assert refused.exit_code == 1, refused.output
+    assert "tiermem keys create" in refused.output, refused.output
+    created = runner.invoke(app, create)
+    assert created.exit_code == 0, created.output
+    keys = re.findall(r"tm_[0-9a-f]{16}_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])", created.output)
+    assert len(keys) == 1, created.output
+
+
+def test_the_readmes_demo_saves_what_it_says(embedded: Path) -> None:
+    """README "Set up": `tiermem demo` prints the day-3 context's tokens against the full
+    history's, "about N % fewer"."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r"the full history \(about (\d+) % fewer\)", readme)
+    assert stated is not None
+    result = CliRunner().invoke(app, ["demo"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    saved = re.search(r"full history of the three sessions: (\d+)% saved", result.output)
+    assert saved is not None, result.output
+    assert abs(int(saved.group(1)) - int(stated.group(1))) <= 2, (saved[0], stated[0])

@@ -37,10 +37,12 @@ import ast
 import asyncio
 import inspect
 import json
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -312,3 +314,77 @@ async def test_the_jsonl_pages_records_import(embedded: Path) -> None:
         assert [m.content for m in memories] == ["prefers seinen"]
         again = await import_lines(memory, lines)
         assert again.turns_added == 0
+
+
+async def test_the_jsonl_pages_records_are_what_export_writes(embedded: Path) -> None:
+    """docs/jsonl.md's records show the fields export writes; its turn is the exported
+    turn of its text, field for field, and its memory the preference detected from it."""
+    from tiermem.interfaces.jsonl import export_user
+    from tiermem.service import MemoryService
+
+    records = [json.loads(f.code) for f in fences("docs/jsonl.md") if f.lang == "json"]
+    doc = {r["type"]: r for r in records}
+    session_doc, turn_doc, memory_doc = doc["session"], doc["turn"], doc["memory"]
+    async with MemoryService.from_settings() as memory:
+        session = await memory.session(
+            session_doc["session_id"],
+            user_id=session_doc["user_id"],
+            user_tier=session_doc["user_tier"],
+            locale=session_doc["locale"],
+        )
+        await session.add_turn(
+            "user",
+            turn_doc["content"][0]["text"],
+            timestamp=datetime.fromisoformat(turn_doc["timestamp"]),
+        )
+        await memory.drain()
+        exported = {r["type"]: r async for r in export_user(memory, session_doc["user_id"])}
+    for kind, record in doc.items():
+        assert set(record) == set(exported[kind]), (kind, set(record) ^ set(exported[kind]))
+    assert turn_doc == exported["turn"]
+    assert (session_doc["user_tier"], session_doc["locale"]) == (
+        exported["session"]["user_tier"],
+        exported["session"]["locale"],
+    )
+    when = {"created_at", "valid_from"}  # the write's time: a timestamp on both sides
+    assert all(isinstance(exported["memory"][k], str) for k in when)
+    stated = {k: v for k, v in memory_doc.items() if k not in when}
+    got = {k: v for k, v in exported["memory"].items() if k not in when}
+    prefix = stated.pop("memory_id").removesuffix("…")
+    assert got.pop("memory_id").startswith(prefix)
+    assert stated == got
+
+
+async def test_the_api_pages_error_example_is_what_the_api_answers(embedded: Path) -> None:
+    import httpx
+
+    from tiermem.interfaces.api import create_app
+    from tiermem.service import MemoryService
+    from tiermem.settings import TierMemSettings
+
+    [example] = [f for f in fences("docs/api.md") if f.section == "Errors" and f.lang == "json"]
+    stated = json.loads(example.code)
+    async with MemoryService.from_settings() as memory:
+        app = create_app(TierMemSettings(), service=memory, allow_anonymous=True)
+        transport = httpx.ASGITransport(app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            answer = await http.post("/v1/sessions", json={"user_id": "u-1\n"})
+    assert answer.status_code == 422
+    assert answer.json() == stated
+
+
+async def test_the_mcp_pages_error_example_is_what_the_tool_answers(embedded: Path) -> None:
+    from mcp import Client
+
+    from tiermem.interfaces.mcp_server import build_mcp_server, fixed_tenant
+    from tiermem.service import MemoryService
+
+    [example] = [f for f in fences("docs/mcp.md") if f.section == "Errors are tool errors"]
+    stated = example.code.strip()
+    user, memory_id = re.findall(r"'([^']+)'", stated)
+    async with MemoryService.from_settings() as memory:
+        server = build_mcp_server(memory, fixed_tenant("local"))
+        async with Client(server) as client:
+            result = await client.call_tool("forget", {"user_id": user, "memory_id": memory_id})
+    assert result.is_error
+    assert [block.text for block in result.content] == [stated]  # type: ignore[union-attr]
