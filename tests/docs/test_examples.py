@@ -388,3 +388,26 @@ async def test_the_mcp_pages_error_example_is_what_the_tool_answers(embedded: Pa
             result = await client.call_tool("forget", {"user_id": user, "memory_id": memory_id})
     assert result.is_error
     assert [block.text for block in result.content] == [stated]  # type: ignore[union-attr]
+
+
+def test_the_readmes_inline_examples_hold(embedded: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README "Use it": the blocking facade as its sentence writes it, and a series
+    catalogue as its paragraph writes it, found in English and Japanese turns."""
+    from tiermem.sync import SyncMemory
+
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "`with SyncMemory.from_settings() as memory: memory.session(...).add_turn(...)`" in (
+        readme
+    )
+    catalogue = re.search(
+        r"`TIERMEM_SERIES_CATALOGUE=([\w.]+)`, a JSON object of alias to title \(`(\{[^`]+\})`\)",
+        readme,
+    )
+    assert catalogue is not None
+    (embedded / catalogue.group(1)).write_text(catalogue.group(2), encoding="utf-8")
+    monkeypatch.setenv("TIERMEM_SERIES_CATALOGUE", catalogue.group(1))
+    with SyncMemory.from_settings() as memory:
+        session = memory.session("s-1", user_id="u-1")
+        for text in ("Is berserk vol 42 in stock?", "ベルセルクの42巻はありますか?"):
+            turn = session.add_turn("user", text)
+            assert Entity(kind="series", value="Berserk") in turn.entities, (text, turn.entities)
