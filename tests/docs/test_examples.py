@@ -21,7 +21,9 @@ The rules, which the Markdown follows:
 * An example that talks to ``http://127.0.0.1:8080`` talks to a real API server (uvicorn,
   embedded default, a free loopback port) that the test starts, at that server's address.
 * A bare expression statement (``turn.index, turn.importance  # 0, 0.9``) shows a value:
-  :data:`SHOWN` holds what the page says it is, and the test asserts it.
+  :data:`SHOWN` holds what the page says it is, and the test asserts it; every shown
+  expression needs an entry. :data:`AFTER` does the same for names an example leaves
+  behind (``history  # the hot window, oldest first``).
 * ```` ```json ```` blocks parse, and docs/jsonl.md's records import.
 * tests/docs/test_commands.py checks what the pages name beyond Python: ``tiermem ...``
   commands and their options, docs/jsonl.md's commands and docs/cli.md's chat transcript
@@ -126,7 +128,10 @@ AFTER: dict[tuple[str, str], Callable[[Any], bool]] = {
     ),
     ("README.md", "block"): lambda block: "favorite_genre: seinen" in block.text,
     # "text + provenance": the state the coordinator was given, within the budget
-    ("README.md", "ctx"): lambda ctx: "ORD-12345" in ctx.text and "track_order" in ctx.text,
+    ("README.md", "ctx"): lambda ctx: (
+        ("ORD-12345" in ctx.text and "track_order" in ctx.text and 0 < ctx.tokens <= 300)
+        and bool(ctx.sources)
+    ),
     ("README.md", "kwargs"): lambda kwargs: {"system", "messages", "tools"} <= set(kwargs),
     ("docs/api.md", "window"): lambda window: window.stats.total_turns == 1,
 }
