@@ -114,6 +114,9 @@ SHOWN: dict[tuple[str, str], Callable[[Any], bool]] = {
     ("README.md", "window.stats.total_tokens, window.prefix_fingerprint"): lambda v: (
         isinstance(v[0], int) and v[0] > 0 and isinstance(v[1], str) and len(v[1]) > 0
     ),
+    ("docs/llm.md", "reply.data, reply.attempts"): lambda v: (
+        v == ({"facts": ["prefers seinen"]}, 2)
+    ),
 }
 """What each shown expression of a page is, as the page states it (or, where it states
 nothing, a sanity check of the value's shape)."""
@@ -175,6 +178,8 @@ def test_no_run_blocks_compile() -> None:
 
 def test_there_are_examples_to_run() -> None:
     assert {_id(g) for g in _all_programs()} >= {"README.md:86", "docs/api.md:153"}
+    no_run = [f.where for p in pages() for f in fences(p) if f.lang == "python" and not f.runs]
+    assert no_run, "no `no-run` block: is the flag still read?"
 
 
 @pytest.mark.parametrize("group", _all_programs(), ids=_id)
