@@ -55,9 +55,12 @@ def pages() -> list[str]:
     return ["README.md", *(f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md")))]
 
 
-def fences(page: str) -> list[Fence]:
-    """Every fenced block of ``page``, in order. An unclosed fence is an error."""
-    lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
+def fences(page: str, text: str | None = None) -> list[Fence]:
+    """Every fenced block of ``page`` (or of ``text``, named ``page``), in order. An
+    unclosed fence is an error."""
+    if text is None:
+        text = (ROOT / page).read_text(encoding="utf-8")
+    lines = text.splitlines()
     found: list[Fence] = []
     section = ""
     i = 0
@@ -116,13 +119,25 @@ def program(blocks: list[Fence]) -> ast.Module:
     return ast.fix_missing_locations(module)
 
 
-def programs(page: str) -> Iterator[list[Fence]]:
+def flag_problem(fence: Fence) -> str | None:
+    """What is wrong with a block's language and flags, if anything: a Python block this
+    test would not see, a flag it does not know, a ``no-run`` without its reason."""
+    if fence.lang in {"py", "python3", "pycon", "ipython", "Python"}:
+        return f"{fence.where}: write ```python so the example is checked"
+    if fence.lang != "python" or fence.flags in {(), ("continues",)}:
+        return None
+    if fence.flags[0] == "no-run" and len(fence.flags) > 1:
+        return None
+    return f"{fence.where}: flags {' '.join(fence.flags)!r}: use `continues` or `no-run <reason>`"
+
+
+def programs(page: str, text: str | None = None) -> Iterator[list[Fence]]:
     """The page's runnable ``python`` blocks as programs: a block alone, or, when blocks
     after it continue it, the block with each of them (so continuing blocks are
     independent of each other)."""
     base: Fence | None = None
     continued = False
-    for fence in fences(page):
+    for fence in fences(page, text):
         if fence.lang != "python" or not fence.runs:
             continue
         if fence.continues:

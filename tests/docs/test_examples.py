@@ -56,6 +56,7 @@ from tests.docs.fences import (
     SHOW,
     Fence,
     fences,
+    flag_problem,
     free_names,
     pages,
     program,
@@ -158,16 +159,8 @@ def _id(group: list[Fence]) -> str:
 
 
 def test_python_fences_are_spelt_so_this_test_finds_them() -> None:
-    for page in pages():
-        for fence in fences(page):
-            assert fence.lang not in {"py", "python3", "pycon", "ipython", "Python"}, (
-                f"{fence.where}: write ```python so the example is checked"
-            )
-            if fence.lang != "python":
-                continue
-            assert fence.flags in {(), ("continues",)} or (
-                fence.flags[0] == "no-run" and len(fence.flags) > 1
-            ), f"{fence.where}: flags {fence.flags}: use `continues` or `no-run <reason>`"
+    problems = [flag_problem(f) for page in pages() for f in fences(page)]
+    assert not [p for p in problems if p], problems
 
 
 def test_no_run_blocks_compile() -> None:
