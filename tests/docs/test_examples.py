@@ -24,7 +24,9 @@ The rules, which the Markdown follows:
   :data:`SHOWN` holds what the page says it is, and the test asserts it; every shown
   expression needs an entry. :data:`AFTER` does the same for names an example leaves
   behind (``history  # the hot window, oldest first``).
-* ```` ```json ```` blocks parse, and docs/jsonl.md's records import.
+* ```` ```json ```` blocks parse, and docs/jsonl.md's records import; a ``curl`` in a
+  ```` ```bash ```` block gets a 2xx from the API app. Error examples (docs/api.md's JSON,
+  docs/mcp.md's tool error) are what the API and the MCP tool answer.
 * tests/docs/test_commands.py checks what the pages name beyond Python: ``tiermem ...``
   commands and their options, docs/jsonl.md's commands and docs/cli.md's chat transcript
   (run), repository paths, ``tiermem.*`` names and ``TIERMEM_*`` variables.
@@ -40,6 +42,7 @@ import asyncio
 import inspect
 import json
 import re
+import shlex
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -414,3 +417,45 @@ def test_the_readmes_inline_examples_hold(embedded: Path, monkeypatch: pytest.Mo
         for text in ("Is berserk vol 42 in stock?", "ベルセルクの42巻はありますか?"):
             turn = session.add_turn("user", text)
             assert Entity(kind="series", value="Berserk") in turn.entities, (text, turn.entities)
+
+
+async def test_the_docs_curl_commands_get_an_answer_from_the_api(embedded: Path) -> None:
+    """Each ``curl`` of a ```bash block, sent to the API app as written (``$KEY`` is a key
+    of the test's keys file): a 2xx answer."""
+    import httpx
+
+    from tiermem.interfaces.api import create_app
+    from tiermem.interfaces.tenancy import KeyStore
+    from tiermem.service import MemoryService
+    from tiermem.settings import TierMemSettings
+
+    _, key = KeyStore(embedded / "api_keys.json").create("acme")
+    calls = [
+        (fence.where, shlex.split(line.replace("$KEY", key), comments=True))
+        for page in pages()
+        for fence in fences(page)
+        if fence.lang == "bash"
+        for line in fence.code.replace("\\\n", " ").splitlines()
+        if line.startswith("curl ")
+    ]
+    assert calls
+    async with MemoryService.from_settings() as memory:
+        app = create_app(TierMemSettings(), service=memory)
+        transport = httpx.ASGITransport(app)
+        async with httpx.AsyncClient(transport=transport) as http:
+            for where, words in calls:
+                headers, body, method, url = {}, None, "GET", ""
+                pairs = iter(words[1:])
+                for word in pairs:
+                    if word == "-H":
+                        name, _, value = next(pairs).partition(":")
+                        headers[name.strip()] = value.strip()
+                    elif word in {"-d", "--data"}:
+                        body, method = next(pairs), "POST"
+                    elif word == "-X":
+                        method = next(pairs)
+                    else:
+                        assert not word.startswith("-"), f"{where}: curl option {word}"
+                        url = word
+                answer = await http.request(method, url, headers=headers, content=body)
+                assert answer.is_success, (where, answer.status_code, answer.text)
