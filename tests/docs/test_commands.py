@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import re
 import shlex
 from collections.abc import Callable, Iterator
@@ -315,3 +316,18 @@ def test_the_readmes_demo_saves_what_it_says(embedded: Path) -> None:
     saved = re.search(r"full history of the three sessions: (\d+)% saved", result.output)
     assert saved is not None, result.output
     assert abs(int(saved.group(1)) - int(stated.group(1))) <= 2, (saved[0], stated[0])
+
+
+def test_mcp_client_configurations_in_the_docs_start_a_real_command() -> None:
+    """A ```json ``mcpServers`` configuration runs ``tiermem`` with arguments it takes."""
+    configs = [
+        (fence.where, server)
+        for page in pages()
+        for fence in fences(page)
+        if fence.lang == "json" and "mcpServers" in fence.code
+        for server in json.loads(fence.code)["mcpServers"].values()
+    ]
+    assert configs
+    for where, server in configs:
+        assert server["command"] == "tiermem", (where, server)
+        check_command(list(server["args"]), where)
