@@ -93,8 +93,17 @@ _MEMORY_ONLY: tuple[DocKind, ...] = ("memory",)
 def memory_doc(record: MemoryRecord) -> IndexedDoc:
     """The index document of a memory: its content and tags, its embedding if any.
 
+    A keyed preference (``metadata["preference_key"]``, as detection writes it) is also
+    found by its key's words: "prefers seinen" under ``favorite_genre`` answers a query for
+    "genre" or "favorite genre", which its content alone never would. The key is indexed
+    as a tag (tags are searched, not shown), so the hit's text is the content as stored.
+
     Index it after the durable write (see the module docstring).
     """
+    tags = record.tags
+    key = record.metadata.get("preference_key")
+    if isinstance(key, str) and key and key not in tags:
+        tags = (*tags, key)  # the tokenizer splits "favorite_genre" into its two words
     return IndexedDoc(
         user_id=record.user_id,
         doc_id=record.memory_id,
@@ -102,7 +111,7 @@ def memory_doc(record: MemoryRecord) -> IndexedDoc:
         text=record.content,
         created_at=record.created_at,
         embedding=record.embedding,
-        tags=record.tags,
+        tags=tags,
         expires_at=record.expires_at,
     )
 
