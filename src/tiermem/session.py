@@ -60,6 +60,7 @@ from tiermem.tiers.tiered import SessionView, derive_metadata, rebase_entity_cha
 
 if TYPE_CHECKING:
     from tiermem.context import Allocation, ContextWindow
+    from tiermem.context.optimize import OptimizePolicy
     from tiermem.longterm.context import UserContext
     from tiermem.longterm.hits import RecallHit
     from tiermem.longterm.index import IndexedDoc
@@ -790,6 +791,7 @@ class Session:
         allocation: Allocation | None = None,
         recall_k: int = RECALL_K,
         state: StateCoordinator | None = None,
+        optimize: bool | OptimizePolicy = True,
     ) -> ContextWindow:
         """What to send the model now, assembled by :func:`tiermem.context.assemble_context`.
 
@@ -809,10 +811,26 @@ class Session:
         entities. With neither ``budget`` nor ``model`` the
         budget is :data:`DEFAULT_CONTEXT_BUDGET`. The session's rolling summaries and
         structured memory go in as sections, and hot turns they cover are left out (see
-        ``docs/summaries.md``).
+        ``docs/summaries.md``); ``stats.quality_metrics`` is the latest pass's quality.
+
+        ``optimize``: the hot turns offered are first shrunk by the pre-save optimization
+        (:mod:`tiermem.context.optimize`; ``stats.optimization`` says what it did): with
+        True (default, :data:`~tiermem.context.optimize.VIEW_POLICY`) a failed call that
+        later succeeded goes with its result, an assistant text repeated within one agent
+        loop is said once, and a large tool output the model has seen and that is no
+        longer the final result of its call becomes a reference to its turn
+        (``session.get_turn(i)`` returns it whole: the archive keeps everything); every
+        final successful result stays verbatim and a call and its result stay together.
+        An :class:`~tiermem.context.optimize.OptimizePolicy` runs every step under it
+        (name your tools with side effects to collapse repeated calls of the others);
+        False sends the turns as stored. Prompt caches: each of these changes rewrites
+        the history once, at the turn it touches (an output becomes a reference the first
+        call after the model answered it), so a provider that caches the message prefix
+        (OpenAI's automatic cache) misses from that turn on once; the cache points of the
+        window (system, tools, profile, summaries) are before the history and unchanged.
 
         Raises:
-            ValidationError: a bad budget, system block or current message.
+            ValidationError: a bad budget, system block, current message or ``optimize``.
             UnknownModelError: ``model`` is not in the default model registry.
             BudgetExceededError: the system prompt, tool manifest and required turns do not
                 fit the budget even truncated.
@@ -820,11 +838,13 @@ class Session:
         """
         from tiermem.context import assemble_context, resolve_budget
         from tiermem.context.assemble import check_context_call
+        from tiermem.context.optimize import optimize_view
         from tiermem.tokens import default_registry
 
         allocation = check_context_call(
             query=query, model=model, recall_k=recall_k, allocation=allocation
         )
+        policy = _view_policy(optimize)
         spec = default_registry().get(model) if model is not None else None
         if budget is None and spec is None:
             budget = DEFAULT_CONTEXT_BUDGET
@@ -837,6 +857,10 @@ class Session:
             raise_gone(self.id)
         view = self._remember(found)
         built = await cache.sections(jobs, self.id, records)
+        turns: Sequence[Turn] = built.hot_turns(view.turns)
+        optimization = None
+        if policy is not None:
+            turns, optimization = optimize_view(turns, policy, cache.tokens)
         user_context: UserContext | None = None
         hits: Sequence[RecallHit] = ()
         if query is not None and query.strip():
@@ -853,7 +877,7 @@ class Session:
         state_text = None
         if state is not None:
             state_text = self._state_block(state, max(1, int(total * allocation.memory) // 4))
-        return assemble_context(
+        window = assemble_context(
             system=system,
             tools=tools or (),
             state=state_text,
@@ -861,7 +885,7 @@ class Session:
             entities=cache.entities(view, built, jobs),
             recall=hits,
             sections=built.sections,
-            turns=built.hot_turns(view.turns),
+            turns=turns,
             current=current,
             budget=budget,
             model=spec,
@@ -870,6 +894,12 @@ class Session:
             total_turns=view.next_index,
             counter=cache.tokens,
         )
+        if optimization is None and not built.quality_metrics:
+            return window
+        stats = window.stats.model_copy(
+            update={"optimization": optimization, "quality_metrics": dict(built.quality_metrics)}
+        )
+        return window.model_copy(update={"stats": stats})
 
     def _state_block(self, state: StateCoordinator, budget_tokens: int) -> str | None:
         from tiermem.state import StateCoordinator
@@ -1048,6 +1078,21 @@ def _index_failed(item: _AfterAppend, exc: TierMemError) -> None:
 AFTER_APPEND: Batch[_AfterAppend] = Batch(_after_appends, max_items=64, linger=0.005)
 """Queued appends merged into one background call (bounded: a large batch would hold the
 worker, and the index transaction, for long)."""
+
+
+def _view_policy(optimize: object) -> OptimizePolicy | None:
+    """The policy ``Session.context(optimize=...)`` asks for; None: no optimization."""
+    from tiermem.context.optimize import VIEW_POLICY, OptimizePolicy
+
+    if optimize is True:
+        return VIEW_POLICY
+    if optimize is False:
+        return None
+    if isinstance(optimize, OptimizePolicy):
+        return optimize
+    raise ValidationError(
+        f"optimize must be True, False or an OptimizePolicy, got {type(optimize).__name__}"
+    )
 
 
 def raise_gone(session_id: str) -> NoReturn:

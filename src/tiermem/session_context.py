@@ -19,10 +19,12 @@ them. One cache per :class:`~tiermem.service.MemoryService`, shared by its handl
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tiermem.context.count_memo import MemoTokenCounter
@@ -40,6 +42,7 @@ from tiermem.tokens import TokenCounter
 
 if TYPE_CHECKING:
     from tiermem.summaries.jobs import SummaryJobs
+    from tiermem.summaries.validate import PassQuality
     from tiermem.tiers.tiered import SessionView
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "RECORD_KINDS",
     "ContextCache",
     "SummarySections",
+    "quality_metrics",
     "summary_sections",
 ]
 
@@ -65,12 +69,15 @@ _HeldEntities = tuple[
 class SummarySections:
     """A session's summary records as context: the sections (summary tiers, then
     structured memory), the last turn the summaries cover, how many newest hot turns stay
-    beside them, and the summaries as read (for the entities' corrections)."""
+    beside them, the summaries as read (for the entities' corrections) and the latest
+    pass's quality as :attr:`ContextStats.quality_metrics
+    <tiermem.context.models.ContextStats.quality_metrics>` (:func:`quality_metrics`)."""
 
     sections: tuple[ContextSection, ...]
     summarized_through: int
     keep_hot: int
     summaries: SessionSummaries
+    quality_metrics: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def hot_turns(self, turns: Sequence[Turn]) -> list[Turn]:
         """The hot turns the summaries do not cover (pinned ones and the newest
@@ -97,6 +104,31 @@ def opens_conversation(turn: Turn) -> bool:
     """Whether a conversation may start with ``turn``: a user's turn that answers no tool
     call (a tool result without the call before it is refused by every provider)."""
     return turn.role == "user" and not any(type(block) is ToolResultBlock for block in turn.content)
+
+
+def quality_metrics(quality: PassQuality | None) -> dict[str, float]:
+    """A pass's quality as context stats (keys: :attr:`ContextStats.quality_metrics
+    <tiermem.context.models.ContextStats.quality_metrics>`); empty with no pass."""
+    if quality is None:
+        return {}
+    measured = {
+        "context_retention": quality.fact_preservation,
+        "first_attempt_retention": quality.fact_preservation_first,
+        "entity_drift": quality.entity_drift,
+        "compression_ratio": quality.compression_ratio,
+    }
+    metrics = {key: round(value, 4) for key, value in measured.items() if value is not None}
+    parts = [
+        value
+        for value in (
+            quality.fact_preservation,
+            None if quality.entity_drift is None else 1.0 - quality.entity_drift,
+        )
+        if value is not None
+    ]
+    if parts:
+        metrics["overall_score"] = round(math.prod(parts), 4)
+    return metrics
 
 
 def summary_sections(session_id: str, found: SessionSummaries) -> SummarySections:
@@ -141,6 +173,7 @@ def summary_sections(session_id: str, found: SessionSummaries) -> SummarySection
         summarized_through=found.watermarks.summarized_through,
         keep_hot=found.compression.keep_hot,
         summaries=found,
+        quality_metrics=MappingProxyType(quality_metrics(found.quality)),
     )
 
 

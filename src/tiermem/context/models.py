@@ -29,6 +29,7 @@ __all__ = [
     "ItemProvenance",
     "SourceTier",
     "ToolDefinition",
+    "ViewOptimization",
 ]
 
 ItemKind = Literal[
@@ -163,6 +164,29 @@ class CachePoint(FrozenModel):
     """sha256 (hex) of everything before the boundary."""
 
 
+class ViewOptimization(FrozenModel):
+    """What the pre-save optimization (:mod:`tiermem.context.optimize`) did to the hot
+    turns a window was offered: :meth:`Session.context <tiermem.session.Session.context>`
+    runs it unless called with ``optimize=False``. The archive is never changed: every turn
+    it touched is whole in ``session.get_turn(index)``."""
+
+    tokens_saved: int = 0
+    """Tokens of the offered turns before, less after, as assembly counts them (a turn left
+    out saves its message overhead too). Counted before the budget evicts anything, so a
+    window under its budget sends exactly this many fewer tokens of turns."""
+    actions: dict[str, int] = Field(default_factory=dict)
+    """Actions per kind: ``superseded_failure`` (a failed call that later succeeded,
+    dropped with its result), ``duplicate_call``, ``redundant_text`` (an assistant text
+    said again in the same agent loop) and ``output_reference`` (a seen, superseded tool
+    output replaced by a reference to its turn)."""
+    referenced_turn_indexes: tuple[int, ...] = ()
+    """Turns whose tool output the window shows as a reference."""
+    changed_turn_indexes: tuple[int, ...] = ()
+    """Turns whose content changed (those left out included)."""
+    dropped_turn_indexes: tuple[int, ...] = ()
+    """Turns left out: everything they held went (a repeated filler text, a dropped call)."""
+
+
 class ContextStats(FrozenModel):
     """Seed 004's ``context_stats``, plus what the budget did."""
 
@@ -182,7 +206,8 @@ class ContextStats(FrozenModel):
     summary_tiers: dict[str, int] = Field(default_factory=dict)
     structured_memory: dict[str, int] | None = None
     hot_turns: int = 0
-    """Turns offered by the hot window."""
+    """Turns offered by the hot window (less those the optimization left out:
+    :attr:`optimization`)."""
     kept_turns: int = 0
     evicted_count: int = 0
     evicted_turn_indexes: tuple[int, ...] = ()
@@ -192,6 +217,24 @@ class ContextStats(FrozenModel):
     recall_dropped: int = 0
     sections_dropped: int = 0
     quality_metrics: dict[str, float] = Field(default_factory=dict)
+    """The latest summarization pass's quality for this session (seed 004's
+    ``quality_metrics``); empty before the first pass. Keys, each present when the pass
+    could measure it (shares in [0, 1]):
+
+    * ``context_retention``: share of the structured slots (entities, facts, decisions,
+      intentions) of the summarized turns that the final summary states;
+    * ``first_attempt_retention``: the same share for the summarizer's first attempt,
+      before the pass re-summarized or appended what it lost (what quality-aware
+      compression reacts to);
+    * ``entity_drift``: share of the entity values the previous summary mentioned that the
+      new one no longer does (0 is no drift);
+    * ``compression_ratio``: summary tokens over the raw tokens they summarize (above 1
+      when a summary is longer than a short stretch of turns);
+    * ``overall_score``: ``context_retention * (1 - entity_drift)`` (whichever of the two
+      the pass measured, alone): the share of what should survive that did.
+    """
+    optimization: ViewOptimization | None = None
+    """What the view's optimization did; None when the turns were not optimized."""
 
 
 class ContextWindow(FrozenModel):

@@ -47,7 +47,9 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from tiermem.context.models import ViewOptimization
 from tiermem.context.tool_pairs import answered_ids
+from tiermem.context.truncate import message_tokens
 from tiermem.errors import ValidationError
 from tiermem.models.base import FrozenModel
 from tiermem.models.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
@@ -57,6 +59,7 @@ from tiermem.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter
 
 __all__ = [
     "OPTIMIZATION_STEPS",
+    "VIEW_POLICY",
     "ActionKind",
     "OptimizationAction",
     "OptimizationReport",
@@ -71,6 +74,7 @@ __all__ = [
     "final_successful_results",
     "optimize_snapshot",
     "optimize_turns",
+    "optimize_view",
     "output_reference",
     "pair_tool_calls",
     "reference_old_outputs",
@@ -98,6 +102,10 @@ class OptimizePolicy:
     result block) stay verbatim, since a reference would save little. ``reference_final_results``:
     also replace final successful results once the model has seen them (seed 004's view
     mode); off by default, because a snapshot must keep every final result.
+    ``collapse_successful_calls``: collapse repeated successful calls (those of
+    ``side_effect_tools`` aside); False keeps every successful call, for a caller that
+    cannot tell which tools act (:data:`VIEW_POLICY`): their older outputs still give way
+    to references, so the calls stay visible and the bulk still goes.
     ``keep_empty_turns``: a turn whose every block went keeps its slot, with no content, so
     indexes stay consecutive (the hot tier's ``restore`` needs that); set it to False for a
     view, which then leaves such turns (and any turn that had no content) out.
@@ -109,6 +117,7 @@ class OptimizePolicy:
     side_effect_tools: frozenset[str] = frozenset()
     min_reference_bytes: int = 512
     reference_final_results: bool = False
+    collapse_successful_calls: bool = True
     keep_empty_turns: bool = True
 
     def __post_init__(self) -> None:
@@ -220,6 +229,8 @@ def pair_tool_calls(turns: Sequence[Turn]) -> tuple[ToolCall, ...]:
                 uses.setdefault(block.tool_use_id, []).append((position, block_at))
             elif isinstance(block, ToolResultBlock):
                 results.setdefault(block.tool_use_id, []).append((position, block_at))
+    if not results:
+        return ()
     answered = answered_ids([turn.content for turn in turns])
     calls: list[ToolCall] = []
     for tool_use_id, result_locs in results.items():
@@ -267,6 +278,12 @@ def output_reference(turn_index: int, tool_name: str, size_bytes: int) -> str:
 
 def drop_superseded_failures(turns: Sequence[Turn], policy: OptimizePolicy) -> OptimizedTurns:
     """Drop each failed call (and its result) when the same call succeeded later."""
+    if not any(
+        isinstance(block, ToolResultBlock) and block.status != "success"
+        for turn in turns
+        for block in turn.content
+    ):
+        return OptimizedTurns(turns=tuple(turns))  # nothing failed: no pairing to do
     calls = pair_tool_calls(turns)
     finals = final_successful_results(calls)
     drops: set[_Loc] = set()
@@ -292,15 +309,27 @@ def drop_superseded_failures(turns: Sequence[Turn], policy: OptimizePolicy) -> O
 def collapse_duplicate_calls(turns: Sequence[Turn], policy: OptimizePolicy) -> OptimizedTurns:
     """Keep one of each set of calls with identical input and identical outcome: the latest.
 
-    Successful calls of ``policy.side_effect_tools`` are never collapsed; outputs already
-    replaced by a reference are not compared.
+    Successful calls of ``policy.side_effect_tools`` (of every tool, without
+    ``policy.collapse_successful_calls``) are never collapsed; outputs already replaced by a
+    reference are not compared.
     """
-    calls = pair_tool_calls(turns)
+    candidates = [
+        call
+        for call in pair_tool_calls(turns)
+        if not (
+            call.succeeded
+            and (not policy.collapse_successful_calls or call.name in policy.side_effect_tools)
+        )
+        and not _is_reference(call.result)
+    ]
+    # Only calls whose input repeats can be duplicates: the others' outcomes (a JSON dump of
+    # each result, the costly part) are not needed.
+    repeated = Counter(call.key for call in candidates)
     latest: dict[tuple[str, str], ToolCall] = {}
     drops: set[_Loc] = set()
     actions: list[OptimizationAction] = []
-    for call in reversed(calls):
-        if _is_reference(call.result) or (call.succeeded and call.name in policy.side_effect_tools):
+    for call in reversed(candidates):
+        if repeated[call.key] < 2:
             continue
         outcome = (call.key, call.result.model_dump_json(exclude={"tool_use_id"}))
         kept = latest.setdefault(outcome, call)
@@ -461,6 +490,51 @@ def optimize_turns(
         report=replace(
             done.report, dropped_turns=tuple(turn.index for turn in current if not turn.content)
         ),
+    )
+
+
+VIEW_POLICY = OptimizePolicy(collapse_successful_calls=False, keep_empty_turns=False)
+"""What :meth:`Session.context <tiermem.session.Session.context>` runs by default on the hot
+turns it offers: final successful results verbatim, every successful call kept (the view
+cannot know which tools act; their older outputs are still referenced), turns left empty
+left out."""
+
+
+def optimize_view(
+    turns: Sequence[Turn], policy: OptimizePolicy, counter: TokenCounter
+) -> tuple[tuple[Turn, ...], ViewOptimization]:
+    """``turns`` optimized for a context window under ``policy`` (turns left empty are left
+    out whatever ``policy.keep_empty_turns`` says: a window has no use for an empty
+    message), and what that did, in tokens as assembly counts them with ``counter``."""
+    if policy.keep_empty_turns:
+        policy = replace(policy, keep_empty_turns=False)
+    done = optimize_turns(turns, policy)
+    report = done.report
+    if not report.actions:
+        return done.turns, ViewOptimization()
+    changed = set(report.changed_turns)
+    after = {turn.index: turn for turn in done.turns if turn.index in changed}
+    saved = 0
+    for turn in turns:
+        if turn.index in changed:
+            kept = after.get(turn.index)
+            saved += message_tokens(turn.content, counter) - (
+                message_tokens(kept.content, counter) if kept is not None else 0
+            )
+    return done.turns, ViewOptimization(
+        tokens_saved=saved,
+        actions=report.counts(),
+        referenced_turn_indexes=tuple(
+            sorted(
+                {
+                    action.turn_indexes[-1]
+                    for action in report.actions
+                    if action.kind == "output_reference"
+                }
+            )
+        ),
+        changed_turn_indexes=report.changed_turns,
+        dropped_turn_indexes=report.dropped_turns,
     )
 
 
