@@ -100,6 +100,7 @@ PREFERENCES: list[tuple[str, list[Draft]]] = [
         ("like", "opinion:genre:seinen", "likes", "likes セイネン")]),
     ("ホラーじゃなくてセイネンが好き", [
         ("like", "opinion:genre:seinen", "likes", "likes セイネン"),
+        ("contrast", "favorite_genre", "セイネン", "prefers セイネン"),
         ("contrast", "opinion:genre:horror", "dislikes", "dislikes ホラー")]),
     ("ケンと呼んでください", [("addressed_as", "addressed_as", "ケン", "wants to be called ケン")]),
     ("私の名前はケンです", [("name", "name", "ケン", "name: ケン")]),

@@ -107,6 +107,7 @@ async def test_the_reviewers_turns_leave_one_current_value_per_thing() -> None:
         assert sorted(m.content for m in memories) == [
             "dislikes shojo",
             "likes seinen",
+            "prefers seinen",  # favorite_genre, since session 15 (a choice between genres)
             "wants to be called Kenji",
         ]
         hits = await service.longterm.recall("u", "shojo", k=5)
@@ -149,18 +150,23 @@ DRAFTS: list[tuple[str, list[Draft]]] = [
     ("Oh, call me Kenji instead", [("addressed_as", "addressed_as", "Kenji")]),
     ("Make that: call me Kenji", [("addressed_as", "addressed_as", "Kenji")]),
     ("My name is Kenji not Ken", [("name", "name", "Kenji")]),
-    # a value replaced next to a liked one becomes a dislike; the liked one is as before
+    # a value replaced next to a liked one becomes a dislike; the liked one is as before,
+    # and (session 15) is the favourite of the category both values share
     ("I love seinen but not shojo", [
         ("like", "opinion:genre:seinen", "loves"),
+        ("contrast", "favorite_genre", "seinen"),
         ("contrast", "opinion:genre:shojo", "dislikes")]),
     ("I'm a fan of seinen, no longer shojo", [
         ("like", "opinion:genre:seinen", "likes"),
+        ("contrast", "favorite_genre", "seinen"),
         ("contrast", "opinion:genre:shojo", "dislikes")]),
     ("I enjoy ebooks instead of paperbacks", [
         ("like", "opinion:format:digital", "likes"),
+        ("contrast", "favorite_format", "ebooks"),
         ("contrast", "opinion:format:paperback", "dislikes")]),
     ("ホラーじゃなくてセイネンが好き", [
         ("like", "opinion:genre:seinen", "likes"),
+        ("contrast", "favorite_genre", "セイネン"),
         ("contrast", "opinion:genre:horror", "dislikes")]),
     # next to a favourite or a preference, "not X" says X is not the favourite: the key
     # replaces it, and nothing says X is disliked

@@ -21,16 +21,23 @@ rule (``reason``)      examples                                    draft
                        "I prefer hardcover", "紙の本のほうが好き"      ``favorite_genre``,
                                                                    ``favorite_format`` = value
 ``like`` / ``dislike`` "I love horror", "I don't like horror",     preference
-                       "I hate isekai", "ホラーは苦手です", "嫌い"      ``opinion:genre:horror``
-                                                                   = likes / dislikes …
+                       "I hate isekai", "ホラーは苦手です", "嫌い",     ``opinion:genre:horror``
+                       "not a fan of horror", "no horror"          = likes / dislikes …
 ``addressed_as``       "call me Ken", "Actually, call me Kenji",   preference ``addressed_as``
                        "No, call me Kenji, not Ken", "ケンと呼んで"
 ``contrast``           the X of "I'm into seinen now, not shojo",  preference
                        "I love Frieren instead of Berserk",        ``opinion:genre:shojo``
-                       "ホラーじゃなくてセイネンが好き"                    = dislikes
+                       "ホラーじゃなくてセイネンが好き"                    = dislikes, and
+                                                                   ``favorite_genre`` = seinen
 ``name``               "my name is Ken Sato", "名前はケンです"          preference ``name``
 ``correction``         "No, I meant volume 3", "Actually, volume   fact tagged ``correction``
                        7 instead", "3巻じゃなくて4巻です"
+``feedback``           "this recommendation was great", "you keep  feedback tagged ``praise``
+                       suggesting the wrong volume", "the search   or ``complaint``, the
+                       is useless", "I love your recommendations", sentence as said
+                       "おすすめが最高でした", "検索が使えない"
+``habit``              "I always buy the whole set", "I usually    behavioral_pattern
+                       read at night", "いつもセットで買います"         ``habit: <what was said>``
 =====================  ==========================================  ===========================
 
 **Preference keys.** A key names *what* the preference is about, so a later statement about
@@ -44,7 +51,12 @@ upsert_preference`, with the old value kept in history):
   ("paperback", "ebooks", "紙の本"; "first editions", "kanzenban") is ``favorite_format`` or
   ``favorite_edition``, the keys "my preferred format / edition is" writes. "I prefer
   seinen" and later "I prefer shonen" both write ``favorite_genre``; "I prefer paperback"
-  and later "Actually I prefer hardcover now" both write ``favorite_format``.
+  and later "Actually I prefer hardcover now" both write ``favorite_format``. A noun with a
+  key of its own in ``KIND_FAVORITE_KEY`` uses it: "my favorite language is Japanese" and
+  「好きな言語は日本語」 write ``preferred_language``, as "I prefer Japanese" does (before
+  session 15 they wrote ``favorite_language``; :mod:`tiermem.longterm.preferences` reads
+  such records and supersedes them, see :data:`~tiermem.longterm.preferences.
+  PREFERENCE_KEY_ALIASES`).
 * "like", "love", "don't like", "hate", "苦手" give an opinion about one thing, and a user
   has opinions about many things at once: the key is ``opinion:<kind>:<canonical value>``
   for a known entity (``opinion:genre:horror`` for "horror" and "ホラー" alike) or
@@ -61,7 +73,28 @@ upsert_preference`, with the old value kept in history):
   capitalised name: "not gonna lie" and "not just shojo" are prose. A favourite or a
   preference ("my favorite genre is romance, not shojo", 「少年じゃなくて青年のほうが好き」)
   says X is not the favourite, not that it is disliked: no ``contrast`` draft. "seinen over
-  shojo" and 「少年より青年」 compare; they replace nothing.
+  shojo" and 「少年より青年」 compare; they replace nothing. When the liked value and X are
+  of one category (two genres, two formats), the contrast is also a choice, as "I prefer
+  seinen over shojo" is: it writes the favourite of the category (``favorite_genre`` =
+  seinen, content "prefers seinen"), so a favourite shojo said before is replaced, not left
+  current next to "dislikes shojo".
+* **Negations** are dislikes, on the thing's opinion key: "I don't like horror", "not a fan
+  of horror", "no horror" and 「ホラーは苦手」 all write ``opinion:genre:horror`` =
+  ``dislikes`` (never a like), and "actually I love horror now" later sets the same key to
+  ``loves`` (the dislike goes to its history). A bare "no X" counts only for a known genre,
+  format or edition: "no spoilers", "no rush", "no thanks" are requests, not tastes.
+* **Feedback** is about the service, never about a manga: the subject is one of its parts
+  (recommendation, suggestion, search, answer, the assistant as "you", 「おすすめ」,
+  「検索」…), or a like or dislike has it as object ("I love your recommendations" is
+  feedback, not an opinion). "This manga was great" and 「この漫画は最高」 are not feedback;
+  nor is faint or negated praise of a negative ("the search isn't bad").
+* **Behavioral patterns** are habits. A habit is seen over several sessions, so one
+  sentence can only honestly give one the user describes themselves: a frequency word
+  ("always", "usually", "tend to", 「いつも」「普段」) with a verb of reading or buying, said
+  by "I" (not "my son always buys…"), not negated, not a question or a hypothesis. Habits
+  *observed* across sessions (asks for prices in yen N times) need the session summaries'
+  counts and are not detected here; the type's 30-day retention lets a described habit
+  lapse unless it is said again.
 * Values are kept as the user wrote them ("セイネン", not "seinen"); the draft's content is
   a short English line with the words as written ("favorite genre: セイネン").
 
@@ -69,6 +102,8 @@ upsert_preference`, with the old value kept in history):
 
 * Questions ("do you like horror?", "ホラーは好きですか") — except polite requests to
   remember or to be called something ("could you call me Ken?").
+* A request about this answer's language ("in Japanese please"): an instruction for now,
+  not a lasting preference; "I prefer Japanese" is one.
 * Vague objects: "I like that one", "I love it", "これが好き" say nothing that can be
   recalled later; objects that start with a pronoun or demonstrative are dropped.
 * "I'd like / I would like" (a wish, not a taste), "I prefer not to…", third persons ("my
@@ -195,7 +230,7 @@ class DetectedMemory:
     content: str
     reason: str
     """The rule that fired: command, remember_request, favorite, prefer, like, dislike,
-    addressed_as, name, correction, contrast."""
+    addressed_as, name, correction, contrast, feedback, habit."""
     importance: float | None = None
     """None: the memory type's default."""
     key: str | None = None
@@ -330,7 +365,14 @@ def favorite_key(noun: str) -> str:
     """The preference key of "my favorite <noun>" (``favorite_genre``, ``favorite_author``
     for "writer" too), as the ``favorite`` rule writes it; for slot rules that read the
     same preference said another way ("Inoue is my favorite author")."""
-    return f"favorite_{_noun_key(noun)[0]}"
+    return _favorite_noun_key(_noun_key(noun)[0])
+
+
+def _favorite_noun_key(noun_key: str) -> str:
+    """The favourite's key of a canonical noun: ``KIND_FAVORITE_KEY`` where it has one
+    ("language" → ``preferred_language``, the key "I prefer Japanese" writes, so the two
+    statements update one key), else ``favorite_<noun>``."""
+    return rules.KIND_FAVORITE_KEY.get(noun_key) or f"favorite_{noun_key}"
 
 
 def _clean_ja_object(raw: str) -> str | None:
@@ -381,8 +423,9 @@ def _split_replaced(normal: str, folded: str) -> tuple[str, str | None]:
 
 
 class RuleMemoryDetector:
-    """Finds preferences, corrections and requests to remember, with rules (see the module
-    docstring for the table and for what is left out on purpose).
+    """Finds preferences, corrections, requests to remember, feedback and described habits,
+    with rules (see the module docstring for the table and for what is left out on
+    purpose).
 
     ``known_titles`` (alias → canonical title, as for
     :class:`~tiermem.extraction.entities.RuleEntityExtractor`) lets "I prefer Berserk"
@@ -416,35 +459,45 @@ class RuleMemoryDetector:
         said = turn.said
         if rules.DRAFT_TRIGGERS.search(said.folded) is None:
             return ()  # no rule can match: "Hello!", "ok thanks", most questions
-        return self._sentences(said)
+        # A turn opened by feedback or habit words alone ("do you have it?", a pasted
+        # email's "reply") skips the other rules, which cannot match in it.
+        preferences = rules.PREFERENCE_TRIGGERS.search(said.folded) is not None
+        return self._sentences(said, preferences=preferences)
 
-    def _sentences(self, said: TextView) -> tuple[DetectedMemory, ...]:
-        """The drafts of every sentence of ``said``: the rules, without the trigger gate."""
+    def _sentences(self, said: TextView, *, preferences: bool = True) -> tuple[DetectedMemory, ...]:
+        """The drafts of every sentence of ``said``: the rules, without the trigger gate
+        (and without the rules other than feedback and habits if not ``preferences``)."""
         found: list[DetectedMemory] = []
         for start, end in sentence_spans(said.normal):
-            found.extend(self._sentence(said.slice(start, end)))
+            found.extend(self._sentence(said.slice(start, end), preferences=preferences))
         return _unique(found)
 
     # -- per sentence -------------------------------------------------------------------
 
-    def _sentence(self, view: TextView) -> list[DetectedMemory]:
+    def _sentence(self, view: TextView, *, preferences: bool = True) -> list[DetectedMemory]:
         normal, folded = view.normal, view.folded
-        explicit = self._remember_request(normal, folded)
-        if explicit is not None:
-            return [explicit]
-        polite_name = self._addressed_as(normal, folded)
-        if polite_name is not None:
-            return [polite_name]  # "could you call me Ken?" is a request, not a question
+        if preferences:
+            explicit = self._remember_request(normal, folded)
+            if explicit is not None:
+                return [explicit]
+            polite_name = self._addressed_as(normal, folded)
+            if polite_name is not None:
+                return [polite_name]  # "could you call me Ken?" is a request, not a question
         if _is_question(normal):
             return []
         drafts: list[DetectedMemory] = []
         japanese = bool(rules.CJK.search(normal))
-        for start, end in _clauses(folded, japanese=japanese):
+        for start, end in _clauses(folded, japanese=japanese) if preferences else ():
             if japanese:
                 drafts += self._japanese_preferences(normal[start:end])
             else:
                 drafts += self._english_preferences(normal[start:end], folded[start:end])
-        if drafts:
+        if rules.FEEDBACK_OR_HABIT.search(folded):
+            if (feedback := _feedback(normal, folded, japanese=japanese)) is not None:
+                drafts.append(feedback)
+            if (habit := _habit(normal, folded, japanese=japanese)) is not None:
+                drafts.append(habit)
+        if drafts or not preferences:
             return drafts
         correction = self._correction(normal, folded)
         return [correction] if correction is not None else []
@@ -527,9 +580,8 @@ class RuleMemoryDetector:
             noun = match.group("noun")
             if noun:
                 key, readable = _noun_key(noun)
-                return [
-                    _preference(f"favorite_{key}", obj, f"favorite {readable}: {obj}", "favorite")
-                ]
+                favorite = _favorite_noun_key(key)
+                return [_preference(favorite, obj, f"favorite {readable}: {obj}", "favorite")]
             return self._favorite_by_kind(obj, reason="favorite", text=f"favorite: {obj}")
         if match := rules.EN_PREFER.search(folded):
             start, end = match.span("obj")
@@ -541,11 +593,25 @@ class RuleMemoryDetector:
             return self._favorite_by_kind(obj, reason="prefer", text=f"prefers {obj}")
         if match := rules.EN_NEG_LIKE.search(folded):
             obj = obj_of(match)
+            if obj is not None and _is_service(obj):  # "I don't like your suggestions"
+                return _as_feedback(normal, "complaint")
             return self._opinions(obj, "dislikes", "dislike") if obj else []
         if match := rules.EN_HATE.search(folded):
             obj = obj_of(match)
+            if obj is not None and _is_service(obj):
+                return _as_feedback(normal, "complaint")
             verb = " ".join(match.group("verb").split())
             return self._opinions(obj, rules.SENTIMENT_WORDS[verb], "dislike") if obj else []
+        if match := rules.EN_NOT_FAN.match(folded):
+            obj = obj_of(match)
+            return self._opinions(obj, "dislikes", "dislike") if obj else []
+        if folded.startswith("no") and (match := rules.EN_NO_THING.match(folded)):
+            # "no horror": only a known genre, format or edition, so "no spoilers" or "no
+            # rush" (a request for now, not a taste) draft nothing.
+            obj = obj_of(match)
+            if obj is None or not (self._known(obj) or self._category(obj)):
+                return []
+            return self._opinions(obj, "dislikes", "dislike")
         if match := rules.EN_FAN.search(folded):
             obj = obj_of(match)
             negative = bool(match.group("neg")) != bool(match.group("tired"))
@@ -553,7 +619,7 @@ class RuleMemoryDetector:
                 return []
             if negative:
                 return self._opinions(obj, "dislikes", "dislike")
-            return self._opinions(obj, "likes", "like") + self._replaced_en(replaced)
+            return self._opinions(obj, "likes", "like") + self._replaced_en(obj, replaced)
         if (match := rules.EN_LIKE.search(folded)) and not rules.EN_NEGATED.search(
             folded[max(0, match.start() - 12) : match.start()]
         ):
@@ -561,7 +627,9 @@ class RuleMemoryDetector:
             sentiment = rules.SENTIMENT_WORDS[match.group("verb")]
             if obj is None:
                 return []
-            return self._opinions(obj, sentiment, "like") + self._replaced_en(replaced)
+            if _is_service(obj):  # "I love your recommendations"
+                return _as_feedback(normal, "praise")
+            return self._opinions(obj, sentiment, "like") + self._replaced_en(obj, replaced)
         return []
 
     def _japanese_preferences(self, normal: str) -> list[DetectedMemory]:
@@ -571,7 +639,8 @@ class RuleMemoryDetector:
             if obj is None:
                 return []
             key, readable = _noun_key(match.group("noun"))
-            return [_preference(f"favorite_{key}", obj, f"favorite {readable}: {obj}", "favorite")]
+            favorite = _favorite_noun_key(key)
+            return [_preference(favorite, obj, f"favorite {readable}: {obj}", "favorite")]
         if match := rules.JA_NAME.search(body):
             obj = _clean_ja_object(match.group("obj"))
             return [_preference("name", obj, f"name: {obj}", "name")] if obj else []
@@ -593,7 +662,7 @@ class RuleMemoryDetector:
             sentiment = rules.JA_SENTIMENT[match.group("verb")]
             if obj is None:
                 return []
-            return self._opinions(obj, sentiment, "like") + self._replaced_ja(raw)
+            return self._opinions(obj, sentiment, "like") + self._replaced_ja(obj, raw)
         return []
 
     def _correction(self, normal: str, folded: str) -> DetectedMemory | None:
@@ -661,21 +730,18 @@ class RuleMemoryDetector:
         return None
 
     def _favorite_by_kind(self, obj: str, *, reason: str, text: str) -> list[DetectedMemory]:
-        known = self._known(obj)
-        kinds = {kind for kind, _, _ in known}
-        if len(kinds) == 1:
-            (kind,) = kinds
-            return [_preference(rules.KIND_FAVORITE_KEY[kind], obj, text, reason)]
-        if not known and (category := self._category(obj)) is not None:
-            key = _CATEGORY_FAVORITE_KEY.get(category[0]) or rules.KIND_FAVORITE_KEY[category[0]]
+        key = self._favorite_key_of(obj)
+        if key is not None:
             return [_preference(key, obj, text, reason)]
         return self._opinions(obj, "prefers", reason)
 
-    def _replaced_en(self, replaced: str | None) -> list[DetectedMemory]:
+    def _replaced_en(self, liked: str, replaced: str | None) -> list[DetectedMemory]:
         """The opinion drafts that mark a value the user replaced ("seinen now, not shojo
         anymore" → ``dislikes shojo``), so it does not stay a positive preference next to
-        the new one. Only a known entity, a format or edition, or a short capitalised name
-        counts; "not gonna lie" or "not just shojo" is prose, not a value."""
+        the new one, and the favourite of their category when both values have the same
+        one (:meth:`_chosen`). Only a known entity, a format or edition, or a short
+        capitalised name counts; "not gonna lie" or "not just shojo" is prose, not a
+        value."""
         if replaced is None:
             return []
         obj = _clean_en_value(replaced)
@@ -687,9 +753,9 @@ class RuleMemoryDetector:
             or (obj[0].isupper() and len(_words(obj)) <= _CONTRAST_WORDS)
         ):
             return []
-        return self._opinions(obj, "dislikes", "contrast")
+        return self._chosen(liked, obj) + self._opinions(obj, "dislikes", "contrast")
 
-    def _replaced_ja(self, raw: str) -> list[DetectedMemory]:
+    def _replaced_ja(self, liked: str, raw: str) -> list[DetectedMemory]:
         """:meth:`_replaced_en` of 「XじゃなくてYが好き」: X, if it is a known entity, a
         format or an edition."""
         parts = _JA_NOT.split(raw)
@@ -698,7 +764,29 @@ class RuleMemoryDetector:
         obj = _clean_ja_object(parts[-2])
         if obj is None or not (self._known(obj) or self._category(obj)):
             return []
-        return self._opinions(obj, "dislikes", "contrast")
+        return self._chosen(liked, obj) + self._opinions(obj, "dislikes", "contrast")
+
+    def _chosen(self, liked: str, replaced: str) -> list[DetectedMemory]:
+        """The favourite a contrast names: "I'm into seinen, not shojo" chooses seinen over
+        shojo, as "I prefer seinen over shojo" does (seed 000's ``favorite_genre: seinen``),
+        so it replaces a favourite shojo said before. Only when both values are of one
+        category (two genres, two formats); "I love Frieren, not Berserk" without a title
+        catalogue names no category, and chooses nothing."""
+        key = self._favorite_key_of(liked)
+        if key is None or key != self._favorite_key_of(replaced):
+            return []
+        return [_preference(key, liked, f"prefers {liked}", "contrast")]
+
+    def _favorite_key_of(self, obj: str) -> str | None:
+        """The favourite key of ``obj``'s category (``favorite_genre`` for "seinen" and
+        "seinen and josei", ``favorite_format`` for "ebooks"), or None."""
+        known = self._known(obj)
+        kinds = {kind for kind, _, _ in known}
+        if len(kinds) == 1:
+            return rules.KIND_FAVORITE_KEY[kinds.pop()]
+        if not known and (category := self._category(obj)) is not None:
+            return _CATEGORY_FAVORITE_KEY.get(category[0]) or rules.KIND_FAVORITE_KEY[category[0]]
+        return None
 
     def _opinions(self, obj: str, sentiment: str, reason: str) -> list[DetectedMemory]:
         known = self._known(obj)
@@ -717,6 +805,83 @@ class RuleMemoryDetector:
         if not slug:
             return []
         return [_preference(f"opinion:{slug}", sentiment, f"{sentiment} {obj}", reason)]
+
+
+def _is_service(obj: str) -> bool:
+    """``obj`` names the service ("your recommendations", "the search"), not a thing."""
+    return rules.SERVICE_OBJECT.match(obj.lower()) is not None
+
+
+def _feedback(normal: str, folded: str, *, japanese: bool) -> DetectedMemory | None:
+    """A ``feedback`` draft of praise or a complaint about the service in one sentence
+    (not a question), tagged ``praise`` or ``complaint``; None if it holds none. A like or
+    dislike of the service ("I love your recommendations") is read by the preference rules,
+    which see its object (:func:`_is_service`)."""
+    kind: str | None = None
+    if japanese:
+        if match := rules.JA_FEEDBACK.search(normal):
+            kind = "praise" if match.group("praise") else "complaint"
+        elif rules.JA_FEEDBACK_AGAIN.search(normal):
+            kind = "complaint"
+    elif match := rules.EN_FEEDBACK_SERVICE.search(folded):
+        praise = bool(match.group("praise"))
+        if match.group("neg"):
+            if not praise:
+                return None  # "the search isn't bad": faint praise, read as nothing
+            praise = False
+        kind = "praise" if praise else "complaint"
+    elif match := rules.EN_FEEDBACK_EXCLAIM.match(folded):
+        kind = "praise" if match.group("praise") else "complaint"
+    elif rules.EN_FEEDBACK_THANKS.match(folded):
+        kind = "praise"
+    elif match := rules.EN_FEEDBACK_YOU.search(folded):
+        kind = "praise" if match.group("good") else "complaint"
+    if kind is None or rules.EN_HYPOTHETICAL.match(folded):
+        return None
+    drafts = _as_feedback(normal, kind)
+    return drafts[0] if drafts else None
+
+
+def _as_feedback(normal: str, kind: str) -> list[DetectedMemory]:
+    """The ``feedback`` draft of ``kind`` (praise or complaint) for a sentence or clause;
+    none for one too long to be a remark (a pasted text)."""
+    said = rules.INTERJECTION.sub("", normal).strip()
+    if len(said) > 4 * MAX_OBJECT_CHARS:
+        return []
+    return [
+        DetectedMemory(
+            memory_type="feedback",
+            content=f"feedback ({kind}): {said}",
+            reason="feedback",
+            tags=("feedback", kind),
+        )
+    ]
+
+
+def _habit(normal: str, folded: str, *, japanese: bool) -> DetectedMemory | None:
+    """A ``behavioral_pattern`` draft of a habit the user describes in one sentence ("I
+    always buy the whole set", 「普段は夜に読みます」); None if it describes none."""
+    if japanese:
+        match = rules.JA_HABIT.search(normal)
+        if match is None or rules.JA_OTHER_PERSON.search(normal, 0, match.start()):
+            return None
+        said = normal[match.start() :].strip(rules.END_PUNCT)
+    else:
+        match = rules.EN_HABIT.search(folded)
+        if match is None or rules.EN_HYPOTHETICAL.match(folded):
+            return None
+        rest = _words(match.group("rest"))
+        if len(rest) == 1 and rest[0].strip(rules.END_PUNCT) in rules.VAGUE_HEADS:
+            return None  # "I always read it": nothing to recall later
+        said = normal[match.start() :].strip(rules.END_PUNCT)
+    if len(said) > 2 * MAX_OBJECT_CHARS:
+        return None
+    return DetectedMemory(
+        memory_type="behavioral_pattern",
+        content=f"habit: {said}",
+        reason="habit",
+        tags=("habit",),
+    )
 
 
 def _preference(key: str, value: str, content: str, reason: str) -> DetectedMemory:
@@ -751,7 +916,8 @@ def detect_memories(
 @dataclass(frozen=True, slots=True)
 class SentenceSignals:
     """What the rules found in one sentence: its entities, its memory drafts (preferences,
-    names, corrections, requests to remember) and whether it holds a digit. Rule summaries
+    names, corrections, requests to remember, feedback, described habits) and whether it
+    holds a digit. Rule summaries
     (:class:`~tiermem.managers.summary.RuleSummarizer`, the offline engine of
     :mod:`tiermem.summaries`) keep a sentence for these signals."""
 
@@ -763,7 +929,8 @@ class SentenceSignals:
     @property
     def salient(self) -> bool:
         """The sentence says something a later turn may need (an entity, a number, a
-        preference, a name or a correction); "Thanks!" and "Let me check." do not."""
+        preference, a name, a correction, feedback or a habit); "Thanks!" and "Let me
+        check." do not."""
         return bool(self.entities or self.memories or self.has_number)
 
 

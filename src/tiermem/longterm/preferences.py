@@ -11,6 +11,15 @@
   ``PREFERENCE_HISTORY_TYPE`` (shown to users as ``preference``), so reading the current
   preferences, a query by type, never reads a key's history, however often it changed.
   They keep the slot's ``created_at`` and ``expires_at`` (they are copies).
+* **Renamed keys.** :data:`PREFERENCE_KEY_ALIASES` maps a key that auto-detection wrote
+  before it was unified to the key that holds its meaning now (``favorite_language`` →
+  ``preferred_language``, session 15: "my favorite language is Japanese" and "I prefer
+  Japanese" are one preference). Nothing is rewritten in bulk: an old record stays current,
+  under its old key, until the preference is set again; then the new key's write
+  supersedes it (``invalid_from`` = now, so the preferences view, recall and the user
+  context stop showing it) and :meth:`MemoryPreferences.preference_history` of the new
+  key lists it after the new key's own history. Reading or setting the old key reads or
+  sets the new one; reading the new key falls back to a current old record.
 """
 
 from __future__ import annotations
@@ -42,7 +51,20 @@ from tiermem.retry import CAS_ATTEMPTS, pause
 from tiermem.store.contract import MAX_MEMORY_IDS_PER_GET
 from tiermem.store.keys import validate_id
 
-__all__ = ["MemoryPreferences"]
+__all__ = ["PREFERENCE_KEY_ALIASES", "MemoryPreferences"]
+
+PREFERENCE_KEY_ALIASES: Mapping[str, str] = {"favorite_language": "preferred_language"}
+"""Old preference key → the key that holds its meaning now (see the module docstring)."""
+_OLD_KEYS = {
+    new: tuple(old for old, key in PREFERENCE_KEY_ALIASES.items() if key == new)
+    for new in PREFERENCE_KEY_ALIASES.values()
+}
+"""Key → the old keys whose meaning it holds now."""
+
+
+def _current_key(key: str) -> str:
+    """``key`` (normalised) as it is written now."""
+    return PREFERENCE_KEY_ALIASES.get(key, key)
 
 
 class MemoryPreferences(MemoryCore):
@@ -88,7 +110,7 @@ class MemoryPreferences(MemoryCore):
         """
         validate_id(user_id, what="user_id")
         raw_key = check_text(key, what="preference key", limit=MAX_KEY_CHARS)
-        norm_key = normalize_preference_key(raw_key)
+        norm_key = _current_key(normalize_preference_key(raw_key))
         validate_id(norm_key, what="preference key")
         value = check_text(value, what="preference value", limit=MAX_VALUE_BYTES)
         content = check_text(
@@ -146,6 +168,8 @@ class MemoryPreferences(MemoryCore):
                 await pause(attempt)
                 continue
             await self._sync_index(user_id, slot_id)
+            for old_key in _OLD_KEYS.get(norm_key, ()):
+                await self._supersede_old_key(user_id, old_key, stored)
             summary = (
                 f"preference set (v{stored.version})"
                 if current is None
@@ -156,6 +180,37 @@ class MemoryPreferences(MemoryCore):
             return stored
         raise ConflictError(
             f"preference {norm_key!r} of user {user_id!r} kept changing under "
+            f"{CAS_ATTEMPTS} attempts; try again"
+        )
+
+    async def _supersede_old_key(self, user_id: str, old_key: str, new: MemoryRecord) -> None:
+        """Mark the current record of ``old_key`` (a renamed key) superseded by ``new``,
+        the record of the key that replaced it; nothing if there is none or it already is.
+        """
+        old_id = preference_slot_id(old_key)
+        for attempt in range(CAS_ATTEMPTS):
+            old = await self.durable.get_memory(user_id, old_id)
+            if old is None or old.invalid_from is not None:
+                return
+            retired = old.model_copy(
+                update={
+                    "invalid_from": new.valid_from,
+                    "version": old.version + 1,
+                    "metadata": {**old.metadata, "superseded_by": new.memory_id},
+                }
+            )
+            try:
+                await self.durable.put_memory(retired, expected_version=old.version)
+            except ConflictError:
+                await pause(attempt)
+                continue
+            await self._sync_index(user_id, old_id)
+            await self._log(
+                user_id, "supersede", retired, f"renamed key {old_key!r} superseded by a new value"
+            )
+            return
+        raise ConflictError(
+            f"preference {old_key!r} of user {user_id!r} kept changing under "
             f"{CAS_ATTEMPTS} attempts; try again"
         )
 
@@ -195,12 +250,19 @@ class MemoryPreferences(MemoryCore):
         raise ConflictError(f"history record {history.memory_id!r} kept changing; try again")
 
     async def get_preference(self, user_id: str, key: str) -> MemoryRecord | None:
-        """The current record of preference ``key``, or None."""
+        """The current record of preference ``key``, or None. A renamed key reads the key
+        that replaced it; that key, while it was never set, reads a current record of its
+        old name (:data:`PREFERENCE_KEY_ALIASES`)."""
         validate_id(user_id, what="user_id")
-        norm_key = normalize_preference_key(
-            check_text(key, what="preference key", limit=MAX_KEY_CHARS)
+        norm_key = _current_key(
+            normalize_preference_key(check_text(key, what="preference key", limit=MAX_KEY_CHARS))
         )
-        return await self.durable.get_memory(user_id, preference_slot_id(norm_key))
+        found = await self.durable.get_memory(user_id, preference_slot_id(norm_key))
+        for old_key in () if found is not None else _OLD_KEYS.get(norm_key, ()):
+            old = await self.durable.get_memory(user_id, preference_slot_id(old_key))
+            if old is not None and old.invalid_from is None:
+                return old
+        return found
 
     async def preference_history(self, user_id: str, key: str, *, limit: int = 100) -> Records:
         """The earlier values of preference ``key``, newest first (not the current one).
@@ -215,12 +277,23 @@ class MemoryPreferences(MemoryCore):
             return []
         versions = range(current.version - 1, max(0, current.version - 1 - limit), -1)
         ids = [preference_history_id(current.memory_id, v) for v in versions]
+        # The superseded record of a renamed key, after the key's own history (it is older).
+        norm_key = current.metadata.get("preference_key")
+        old_ids = {
+            preference_slot_id(old_key)
+            for old_key in (_OLD_KEYS.get(norm_key, ()) if isinstance(norm_key, str) else ())
+        } - {current.memory_id}
+        ids += sorted(old_ids)[: limit - len(ids)]
         found: dict[str, MemoryRecord] = {}
         for start in range(0, len(ids), MAX_MEMORY_IDS_PER_GET):
             found |= await self.durable.get_memories(
                 user_id, ids[start : start + MAX_MEMORY_IDS_PER_GET]
             )
-        return [public_record(found[i]) for i in ids if i in found]
+        return [
+            public_record(found[i])
+            for i in ids
+            if i in found and (i not in old_ids or found[i].invalid_from is not None)
+        ]
 
     async def preferences(self, user_id: str, *, limit: int = 100) -> Records:
         """The user's current preferences (slots and plainly remembered ones), newest first."""
