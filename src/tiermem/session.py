@@ -387,6 +387,7 @@ class Session:
         background work."""
         stored: list[Turn] = []
         analyses: list[TurnAnalysis | None] = []
+        closed_at = self._view.stored_metadata.closed_at
         for n, start in enumerate(range(0, len(analysed), MAX_TURNS_PER_APPEND)):
             key = idempotency_key if not n or idempotency_key is None else f"{idempotency_key}#{n}"
             sent = analysed[start : start + MAX_TURNS_PER_APPEND]
@@ -414,8 +415,26 @@ class Session:
             # A retry may return fewer turns (some expired): then analyse them again later.
             analyses += map(_second, sent) if len(batch) == len(sent) else [None] * len(batch)
         if stored:
+            if closed_at is not None:
+                await self._reopen(closed_at)
             await self._after_stored(stored, analyses)
         return stored
+
+    async def _reopen(self, closed_at: datetime) -> None:
+        """A turn was added to the session this handle saw closed (at ``closed_at``): it is
+        open again (``closed_at`` cleared in both tiers; one write, on the first turn after
+        a close). A close this handle did not see (another ``closed_at``) stands: it came
+        after what the handle knew, and the next handoff covers the turn anyway (the
+        ``handoff`` record says through which turn it went)."""
+
+        def reopen(current: SessionMetadata) -> SessionMetadata:
+            if current.closed_at != closed_at:
+                return current
+            return current.model_copy(update={"closed_at": None})
+
+        stored = await self._tiers.update_metadata(self._id, reopen)
+        view = self._view
+        self._view = replace(view, metadata=derive_metadata(stored, view.turns, view.next_index))
 
     async def _append_one(
         self, turn: NewTurn, analysis: TurnAnalysis | None, idempotency_key: str | None
@@ -423,6 +442,7 @@ class Session:
         """:meth:`_append_analysed` of one turn (a plain ``add_turn``), without its batch
         loop."""
         view = self._view
+        metadata = view.stored_metadata  # what the tiers read of it is never derived
         first = view.next_index
         # Most turns name no entity and change no subject: no call to find that nothing
         # changed.
@@ -432,7 +452,7 @@ class Session:
         else:
             change = None
         stored = await self._tiers.append(
-            view.stored_metadata,  # what the tiers read of it is never derived
+            metadata,
             [turn],
             turn_count_hint=first,
             idempotency_key=idempotency_key,
@@ -447,6 +467,8 @@ class Session:
                 change = rebase_entity_change(change, first, stored[0].index, len(stored))
             entities = _merged(entities, change)
         self._view = view.after_append(max(view.next_index, stored[-1].index + 1), entities)
+        if metadata.closed_at is not None:
+            await self._reopen(metadata.closed_at)
         await self._after_stored(stored, [analysis] if len(stored) == 1 else [None] * len(stored))
         return stored
 
@@ -758,9 +780,19 @@ class Session:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def close(self) -> SessionMetadata:
-        """Flush pending writes (this session's background work included) and mark the
-        session closed. Returns the metadata, with ``turn_count`` and ``last_activity``
-        derived from the archive."""
+        """Flush pending writes (this session's background work included), mark the
+        session closed (``closed_at``) and hand it off to long-term memory (an
+        ``interaction_summary`` memory and its preferences: ``docs/summaries.md``).
+        Returns the metadata, with ``turn_count`` and ``last_activity`` derived from the
+        archive.
+
+        A closed session is not gone: a turn added to it later reopens it (``closed_at``
+        is cleared), as a user coming back to a conversation does, and the next close (or
+        the expiry sweeper) hands the whole session off again: its summary supersedes the
+        one the earlier close wrote. Closing a closed session with no new turns changes
+        nothing. (A handle that had not seen the close, in another process say, leaves
+        ``closed_at`` set when it adds a turn; the next handoff still covers that turn.)
+        To delete a session, :meth:`clear` it."""
         await self._service.background.wait_for(session_id=self.id)
         closed = await self._tiers.close(self.id)
         view = await self._tiers.view(self.id, refresh_ttl=False)

@@ -27,6 +27,17 @@ and what :meth:`Session.close` runs. For one session it writes (seed 000, sectio
 A sweeper that crashes anywhere leaves either no record (the next one prepares), a
 prepared one (the next one applies the same content) or a done one (nothing to do).
 
+**A reopened session is handed off again, whole.** The record says through which turn
+it went (``last_turn``); a session that got turns after its handoff (a turn reopens a
+closed session: :meth:`Session.close`) finds it ``done`` short of its last turn, and the
+next handoff prepares over the done record (compare-and-set on its version, the done
+summary's id in ``previous_memory_id``); the apply supersedes that summary with the new
+one (:meth:`LongTermMemory.supersede`; applied again after a crash, it finishes the same
+supersession), so the session keeps one live summary and the old one stays in history.
+A summary that is gone or was rolled up into a digest meanwhile is not superseded: the
+new one is remembered. A value the earlier handoff wrote to a preference slot gives way
+to the one the session changed it to.
+
 **A final summary pass** runs before the prepare (:meth:`SummaryJobs.wait_through` the
 last turn; a no-op when a pass already got there): the turns after the last triggered pass
 become summary lines, so they stay recallable after the raw turns expire.
@@ -55,9 +66,9 @@ from datetime import datetime
 from pydantic import Field
 
 from tiermem.clock import Clock
-from tiermem.errors import ConflictError, TierMemError, ValidationError
+from tiermem.errors import ConflictError, NotFoundError, TierMemError, ValidationError
 from tiermem.longterm.memory import LongTermMemory
-from tiermem.models import MemoryRecord, Provenance, Turn
+from tiermem.models import MemoryRecord, Provenance, SessionRecord, Turn
 from tiermem.models.base import FrozenModel, JsonValue, UtcDatetime
 from tiermem.store.contract import DurableStore
 from tiermem.summaries.jobs import SummaryJobs
@@ -75,6 +86,8 @@ PREFERENCE_PREFIX = "preference:"
 MAX_TOPICS = 8
 MAX_FACTS = 40
 MAX_VALUES = 10
+MAX_ROUNDS = 4
+"""Most times one handoff reads the ``handoff`` record again after losing a race on it."""
 MAX_DERIVED = 10_000
 """Most of a user's memories a redaction reads to find what derives from the turn."""
 MAX_HANDOFF_RAW_TOKENS = 16_000
@@ -171,6 +184,9 @@ class HandoffContent(FrozenModel):
     started_at: UtcDatetime
     ended_at: UtcDatetime
     memory_id: str | None = None
+    previous_memory_id: str | None = None
+    """The summary of the session's previous handoff, which this one supersedes (the
+    session was reopened: it got turns after that handoff)."""
     redacted: tuple[int, ...] = ()
     """Turns that were already redacted when the content was prepared."""
 
@@ -200,59 +216,111 @@ class SessionHandoff:
         self.failures = 0
 
     async def __call__(self, view: SessionView) -> None:
-        """Hand ``view``'s session off (idempotent: see the module docstring).
+        """Hand ``view``'s session off (idempotent: see the module docstring). A session
+        handed off before and given turns since (reopened) is handed off again, whole.
 
         Raises:
             TierMemError: a model or backend failed; run it again (the sweeper does).
+            ConflictError: the ``handoff`` record kept changing under ``MAX_ROUNDS``
+                attempts (concurrent handoffs and redactions); run it again.
+            NotFoundError: the record vanished under it (the session was cleared).
         """
         meta = view.metadata
         sid, user = meta.session_id, meta.user_id
+        last = view.next_index - 1
         record = await self.durable.get_record(sid, HANDOFF_RECORD)
-        if record is not None and record.data.get("status") == "done":
-            return
-        if record is None:
-            await self._final_pass(sid, view.next_index - 1)
-            content = await self._prepare(view)
+        for _ in range(MAX_ROUNDS):
+            if (
+                record is not None
+                and record.data.get("status") == "done"
+                and HandoffContent.model_validate(record.data).last_turn >= last
+            ):
+                return  # done through the view's last turn: nothing new
+            if record is None or record.data.get("status") == "done":
+                try:
+                    record = await self._prepare_over(view, record)
+                except ConflictError:
+                    # Another handoff (or a redaction) finished it meanwhile: look again.
+                    record = await self._latest(sid)
+                    continue
+            content = HandoffContent.model_validate(record.data)
+            memory_id = await self._apply(user, sid, content)
+            done = content.model_copy(update={"status": "done", "memory_id": memory_id})
             try:
-                record = await self.durable.put_record(
+                await self.durable.put_record(
                     sid,
                     HANDOFF_RECORD,
-                    content.model_dump(mode="json"),
-                    expected_version=0,
+                    done.model_dump(mode="json"),
+                    expected_version=record.version,
                     expires_at=self.jobs.record_expiry(),
                 )
             except ConflictError:
-                record = await self.durable.get_record(sid, HANDOFF_RECORD)
-                if record is None:
-                    raise
-        content = HandoffContent.model_validate(record.data)
-        if content.status == "done":
-            return
-        memory_id = await self._apply(user, sid, content)
-        done = content.model_copy(update={"status": "done", "memory_id": memory_id})
+                if await self._recheck(view, content):
+                    return  # a redaction re-prepared it meanwhile: what we wrote is rebuilt
+                # Another handoff finished it (our writes were repeats) or prepared it
+                # again: look again.
+                record = await self._latest(sid)
+                continue
+            self.handed_off += 1
+            await self._recheck(view, content)
+            if self.after is not None:
+                try:
+                    await self.after(user)
+                except TierMemError as exc:
+                    self.failures += 1
+                    logger.warning("roll-up after the handoff of session %s failed: %s", sid, exc)
+            if content.last_turn >= last:
+                return
+            # Prepared before the session got its last turns (a crash, then a reopen):
+            # the next round hands the whole session off again.
+            record = await self._latest(sid)
+        raise ConflictError(
+            f"the handoff of session {sid!r} kept changing under {MAX_ROUNDS} attempts; "
+            "run it again"
+        )
+
+    async def _latest(self, sid: str) -> SessionRecord:
+        """The ``handoff`` record after losing a race on it. Raises NotFoundError when it
+        is gone (the session was cleared meanwhile)."""
+        record = await self.durable.get_record(sid, HANDOFF_RECORD)
+        if record is None:
+            raise NotFoundError(
+                f"the handoff record of session {sid!r} vanished during its handoff (the "
+                "session was cleared?); nothing to hand off"
+            )
+        return record
+
+    async def _prepare_over(
+        self, view: SessionView, previous: SessionRecord | None
+    ) -> SessionRecord:
+        """Prepare the handoff and store it over ``previous`` (None: no handoff yet; a
+        ``done`` record: the session was reopened since, and the new summary replaces the
+        one it wrote). Of two handoffs preparing at once, one wins and the other continues
+        with the winner's content.
+
+        Raises:
+            ConflictError: ``previous`` was replaced by something other than a prepared
+                record (another handoff finished meanwhile): read it again.
+        """
+        sid = view.metadata.session_id
+        await self._final_pass(sid, view.next_index - 1)
+        content = await self._prepare(view)
+        if previous is not None:
+            replaced = HandoffContent.model_validate(previous.data).memory_id
+            content = content.model_copy(update={"previous_memory_id": replaced})
         try:
-            await self.durable.put_record(
+            return await self.durable.put_record(
                 sid,
                 HANDOFF_RECORD,
-                done.model_dump(mode="json"),
-                expected_version=record.version,
+                content.model_dump(mode="json"),
+                expected_version=0 if previous is None else previous.version,
                 expires_at=self.jobs.record_expiry(),
             )
         except ConflictError:
-            if await self._recheck(view, content):
-                return  # a redaction re-prepared it meanwhile: what we wrote is rebuilt
-            latest = await self.durable.get_record(sid, HANDOFF_RECORD)
-            if latest is None or latest.data.get("status") != "done":
+            record = await self.durable.get_record(sid, HANDOFF_RECORD)
+            if record is None or record.data.get("status") != "prepared":
                 raise
-            return  # another sweeper finished it; the writes above were repeats
-        self.handed_off += 1
-        await self._recheck(view, content)
-        if self.after is not None:
-            try:
-                await self.after(user)
-            except TierMemError as exc:
-                self.failures += 1
-                logger.warning("roll-up after the handoff of session %s failed: %s", sid, exc)
+            return record
 
     async def _recheck(self, view: SessionView, content: HandoffContent) -> bool:
         """After applying ``content``: if a turn it covers was redacted since it was
@@ -355,6 +423,7 @@ class SessionHandoff:
                     "facts": {},
                     "superseded": {},
                     "memory_id": None,
+                    "previous_memory_id": None,
                     "status": "prepared",
                 }
             )
@@ -475,7 +544,9 @@ class SessionHandoff:
             facts=dict(list(facts.items())[:MAX_FACTS]),
             superseded=dict(list(superseded.items())[:MAX_FACTS]),
             first_turn=turns[0].index if turns else 0,
-            last_turn=turns[-1].index if turns else view.next_index - 1,
+            # Through every turn the view counts (one the archive could not read is not
+            # handed off again and again), and any appended since it was read.
+            last_turn=max(turns[-1].index if turns else -1, view.next_index - 1),
             started_at=meta.created_at,
             ended_at=max(last_seen, meta.last_activity),
             redacted=tuple(t.index for t in turns if t.redacted),
@@ -494,25 +565,40 @@ class SessionHandoff:
                 "facts": dict(content.facts),
                 "superseded_values": {k: list(v) for k, v in content.superseded.items()},
             }
-            record = await self.longterm.remember(
-                user,
-                content.summary,
-                memory_type="interaction_summary",
-                tags=[t[:64] for t in content.topics],
-                metadata=metadata,
-                provenance=provenance,
-                valid_from=content.ended_at,
-            )
+            tags = [t[:64] for t in content.topics]
+            record = None
+            if content.previous_memory_id is not None:
+                record = await self._supersede(
+                    user, content.previous_memory_id, content.summary, tags, metadata, provenance
+                )
+            if record is None:
+                record = await self.longterm.remember(
+                    user,
+                    content.summary,
+                    memory_type=SUMMARY_TYPE,
+                    tags=tags,
+                    metadata=metadata,
+                    provenance=provenance,
+                    valid_from=content.ended_at,
+                )
             memory_id = record.memory_id
         for key, value, turn in content.preferences:
             try:
                 current = await self.longterm.get_preference(user, key)
                 if current is not None and (
-                    current.provenance.session_id == sid
+                    (
+                        current.provenance.session_id == sid
+                        and (
+                            current.provenance.source != "handoff"
+                            or current.metadata.get("preference_value") == value
+                        )
+                    )
                     or (current.valid_from or current.created_at) > content.ended_at
                 ):
                     # Auto-detection wrote it during the session, or it was set after the
-                    # session ended: either way the value there wins.
+                    # session ended: either way the value there wins. (A value this
+                    # session's earlier handoff wrote gives way to the one it changed to
+                    # after it was reopened.)
                     continue
                 await self.longterm.upsert_preference(
                     user,
@@ -524,6 +610,37 @@ class SessionHandoff:
                 # A key that cannot be an id, say: the rest of the handoff still counts.
                 logger.warning("preference %r of session %s not handed off: %s", key, sid, exc)
         return memory_id
+
+    async def _supersede(
+        self,
+        user: str,
+        previous: str,
+        summary: str,
+        tags: list[str],
+        metadata: dict[str, JsonValue],
+        provenance: Provenance,
+    ) -> MemoryRecord | None:
+        """Replace the summary of the session's previous handoff by ``summary``
+        (:meth:`LongTermMemory.supersede`: the old one stays in history, hidden; applied
+        again after a crash, it finishes the same supersession). None when there is nothing
+        to supersede (the old summary was forgotten, expired, rolled up into a digest, or
+        says the same): then the summary is remembered as a new memory.
+
+        Raises:
+            ConflictError: the old summary kept changing; run the handoff again.
+        """
+        try:
+            return await self.longterm.supersede(
+                user, previous, summary, tags=tags, metadata=metadata, provenance=provenance
+            )
+        except NotFoundError:
+            return None
+        except ValidationError:
+            return None  # the same content (after normalisation): remembering it merges
+        except ConflictError as exc:
+            if exc.actual is None:
+                raise  # it kept changing, not superseded by something else
+            return None
 
 
 SUMMARY_TYPE = "interaction_summary"

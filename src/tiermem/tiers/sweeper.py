@@ -1,4 +1,5 @@
-"""The expiry sweeper: finds sessions whose hot tier expired and hands each off exactly once.
+"""The expiry sweeper: finds sessions whose hot tier expired and hands each off exactly once
+(again, whole, if it got turns after its handoff: a closed session reopens on a turn).
 
 Sweepers on any number of workers call :meth:`ExpirySweeper.sweep_once` periodically. Each
 claims expired sessions from the hot tier's activity index with a lease; a claimed session
