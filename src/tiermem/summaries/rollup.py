@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -121,7 +121,7 @@ class ProgressiveRollup:
         records = await self.longterm.list(
             user_id, types=[SUMMARY_TYPE], include_superseded=True, limit=MAX_RECORDS
         )
-        sessions = sorted((r for r in records if not _is_rollup(r)), key=_when)
+        sessions = sorted(_latest_per_session(r for r in records if not _is_rollup(r)), key=_when)
         live_rollups = {
             (str(r.metadata["rollup"]), str(r.metadata.get("period"))): r
             for r in records
@@ -311,6 +311,31 @@ class ProgressiveRollup:
             months=tuple(str(r.metadata.get("period")) for r in chosen.get("month", [])),
             memory_ids=tuple(r.memory_id for rs in chosen.values() for r in rs),
         )
+
+
+def _latest_per_session(records: Iterable[MemoryRecord]) -> list[MemoryRecord]:
+    """One record per handed-off session, its newest: a session reopened after its
+    handoff was handed off again, and that summary superseded (or, rolled up already,
+    replaced) the earlier one, which must not count as a session of its own."""
+    latest: dict[str, MemoryRecord] = {}
+    for record in records:
+        prov = record.provenance
+        key = (
+            f"session:{prov.session_id}"
+            if prov.source == "handoff" and prov.session_id
+            else f"memory:{record.memory_id}"
+        )
+        held = latest.get(key)
+        if held is None or _coverage(record) > _coverage(held):
+            latest[key] = record
+    return list(latest.values())
+
+
+def _coverage(record: MemoryRecord) -> tuple[int, datetime]:
+    """How far a session summary goes: its last turn, then when it was written."""
+    turns = record.metadata.get("turn_range")
+    last = turns[-1] if isinstance(turns, list) and turns and isinstance(turns[-1], int) else -1
+    return last, record.created_at
 
 
 def _is_rollup(record: MemoryRecord) -> bool:
