@@ -15,11 +15,18 @@ Each test failed on the code before it (b54ac72), on every pairing:
   durable tier and dropped the turns not flushed yet (the expired copy is held for the
   backend's gc grace precisely so that they can be);
 * a keyed turn (written through: the durable tier numbers it) took the index of the first
-  turn not flushed yet: that turn and the ones after it were lost or mixed with it.
+  turn not flushed yet: that turn and the ones after it were lost or mixed with it;
+* a plain turn after the hot session expired, before a sweep (``MemoryService`` runs
+  none), started the hot session afresh over the held copy: the turns not flushed yet
+  were dropped without a trace (``lost_turns`` stayed 0) and the turn took the index of
+  the first of them (also on the commit that fixed the four above). Now the hot append
+  keeps a held expired session (``keep_expired``, a conformance case of every backend),
+  and the writer flushes it and reloads before appending.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -28,13 +35,14 @@ from pathlib import Path
 import pytest
 
 import tiermem.tiers.tiered as tiered_module
-from tests.integration.conftest import Pairing, open_pairing
+from tests.integration.conftest import Pairing, open_composed_pairing, open_pairing
 from tests.integration.test_session_integrity import SAME_BACKEND_PAIRINGS
 from tiermem.models import Turn
 from tiermem.policies.ttl import FixedTtl, TtlPolicy
 from tiermem.service import MemoryService
 from tiermem.store.contract import HotAppendResult
 from tiermem.testing.backend import fresh_id
+from tiermem.testing.round_trips import RoundTrips
 from tiermem.tiers import SessionTierConfig, WritePolicy
 
 PAIRINGS = [*SAME_BACKEND_PAIRINGS, "memory+sqlite"]
@@ -222,3 +230,80 @@ async def test_a_turn_to_a_session_the_durable_tier_forgot_is_not_written_twice(
     held = await every.hot.load(session.id)
     assert held is not None
     assert _texts(held.turns) == ["late"]
+
+
+@pytest.mark.parametrize("written", [7, 3], ids=["some-flushed", "none-flushed"])
+async def test_a_plain_turn_after_expiry_keeps_the_turns_not_flushed_yet(
+    every: Pairing, pauses: list[int], written: int
+) -> None:
+    # No sweeper runs (MemoryService starts none): the next thing after the expiry is a
+    # plain append. It used to start the hot session afresh over the held copy, dropping
+    # the turns not flushed yet without a trace (lost_turns stayed 0), and rebuilt the
+    # session from the archive.
+    memory = _write_behind(every)
+    session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
+    for i in range(written):  # flushed every 5: 0-4 archived, the rest only in the hot tier
+        await session.add_turn("user", f"t{i}")
+    assert await every.durable.next_index(session.id) == written // 5 * 5
+    held = await every.hot.load(session.id, include_expired=True)
+    assert held is not None
+    every.clock.advance(held.expires_at - every.clock.now() + timedelta(minutes=1))
+    assert await every.hot.load(session.id) is None  # expired; held within the gc grace
+
+    back = await session.add_turn("user", "back")
+    again = await session.add_turn("assistant", "again")
+
+    assert (back.index, again.index) == (written, written + 1)
+    assert pauses == []
+    texts = [*(f"t{i}" for i in range(written)), "back", "again"]
+    assert _texts(await session.history()) == texts
+    await session.close()
+    archived = await every.durable.get_turns(session.id)
+    assert _texts(archived) == texts
+    assert [t.index for t in archived] == list(range(written + 2))
+    assert memory.metrics.lost_turns == 0
+
+
+async def test_two_writers_after_expiry_keep_every_turn_once(
+    every: Pairing, pauses: list[int]
+) -> None:
+    memory = _write_behind(every)
+    sid, user = fresh_id("s"), fresh_id("u")
+    first = await memory.session(sid, user_id=user)
+    for i in range(7):  # 0-4 flushed; 5 and 6 only in the hot tier
+        await first.add_turn("user", f"t{i}")
+    second = await memory.session(sid, user_id=user)
+    held = await every.hot.load(sid, include_expired=True)
+    assert held is not None
+    every.clock.advance(held.expires_at - every.clock.now() + timedelta(minutes=1))
+
+    a, b = await asyncio.gather(first.add_turn("user", "a"), second.add_turn("user", "b"))
+
+    assert sorted((a.index, b.index)) == [7, 8]
+    await first.close()
+    archived = await every.durable.get_turns(sid)
+    assert _texts(archived)[:7] == [f"t{i}" for i in range(7)]
+    assert sorted(_texts(archived)[7:]) == ["a", "b"]
+    assert [t.index for t in archived] == list(range(9))
+    assert memory.metrics.lost_turns == 0
+
+
+@pytest.mark.parametrize(
+    ("pairing_name", "expected"),
+    [("memory+sqlite", 0), ("sqlite+sqlite", 1), ("redis+redis", 1), ("redis+dynamodb", 1)],
+)
+async def test_a_plain_write_behind_turn_is_still_one_hot_write(
+    pairing_name: str, expected: int, tmp_path: Path
+) -> None:
+    # The hot append that keeps a held expired session costs nothing more on other turns
+    # (Redis: a script of its own, still one EVALSHA).
+    async with open_composed_pairing(pairing_name, tmp_path) as pairing:
+        memory = _write_behind(pairing)
+        session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
+        await session.add_turn("user", "warm")
+        await memory.drain()
+        trips = RoundTrips()
+        with trips.counting():
+            await session.add_turn("user", "plain")
+        await memory.aclose()
+    assert trips.total == expected, dict(trips.counts)

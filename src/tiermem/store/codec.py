@@ -15,7 +15,7 @@ from itertools import pairwise
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticSerializationError
 
-from tiermem.errors import CorruptDataError, ValidationError
+from tiermem.errors import ConflictError, CorruptDataError, ValidationError
 from tiermem.models import JsonValue, MemoryRecord, NewTurn, Turn
 from tiermem.store.contract import (
     MAX_MEMORY_BYTES,
@@ -48,6 +48,7 @@ __all__ = [
     "encode_memory",
     "encode_shared",
     "encode_turn",
+    "held_expired",
     "is_live",
     "later_of",
 ]
@@ -204,6 +205,17 @@ def encode_memory(record: MemoryRecord) -> str:
 
 def decode_memory(payload: str | bytes) -> MemoryRecord:
     return MemoryRecord.model_validate_json(payload)
+
+
+def held_expired(session_id: str, version: int) -> ConflictError:
+    """The error of an append with ``keep_expired`` to a session that expired and is still
+    held (:meth:`~tiermem.store.contract.HotStore.append_turns`): nothing was written."""
+    return ConflictError(
+        f"hot session {session_id!r} has expired but is still held (version {version}); "
+        "save what it holds (load it with include_expired), then append again",
+        expected=None,
+        actual=version,
+    )
 
 
 def is_live(expires_at: datetime | None, now: datetime) -> bool:

@@ -179,7 +179,9 @@ class HotStore(Protocol):
     A session exists in the hot tier from its first write until its ``expires_at``; every
     write sets ``expires_at`` for the whole session (turns, metadata, entities, state) and
     records it in the activity index. After ``expires_at`` the session reads as absent, and
-    the next write starts it afresh (version 0, no turns).
+    the next write starts it afresh (version 0, no turns), unless an append asks to keep
+    it (``keep_expired``). Until the backend collects it (at least ``gc_grace`` after its
+    expiry) an expired session is *held*: :meth:`load` with ``include_expired`` returns it.
 
     ``version`` counts successful writes to the session: each write adds exactly 1.
     """
@@ -198,6 +200,7 @@ class HotStore(Protocol):
         metadata: SessionMetadata | None = None,
         expected_version: int | None = None,
         entities: EntityChange | None = None,
+        keep_expired: bool = False,
     ) -> HotAppendResult:
         """Append turns, keep only the last ``window`` of them, and set the expiry — atomically.
 
@@ -211,11 +214,19 @@ class HotStore(Protocol):
         the archive's numbering); on a live session it must equal ``next_index``.
         ``metadata``, when given, replaces the session's metadata in the same write.
 
+        ``keep_expired``: an expired session the store still holds (the one
+        ``load(include_expired=True)`` would return) is not started afresh over: nothing is
+        written and ConflictError raised (``expected`` None, ``actual`` its version), so
+        that the caller can save what only it holds first (write-behind turns not flushed
+        yet). Checked before ``expected_version`` and ``first_index``. A live or absent
+        (collected) session is appended to as without it.
+
         Raises:
             ValidationError: empty or oversized ``turns``, more than
                 :data:`MAX_TURNS_PER_APPEND`, ``window`` < 1, or a bad id.
             ConflictError: ``expected_version`` (0 = the session must be absent) or
-                ``first_index`` does not match; nothing was written.
+                ``first_index`` does not match, or ``keep_expired`` and the session is
+                expired but held; nothing was written.
         """
         ...
 

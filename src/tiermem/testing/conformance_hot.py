@@ -238,6 +238,61 @@ async def test_hot_write_after_expiry_starts_afresh(backend: BackendUnderTest) -
     assert snap.entities == {}
 
 
+async def test_hot_append_keeping_expired_refuses_a_held_session(
+    backend: BackendUnderTest,
+) -> None:
+    sid = fresh_id("s")
+    await backend.hot.append_turns(
+        sid, [text_turn("unflushed")], window=5, expires_at=backend.later(60)
+    )
+    backend.clock.advance(61)
+    held = await backend.hot.load(sid, include_expired=True)
+    assert held is not None
+    for pinned in ({}, {"expected_version": 0}, {"first_index": 1}):
+        with pytest.raises(ConflictError) as caught:
+            await backend.hot.append_turns(
+                sid,
+                [text_turn("new")],
+                window=5,
+                expires_at=backend.later(60),
+                keep_expired=True,
+                **pinned,  # type: ignore[arg-type]
+            )
+        assert caught.value.actual == held.version
+    # Nothing was written: the held copy is as it was, still expired.
+    assert await backend.hot.load(sid) is None
+    assert await backend.hot.load(sid, include_expired=True) == held
+    # Without keep_expired the session starts afresh, as before.
+    r = await backend.hot.append_turns(
+        sid, [text_turn("new")], window=5, expires_at=backend.later(60)
+    )
+    assert (r.version, r.turns[0].index) == (1, 0)
+
+
+async def test_hot_append_keeping_expired_appends_to_a_live_or_absent_session(
+    backend: BackendUnderTest,
+) -> None:
+    sid = fresh_id("s")
+    first = await backend.hot.append_turns(
+        sid, [text_turn("a")], window=5, expires_at=backend.later(60), keep_expired=True
+    )
+    second = await backend.hot.append_turns(
+        sid, [text_turn("b")], window=5, expires_at=backend.later(60), keep_expired=True
+    )
+    assert [(r.version, r.turns[0].index) for r in (first, second)] == [(1, 0), (2, 1)]
+    # Collected (past expiry + gc grace: load with include_expired no longer sees it):
+    # nothing is held, so the append starts the session afresh.
+    backend.clock.advance(timedelta(days=30))
+    assert await backend.hot.load(sid, include_expired=True) is None
+    again = await backend.hot.append_turns(
+        sid, [text_turn("c")], window=5, expires_at=backend.later(60), keep_expired=True
+    )
+    assert (again.version, again.turns[0].index) == (1, 0)
+    snap = await backend.hot.load(sid)
+    assert snap is not None
+    assert [t.text for t in snap.turns] == ["c"]
+
+
 async def test_hot_touch_extends_expiry_without_a_new_version(backend: BackendUnderTest) -> None:
     sid = fresh_id("s")
     await backend.hot.append_turns(sid, [text_turn("a")], window=5, expires_at=backend.later(60))

@@ -8,7 +8,9 @@
   index. A turn is acknowledged only after both, or after the durable write alone when the
   hot tier is unreachable and the policy is ``bypass``.
 * **Write-behind** (opt-in): the hot tier allocates; the durable tier is flushed every
-  ``write_behind_every`` turns, at close, and by the expiry sweeper.
+  ``write_behind_every`` turns, at close, by the expiry sweeper, and by whatever first
+  meets an expired hot session the hot tier still holds (a read, an append), before that
+  session is replaced (docs/decisions.md, "Write-behind after an expiry").
 * **Proximity wins**: reads come from the hot tier. A miss (expired, evicted, restarted)
   rebuilds the hot session from the durable tier (last ``window`` turns, metadata, active
   entities, state) and carries on: the caller sees no amnesia, only a ``reload`` in stats.
@@ -850,19 +852,34 @@ class TieredSessionStore:
         logger.warning("hot copy of session %s kept changing during resync", session_id)
 
     async def _append_write_behind(
-        self, metadata: SessionMetadata, turns: Sequence[NewTurn], turn_count_hint: int
+        self,
+        metadata: SessionMetadata,
+        turns: Sequence[NewTurn],
+        turn_count_hint: int,
+        *,
+        keep_expired: bool = True,
     ) -> list[Turn]:
         sid = metadata.session_id
         now = self.clock.now()
         expires_at = self._write_expiry(metadata, turn_count_hint + len(turns), None, now)
         if expires_at <= now:
             return await self._append_past_expiry(sid, turns, now)
-        result = await self._hot(
-            lambda: self.hot.append_turns(
-                sid, turns, window=self.config.window, expires_at=expires_at
-            ),
-            "append",
-        )
+        try:
+            # keep_expired: an expired session the hot tier still holds may hold turns not
+            # flushed yet, which starting it afresh would drop without a trace.
+            result = await self._hot(
+                lambda: self.hot.append_turns(
+                    sid,
+                    turns,
+                    window=self.config.window,
+                    expires_at=expires_at,
+                    keep_expired=keep_expired,
+                ),
+                "append",
+            )
+        except ConflictError:
+            # Nothing else is asked of this append: the session expired and is held.
+            return await self._append_after_expiry(metadata, turns, turn_count_hint)
         if isinstance(result, _Bypassed):
             # Hot tier down: the durable tier is all we have, so write through.
             return await self.durable.append_turns(sid, turns, expires_at=self.durable_expiry())
@@ -875,6 +892,25 @@ class TieredSessionStore:
         if result.next_index // every != result.turns[0].index // every:
             await self.flush(sid)
         return list(result.turns)
+
+    async def _append_after_expiry(
+        self, metadata: SessionMetadata, turns: Sequence[NewTurn], turn_count_hint: int
+    ) -> list[Turn]:
+        """A write-behind append found the hot session expired but still held (no sweeper
+        has handed it off yet): archive the turns only it holds, reload the session from
+        the archive (as a read after expiry does), then append, so the turns continue the
+        archive's numbering with none dropped. Only here does the write-behind path pay
+        for an expiry: the hot append refused (nothing written), one flush (a load with
+        ``include_expired``, the archive's next index, an archive append when turns were
+        pending) and one reload (the durable view's reads, a restore) come before it."""
+        sid = metadata.session_id
+        await self.flush(sid, include_expired=True)
+        view = await self.durable_view(sid)
+        if view is not None and await self._restore(view, expected_version=0):
+            self.metrics.reloads += 1
+        # Reloaded, or another writer reloaded or wrote it first (append to theirs), or the
+        # archive forgot the session (started afresh, then rebuilt as after a loss).
+        return await self._append_write_behind(metadata, turns, turn_count_hint, keep_expired=False)
 
     async def _append_past_expiry(
         self, session_id: str, turns: Sequence[NewTurn], now: datetime

@@ -130,6 +130,7 @@ from tiermem.store.codec import (
     encode_data,
     encode_shared,
     encode_turn,
+    held_expired,
 )
 from tiermem.store.contract import (
     DEFAULT_GC_GRACE,
@@ -316,6 +317,12 @@ class DynamoDBHotStore:
         item = await self._table.get(pk, META)
         return _Meta.parse(item) if item is not None else None
 
+    def _held(self, meta: _Meta, now_us: int) -> bool:
+        """An expired session is held (readable with ``include_expired``) until gc_grace
+        after its expiry, when it counts as collected whether or not the native TTL has
+        fired."""
+        return now_us < meta.exp_us + self._gc_grace // timedelta(microseconds=1)
+
     @staticmethod
     def _successor(current: _Meta | None) -> _Meta:
         """The META after one more write: the next version, or a new generation."""
@@ -462,6 +469,7 @@ class DynamoDBHotStore:
         expires_at: datetime,
         what: str,
         state: str | None = None,
+        keep_expired: bool = False,
     ) -> _R:
         """One hot write: read META, let ``planner`` fill in its successor, commit; retried.
 
@@ -470,7 +478,9 @@ class DynamoDBHotStore:
         and the main item of state blob ``state`` (when given, read atomically with META).
         It raises :class:`ConflictError` if the caller's expectation does not hold, and
         returns no plan when there is nothing to write (then nothing is). A write that loses
-        a race is planned again from a fresh read.
+        a race is planned again from a fresh read. ``keep_expired``: an expired session
+        still held (as :meth:`load` with ``include_expired`` sees it) raises ConflictError
+        instead of being started afresh.
         """
         pk = hot_pk(session_id)
         for attempt in range(MAX_ATTEMPTS):
@@ -478,7 +488,10 @@ class DynamoDBHotStore:
                 old, blob = await self._read_meta(pk), None
             else:
                 old, blob = await self._read_meta_and_state(pk, state)
-            current = old if old is not None and old.live(self._now_us()) else None
+            now_us = self._now_us()
+            current = old if old is not None and old.live(now_us) else None
+            if keep_expired and old is not None and current is None and self._held(old, now_us):
+                raise held_expired(session_id, old.version)
             new = self._successor(current)
             plan, result = planner(current, new, blob)
             if plan is None:
@@ -512,6 +525,7 @@ class DynamoDBHotStore:
         metadata: SessionMetadata | None = None,
         expected_version: int | None = None,
         entities: EntityChange | None = None,
+        keep_expired: bool = False,
     ) -> HotAppendResult:
         check_append(session_id, turns, window=window, first_index=first_index)
         change = check_entity_change(entities)
@@ -572,7 +586,11 @@ class DynamoDBHotStore:
             return step, result
 
         return await self._write(
-            session_id, plan, expires_at=expires_at, what=f"append of {len(turns)} turns"
+            session_id,
+            plan,
+            expires_at=expires_at,
+            what=f"append of {len(turns)} turns",
+            keep_expired=keep_expired,
         )
 
     async def load(
@@ -580,7 +598,6 @@ class DynamoDBHotStore:
     ) -> SessionSnapshot | None:
         validate_id(session_id, what="session_id")
         pk = hot_pk(session_id)
-        grace_us = self._gc_grace // timedelta(microseconds=1)
         for attempt in range(_READ_ATTEMPTS):
             items = await self._table.query_partition(pk)
             by_sk = {get_str(item, "sk"): item for item in items}
@@ -590,7 +607,7 @@ class DynamoDBHotStore:
             now_us = self._now_us()
             # An expired session stays readable (include_expired) until gc_grace after its
             # expiry, when it counts as collected whether or not the native TTL has fired.
-            if not meta.live(now_us) and not (include_expired and now_us < meta.exp_us + grace_us):
+            if not meta.live(now_us) and not (include_expired and self._held(meta, now_us)):
                 return None
             snapshot = self._assemble(session_id, meta, by_sk)
             if snapshot is not None:

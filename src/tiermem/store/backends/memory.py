@@ -67,6 +67,7 @@ from tiermem.store.codec import (
     encode_memory,
     encode_shared,
     encode_turn,
+    held_expired,
     is_live,
 )
 from tiermem.store.contract import (
@@ -262,12 +263,17 @@ class MemoryHotStore:
         metadata: SessionMetadata | None = None,
         expected_version: int | None = None,
         entities: EntityChange | None = None,
+        keep_expired: bool = False,
     ) -> HotAppendResult:
         check_append(session_id, turns, window=window, first_index=first_index)
         _check_change(entities)
         with self._lock:
             now = self._clock.now()
             current = self._live(session_id, now)
+            if current is None and keep_expired:
+                held = self._live(session_id, now, include_expired=True)
+                if held is not None:
+                    raise held_expired(session_id, held.version)
             self._check_version(current, expected_version, session_id)
             start = current.next_index if current else (first_index or 0)
             if current is not None and first_index is not None and first_index != start:

@@ -36,6 +36,7 @@ __all__ = [
     "DURABLE_PRELUDE",
     "HORIZON_PRELUDE",
     "HOT_APPEND",
+    "HOT_APPEND_KEEP_EXPIRED",
     "HOT_PRELUDE",
     "RECENT_WRITES",
     "RECORD_PRELUDE",
@@ -430,11 +431,7 @@ RECORD_PRELUDE = _SESSION_BEGIN_LUA
 header once itself, where ``session_live``, ``later_horizon`` and ``extend_horizon`` read
 it four times)."""
 
-HOT_APPEND = LuaScript(
-    "hot_append",
-    bind_hot
-    + HOT_PRELUDE
-    + """
+_HOT_APPEND_BODY = """
 -- ARGV: 1 now, 2 expires, 3 ttl_ms, 4 window, 5 expected_version|'', 6 first_index|'',
 --       7 metadata json|'', 8 write id (also the epoch if it starts afresh), 9 n removed,
 --       10 n upserts, then removed kinds, then entity kind/json pairs, then turn templates.
@@ -471,8 +468,31 @@ local ent_created = hot_entities(11, removed, upserts)
 hot_commit(version + 1, not marked or removed + upserts > 0, not marked, ARGV[2], ARGV[3],
            start + #turns, now, live and deadline, fresh_keys(created, ent_created))
 return {'ok', version + 1, start, live and 0 or 1, epoch}
-""",
+"""
+
+HOT_APPEND = LuaScript("hot_append", bind_hot + HOT_PRELUDE + _HOT_APPEND_BODY)
+
+HOT_APPEND_KEEP_EXPIRED = LuaScript(
+    "hot_append_keep_expired",
+    bind_hot
+    # ARGV: 1 the store's gc grace (us), then hot_append's. The rest of the script reads
+    # a local ARGV without it, declared before the prelude so that its functions read it.
+    + "local grace = tonumber(ARGV[1])\nlocal ARGV = {unpack(ARGV, 2)}\n"
+    + HOT_PRELUDE
+    + """
+-- HotStore.append_turns(keep_expired=True): an expired session still held (as hot_load
+-- with a grace sees it: now < expires + grace) is not started afresh. Answers 'expired',
+-- its version (nothing written), or as hot_append.
+do
+  local m = redis.call('HMGET', HK[1], 'x', 'v')
+  local x, now = tonumber(m[1]), tonumber(ARGV[1])
+  if x and x <= now and x > now - grace then return {'expired', m[2] or '0'} end
+end
+"""
+    + _HOT_APPEND_BODY,
 )
+"""``HOT_APPEND`` with ``keep_expired`` (a script of its own: ``HOT_APPEND``'s text and
+argument layout stay as they were)."""
 
 ARCHIVE_APPEND = LuaScript(
     "archive_append",

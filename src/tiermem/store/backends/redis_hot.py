@@ -53,6 +53,7 @@ from tiermem.models import (
 from tiermem.store.backends.redis_append import (
     APPEND_THROUGH,
     HOT_APPEND,
+    HOT_APPEND_KEEP_EXPIRED,
     HOT_PRELUDE,
     bind_hot,
     turn_templates,
@@ -89,6 +90,7 @@ from tiermem.store.codec import (
     encode_data,
     encode_shared,
     encode_turn,
+    held_expired,
 )
 from tiermem.store.contract import (
     DEFAULT_GC_GRACE,
@@ -626,6 +628,7 @@ class RedisHotStore(RedisStoreBase):
         metadata: SessionMetadata | None = None,
         expected_version: int | None = None,
         entities: EntityChange | None = None,
+        keep_expired: bool = False,
     ) -> HotAppendResult:
         """One EVALSHA (see :meth:`_write_session` for when the activity mark rides along)."""
         check_append(session_id, turns, window=window, first_index=first_index)
@@ -634,9 +637,10 @@ class RedisHotStore(RedisStoreBase):
         metadata_json = "" if metadata is None else metadata.model_dump_json()
         reply = await self._write_session(
             session_id,
-            HOT_APPEND,
+            HOT_APPEND_KEEP_EXPIRED if keep_expired else HOT_APPEND,
             self._keys.hot_keys(session_id),
             [
+                *((self._grace_us,) if keep_expired else ()),
                 now_us,
                 expires_us,
                 self._ttl_ms(now_us, expires_us),
@@ -654,6 +658,8 @@ class RedisHotStore(RedisStoreBase):
         )
         if reply[0] == b"conflict":
             raise self._version_conflict(session_id, expected_version, int(reply[1]))
+        if reply[0] == b"expired":
+            raise held_expired(session_id, int(reply[1]))
         if reply[0] == b"index":
             actual = int(reply[1])
             raise ConflictError(

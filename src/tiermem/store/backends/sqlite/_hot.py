@@ -62,6 +62,7 @@ from tiermem.store.codec import (
     encode_data,
     encode_shared,
     encode_turn,
+    held_expired,
 )
 from tiermem.store.contract import DEFAULT_GC_GRACE, Capability, EntityChange, HotAppendResult
 from tiermem.store.keys import validate_id
@@ -288,6 +289,7 @@ class SQLiteHotStore:
         metadata: SessionMetadata | None = None,
         expected_version: int | None = None,
         entities: EntityChange | None = None,
+        keep_expired: bool = False,
     ) -> HotAppendResult:
         check_append(session_id, turns, window=window, first_index=first_index)
         expires_at_us = to_epoch_us(expires_at, what="expires_at")
@@ -297,6 +299,10 @@ class SQLiteHotStore:
         def op(conn: sqlite3.Connection) -> HotAppendResult:
             now_us = self._now_us()
             head = _live_head(conn, session_id, now_us)
+            if head is None and keep_expired:
+                held = _live_head(conn, session_id, now_us, include_expired=True)
+                if held is not None and now_us < held.expires_at_us + self._gc_grace_us:
+                    raise held_expired(session_id, held.version)  # as load(include_expired)
             _check_version(head, expected_version, session_id)
             start = head.next_index if head else (first_index or 0)
             if head is not None and first_index is not None and first_index != start:
