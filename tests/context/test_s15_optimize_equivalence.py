@@ -1,8 +1,10 @@
-"""Session 15 made three steps of the pre-save optimization cheaper, for the view that
+"""Session 15 made the pre-save optimization cheaper, for the view that
 ``Session.context()`` now optimizes on every call: ``pair_tool_calls`` returns at once when
 there is no tool result, ``drop_superseded_failures`` pairs nothing when nothing failed, and
-``collapse_duplicate_calls`` dumps the results of repeated inputs only. Same results: each
-is compared with a copy of the old function on many generated conversations.
+``collapse_duplicate_calls`` dumps the results of repeated inputs only, and
+``optimize_turns`` pairs the calls once and carries the pairs from step to step instead of
+pairing before each step. Same results: each is compared with a copy of the old functions
+on many generated conversations.
 
 It also added ``OptimizePolicy.collapse_successful_calls`` (False in ``VIEW_POLICY``); the
 guarantees of the pipeline are checked under it too.
@@ -18,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiermem.context.optimize import (
+    OPTIMIZATION_STEPS,
     VIEW_POLICY,
     OptimizationAction,
     OptimizedTurns,
@@ -31,13 +34,15 @@ from tiermem.context.optimize import (
     _outcome,
     _size,
     collapse_duplicate_calls,
+    collapse_redundant_assistant_text,
     drop_superseded_failures,
     final_successful_results,
     optimize_turns,
+    output_reference,
     pair_tool_calls,
 )
 from tiermem.context.tool_pairs import answered_ids
-from tiermem.models import ToolResultBlock, ToolUseBlock, Turn
+from tiermem.models import TextBlock, ToolResultBlock, ToolUseBlock, Turn
 
 from .test_optimize import final_successes, ids, random_conversations
 from .tool_heavy import DISTINCT_CALLS, SIDE_EFFECT_TOOLS, TOOL_HEAVY, tool_heavy_conversation
@@ -245,3 +250,99 @@ def test_a_repeated_successful_call_is_kept_by_the_view_policy() -> None:
         for a in duplicates
     )
     assert {f"use:{i}" for i in _successful_ids(turns)} <= set(ids(view.turns))
+
+
+# -- optimize_turns pairs once and carries the pairs from step to step ---------------------
+
+
+def old_reference_old_outputs(turns: Sequence[Turn], policy: OptimizePolicy) -> OptimizedTurns:
+    calls = old_pair_tool_calls(turns)
+    finals = {call.result_at for call in final_successful_results(calls).values()}
+    last_assistant = max(
+        (position for position, turn in enumerate(turns) if turn.role == "assistant"), default=-1
+    )
+    replacements: dict[_Loc, Any] = {}
+    actions: list[OptimizationAction] = []
+    for call in calls:
+        final = call.result_at in finals
+        if call.result_at[0] >= last_assistant or (final and not policy.reference_final_results):
+            continue
+        old_size = _size(call.result)
+        if old_size < policy.min_reference_bytes or _is_reference(call.result):
+            continue
+        content_size = sum(_size(block) for block in call.result.content)
+        reference = call.result.model_copy(
+            update={
+                "content": (
+                    TextBlock(text=output_reference(call.result_turn, call.name, content_size)),
+                )
+            }
+        )
+        saved = old_size - _size(reference)
+        if saved <= 0:
+            continue
+        replacements[call.result_at] = reference
+        why = "final result, seen by the model" if final else "superseded or failed output"
+        actions.append(
+            _action(
+                "reference_old_outputs",
+                "output_reference",
+                call,
+                f"{why}; the full output stays in the archive at turn {call.result_turn}",
+                bytes_saved=saved,
+            )
+        )
+    return _outcome(turns, _apply(turns, set(), replacements), actions)
+
+
+OLD_STEPS = (
+    old_drop_superseded_failures,
+    old_collapse_duplicate_calls,
+    collapse_redundant_assistant_text,
+    old_reference_old_outputs,
+)
+
+
+def _one_by_one() -> list[Any]:
+    """The public steps, wrapped so that optimize_turns cannot carry pairs between them:
+    each pairs its own input, as every step did before."""
+    return [lambda turns, policy, step=step: step(turns, policy) for step in OPTIMIZATION_STEPS]
+
+
+def _same_run(new: OptimizedTurns, old: OptimizedTurns) -> None:
+    assert new.turns == old.turns
+    assert new.report == old.report
+
+
+@settings(max_examples=400, deadline=None)
+@given(random_conversations(), OLD_POLICIES)
+def test_optimize_turns_equals_the_old_pipeline_on_random_conversations(
+    turns: list[Turn], policy: OptimizePolicy
+) -> None:
+    _same_run(optimize_turns(turns, policy), optimize_turns(turns, policy, steps=OLD_STEPS))
+
+
+@settings(max_examples=300, deadline=None)
+@given(random_conversations(), VIEW_POLICIES)
+def test_carrying_the_pairs_equals_pairing_before_every_step(
+    turns: list[Turn], policy: OptimizePolicy
+) -> None:
+    _same_run(optimize_turns(turns, policy), optimize_turns(turns, policy, steps=_one_by_one()))
+
+
+def test_optimize_turns_equals_the_old_pipeline_on_the_tool_heavy_fixture() -> None:
+    policies = [
+        OptimizePolicy(),
+        OptimizePolicy(side_effect_tools=SIDE_EFFECT_TOOLS, keep_empty_turns=False),
+        OptimizePolicy(reference_final_results=True),
+    ]
+    for profile in (TOOL_HEAVY, DISTINCT_CALLS):
+        for seed in range(6):
+            turns = tool_heavy_conversation(seed, profile)
+            windows = [turns, *(turns[end - 20 : end] for end in range(20, len(turns), 23))]
+            for window in windows:
+                for policy in policies:
+                    old = optimize_turns(window, policy, steps=OLD_STEPS)
+                    _same_run(optimize_turns(window, policy), old)
+                new_view = optimize_turns(window, VIEW_POLICY)
+                _same_run(new_view, optimize_turns(window, VIEW_POLICY, steps=_one_by_one()))

@@ -284,7 +284,12 @@ def drop_superseded_failures(turns: Sequence[Turn], policy: OptimizePolicy) -> O
         for block in turn.content
     ):
         return OptimizedTurns(turns=tuple(turns))  # nothing failed: no pairing to do
-    calls = pair_tool_calls(turns)
+    return _drop_superseded_failures(turns, policy, pair_tool_calls(turns))
+
+
+def _drop_superseded_failures(
+    turns: Sequence[Turn], policy: OptimizePolicy, calls: Sequence[ToolCall]
+) -> OptimizedTurns:
     finals = final_successful_results(calls)
     drops: set[_Loc] = set()
     actions: list[OptimizationAction] = []
@@ -313,9 +318,15 @@ def collapse_duplicate_calls(turns: Sequence[Turn], policy: OptimizePolicy) -> O
     ``policy.collapse_successful_calls``) are never collapsed; outputs already replaced by a
     reference are not compared.
     """
+    return _collapse_duplicate_calls(turns, policy, pair_tool_calls(turns))
+
+
+def _collapse_duplicate_calls(
+    turns: Sequence[Turn], policy: OptimizePolicy, calls: Sequence[ToolCall]
+) -> OptimizedTurns:
     candidates = [
         call
-        for call in pair_tool_calls(turns)
+        for call in calls
         if not (
             call.succeeded
             and (not policy.collapse_successful_calls or call.name in policy.side_effect_tools)
@@ -403,7 +414,12 @@ def reference_old_outputs(turns: Sequence[Turn], policy: OptimizePolicy) -> Opti
     Seen means an assistant turn follows it. An output stays when it is smaller than
     ``policy.min_reference_bytes`` or than its reference, or already is a reference.
     """
-    calls = pair_tool_calls(turns)
+    return _reference_old_outputs(turns, policy, pair_tool_calls(turns))
+
+
+def _reference_old_outputs(
+    turns: Sequence[Turn], policy: OptimizePolicy, calls: Sequence[ToolCall]
+) -> OptimizedTurns:
     finals = {call.result_at for call in final_successful_results(calls).values()}
     last_assistant = max(
         (position for position, turn in enumerate(turns) if turn.role == "assistant"), default=-1
@@ -451,6 +467,18 @@ OPTIMIZATION_STEPS: tuple[OptimizationStep, ...] = (
 """The steps :func:`optimize_turns` runs, in order. Failures go before duplicates so that a
 failed attempt is reported as superseded rather than as a duplicate."""
 
+_PairedStep = Callable[[Sequence[Turn], OptimizePolicy, Sequence[ToolCall]], OptimizedTurns]
+# The built-in steps given the pairs of their input, and whether their output's pairs are
+# the input's still there (True: they only drop whole pairs or text, so no pair is created,
+# changed or parted; False: they replace result blocks). optimize_turns pairs once and
+# carries the pairs along (:func:`_relocated`) instead of pairing before every step.
+_PAIRED_STEPS: dict[OptimizationStep, tuple[_PairedStep | None, bool]] = {
+    drop_superseded_failures: (_drop_superseded_failures, True),
+    collapse_duplicate_calls: (_collapse_duplicate_calls, True),
+    collapse_redundant_assistant_text: (None, True),
+    reference_old_outputs: (_reference_old_outputs, False),
+}
+
 
 def optimize_turns(
     turns: Sequence[Turn],
@@ -471,8 +499,18 @@ def optimize_turns(
     original = tuple(turns)
     current = original
     actions: list[OptimizationAction] = []
+    calls: tuple[ToolCall, ...] | None = None  # the pairs of ``current``, when known
     for step in steps:
-        done = step(current, policy)
+        paired, keeps_pairs = _PAIRED_STEPS.get(step, (None, False))
+        if paired is None:
+            done = step(current, policy)
+        else:
+            calls = pair_tool_calls(current) if calls is None else calls
+            done = paired(current, policy, calls)
+        if not keeps_pairs:
+            calls = None
+        elif calls is not None and done.report.changed_turns:
+            calls = _relocated(calls, current, done.turns)
         actions.extend(done.report.actions)
         current = done.turns
     if counter is not None:
@@ -564,6 +602,32 @@ def state_size(turns: Sequence[Turn], counter: TokenCounter) -> StateSize:
             if turn.content
         ),
     )
+
+
+def _relocated(
+    calls: Sequence[ToolCall], before: Sequence[Turn], after: Sequence[Turn]
+) -> tuple[ToolCall, ...]:
+    """The pairs of ``after``, given ``calls``, the pairs of ``before``, when ``after`` is
+    ``before`` less whole pairs or non-tool blocks (which creates no pair: a dropped pair's
+    id was used once): the calls whose two blocks are still there, at their new places, in
+    the same order. Only the turns that changed (new objects) are looked into."""
+    changed = {p for p, (old, new) in enumerate(zip(before, after, strict=True)) if new is not old}
+    where: dict[int, _Loc] = {}
+    for position in changed:
+        for block_at, block in enumerate(after[position].content):
+            if isinstance(block, ToolUseBlock | ToolResultBlock):
+                where[id(block)] = (position, block_at)
+    out: list[ToolCall] = []
+    for call in calls:
+        # The calls hold their blocks, so an id found here is that very block.
+        use_at = where.get(id(call.use)) if call.use_at[0] in changed else call.use_at
+        result_at = where.get(id(call.result)) if call.result_at[0] in changed else call.result_at
+        if use_at is None or result_at is None:
+            continue
+        if use_at != call.use_at or result_at != call.result_at:
+            call = replace(call, use_at=use_at, result_at=result_at)
+        out.append(call)
+    return tuple(out)
 
 
 def _call_key(use: ToolUseBlock) -> str:
