@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Literal
 from tiermem.errors import ValidationError
 from tiermem.longterm._detect_rules import KIND_FAVORITE_KEY
 from tiermem.longterm.hits import RecallHit
+from tiermem.longterm.preferences import PREFERENCE_KEY_ALIASES
 from tiermem.models import ActiveEntity, FrozenModel, MemoryRecord, Provenance
 from tiermem.tokens import ModelRegistry, TokenCounter, default_registry
 
@@ -221,8 +222,15 @@ def _text_or_none(value: object) -> str | None:
 
 
 _OVERRIDDEN_KEYS = {key: kind for kind, key in KIND_FAVORITE_KEY.items()}
+_OVERRIDDEN_KEYS |= {
+    old: _OVERRIDDEN_KEYS[new]
+    for old, new in PREFERENCE_KEY_ALIASES.items()
+    if new in _OVERRIDDEN_KEYS
+}
 """Preference key → the entity kind whose active value overrides it (``preferred_language``
-→ ``language``): the map the detector writes these preferences by, read backwards."""
+→ ``language``): the map the detector writes these preferences by, read backwards, and
+the old names of those keys (``favorite_language``, :data:`PREFERENCE_KEY_ALIASES`) that
+records written before the rename still carry."""
 
 
 def override_by_entities(
@@ -233,10 +241,11 @@ def override_by_entities(
     A preference is contradicted when its key is the favourite key of an entity kind
     (``preferred_language`` of ``language``, ``favorite_genre`` of ``genre``,
     ``favorite_series`` of ``series``: the map :mod:`tiermem.longterm.detect` writes them
-    by) and the active entity of that kind has another value, compared as structured memory
-    compares values (:func:`tiermem.summaries.structured.same_value`: "English", "english"
-    and "英語" are one language; "the Japanese edition" is ``japanese``). Of several
-    entities of one kind, the last is the active one.
+    by; or an old name of one, ``favorite_language``, that a record written before the
+    rename still carries) and the active entity of that kind has another value, compared
+    as structured memory compares values (:func:`tiermem.summaries.structured.same_value`:
+    "English", "english" and "英語" are one language; "the Japanese edition" is
+    ``japanese``). Of several entities of one kind, the last is the active one.
 
     The line is left out, not marked: the active entity (shown with the session's
     entities) already says the current value, a marker would cost tokens in every window

@@ -903,6 +903,24 @@ def _unique(drafts: Iterable[DetectedMemory]) -> tuple[DetectedMemory, ...]:
 _DEFAULT_DETECTOR = RuleMemoryDetector()
 
 
+DISLIKES = frozenset({"dislikes", "hates"})
+"""The values of an opinion key that say the user does not like the thing."""
+
+
+def favorite_key_of_kind(kind: str) -> str | None:
+    """The favourite's key of an opinion's kind (``opinion:<kind>:<value>``): ``genre`` →
+    ``favorite_genre``, ``language`` → ``preferred_language``, ``format`` →
+    ``favorite_format``; None for a kind without one."""
+    return _CATEGORY_FAVORITE_KEY.get(kind) or rules.KIND_FAVORITE_KEY.get(kind)
+
+
+def opinion_keys(value: str) -> frozenset[str]:
+    """The keys the built-in rules write an opinion about ``value`` under ("horror" and
+    "ホラー": ``opinion:genre:horror``; "paperbacks": ``opinion:format:paperback``)."""
+    drafts = _DEFAULT_DETECTOR._opinions(value, "likes", "like")
+    return frozenset(d.key for d in drafts if d.key is not None)
+
+
 def detect_memories(
     text: str | TurnText, *, detector: MemoryDetector | None = None
 ) -> tuple[DetectedMemory, ...]:

@@ -73,7 +73,10 @@ class MemoryForgetting(MemoryCore):
           to the next of them, with this session dropped from its sources;
         * a preference whose current value came from the session rolls back to its newest
           earlier value that did not (or is deleted if there is none); history values from
-          the session are deleted.
+          the session are deleted. A deleted preference that had superseded a record of an
+          old name of its key (:data:`~tiermem.longterm.preferences.PREFERENCE_KEY_ALIASES`:
+          ``favorite_language`` by ``preferred_language``) leaves that record current
+          again, as a rollback would, unless it is forgotten too.
 
         This reads the user's whole partition (a query, paged): acceptable for forgetting,
         which is rare and not on the recall path. A memory written concurrently from the
@@ -96,6 +99,16 @@ class MemoryForgetting(MemoryCore):
             await self.index.remove(user_id, gone)
         for memory_id, sources in plan.rewrites.items():
             await self._replace_sources(user_id, memory_id, sources)
+        deleted_slots = {
+            i for i in plan.forgotten - plan.rollbacks.keys() if is_preference_slot(records[i])
+        }
+        for record in records.values():
+            if (
+                record.metadata.get("superseded_by") in deleted_slots
+                and record.memory_id not in plan.forgotten
+                and is_preference_slot(record)
+            ):
+                await self._restore_old_key(record)
         summary = f"forgotten with session {session_id}"
         await asyncio.gather(
             *(
@@ -135,6 +148,31 @@ class MemoryForgetting(MemoryCore):
             await self._sync_index(slot.user_id, slot.memory_id)
             return True
         raise ConflictError(f"preference {slot.memory_id!r} kept changing; try again")
+
+    async def _restore_old_key(self, record: MemoryRecord) -> None:
+        """Make a record of an old key name, superseded by a slot now deleted, current
+        again (its value is the preference's newest that was not forgotten)."""
+        current: MemoryRecord | None = record
+        for attempt in range(CAS_ATTEMPTS):
+            if current is None or current.invalid_from is None:
+                return  # gone, or restored by a concurrent call
+            restored = current.model_copy(
+                update={
+                    "invalid_from": None,
+                    "valid_from": self.clock.now(),
+                    "version": current.version + 1,
+                    "metadata": {k: v for k, v in current.metadata.items() if k != "superseded_by"},
+                }
+            )
+            try:
+                await self.durable.put_memory(restored, expected_version=current.version)
+            except ConflictError:
+                await pause(attempt)
+                current = await self.durable.get_memory(record.user_id, record.memory_id)
+                continue
+            await self._sync_index(record.user_id, record.memory_id)
+            return
+        raise ConflictError(f"preference {record.memory_id!r} kept changing; try again")
 
     async def _replace_sources(self, user_id: str, memory_id: str, sources: Sources) -> None:
         """Make ``sources[0]`` the record's provenance and the rest its ``also_from``."""

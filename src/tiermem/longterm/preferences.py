@@ -20,11 +20,14 @@
   context stop showing it) and :meth:`MemoryPreferences.preference_history` of the new
   key lists it after the new key's own history. Reading or setting the old key reads or
   sets the new one; reading the new key falls back to a current old record.
+* **A slot can be retired.** A detected dislike of the favourite's value ends it
+  (:meth:`MemoryPreferences._retire_preference`): the slot's newest version is no longer
+  valid, so the key has no current value, and its history keeps why and the value ended.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -129,6 +132,7 @@ class MemoryPreferences(MemoryCore):
             current = await self.durable.get_memory(user_id, slot_id)
             if (
                 current is not None
+                and current.invalid_from is None  # a retired favourite said again is revived
                 and current.metadata.get("preference_value") == value
                 and current.content == content
                 and (given is None or given == current.importance)
@@ -183,6 +187,86 @@ class MemoryPreferences(MemoryCore):
             f"{CAS_ATTEMPTS} attempts; try again"
         )
 
+    async def _retire_preference(
+        self,
+        user_id: str,
+        key: str,
+        matches: Callable[[str], bool],
+        *,
+        provenance: Provenance,
+        retired_by: MemoryRecord,
+    ) -> MemoryRecord | None:
+        """End preference ``key`` (normalised, as written now) if ``matches`` its current
+        value, because of ``retired_by`` (the dislike of that value). Returns the retired
+        slot, or None if the current value is another (or there is none).
+
+        The slot gets a new version that is no longer valid (``invalid_from`` =
+        ``valid_from`` = now), with ``provenance`` (the turn that ended it),
+        ``metadata["retired_by"]`` and a content that says so; the value it had goes to
+        history as an upsert's would. So the preferences view, recall, the user context and
+        :meth:`get_preference` show no value, :meth:`preference_history` shows the retirement
+        and then the value, :meth:`upsert_preference` of any value (the same one again
+        too) sets it again, and forgetting the session of ``provenance`` rolls the slot back
+        to the value (the retirement came from that session). A current record of an old
+        name of the key is superseded by the retired slot, as by an upsert.
+
+        Raises:
+            ConflictError: the key kept changing under 32 attempts.
+        """
+        slot_id = preference_slot_id(key)
+        for attempt in range(CAS_ATTEMPTS):
+            current = await self.durable.get_memory(user_id, slot_id)
+            shown = current if current is not None else await self._current_old_record(user_id, key)
+            if shown is None or shown.invalid_from is not None:
+                return None
+            said = shown.metadata.get("preference_value")
+            if not isinstance(said, str) or not matches(said):
+                return None
+            now = self.clock.now()
+            retired = shown.model_copy(
+                update={
+                    "memory_id": slot_id,
+                    "content": f"no longer {key}: {said} ({retired_by.content})",
+                    "metadata": {
+                        "preference_key": key,
+                        "preference_value": said,
+                        "retired_by": retired_by.memory_id,
+                    },
+                    "created_at": now,
+                    "valid_from": now,
+                    "invalid_from": now,
+                    "provenance": provenance,
+                    "tags": (),
+                    "version": current.version + 1 if current is not None else 1,
+                    "embedding": None,
+                    "embedding_model": None,
+                }
+            )
+            if current is not None:
+                await self._write_history(current, now)
+            try:
+                stored = await self.durable.put_memory(
+                    retired, expected_version=current.version if current is not None else 0
+                )
+            except ConflictError:
+                await pause(attempt)
+                continue
+            await self._sync_index(user_id, slot_id)
+            for old_key in _OLD_KEYS.get(key, ()):
+                await self._supersede_old_key(user_id, old_key, stored)
+            await self._log(
+                user_id,
+                "supersede",
+                stored,
+                f"preference {key!r} retired by {retired_by.memory_id}: {retired_by.content}",
+                related=retired_by.memory_id,
+            )
+            return stored
+        raise ConflictError(
+            f"preference {key!r} of user {user_id!r} kept changing under "
+            f"{CAS_ATTEMPTS} attempts; try again"
+        )
+
     async def _supersede_old_key(self, user_id: str, old_key: str, new: MemoryRecord) -> None:
         """Mark the current record of ``old_key`` (a renamed key) superseded by ``new``,
         the record of the key that replaced it; nothing if there is none or it already is.
@@ -222,7 +306,7 @@ class MemoryPreferences(MemoryCore):
                 "memory_id": preference_history_id(current.memory_id, current.version),
                 "memory_type": PREFERENCE_HISTORY_TYPE,
                 "version": 1,
-                "invalid_from": now,
+                "invalid_from": current.invalid_from or now,  # a retirement keeps its time
                 "metadata": {
                     **current.metadata,
                     "history_of": current.memory_id,
@@ -249,20 +333,33 @@ class MemoryPreferences(MemoryCore):
                 history = history.model_copy(update={"version": 1})
         raise ConflictError(f"history record {history.memory_id!r} kept changing; try again")
 
-    async def get_preference(self, user_id: str, key: str) -> MemoryRecord | None:
+    async def get_preference(
+        self, user_id: str, key: str, *, include_retired: bool = False
+    ) -> MemoryRecord | None:
         """The current record of preference ``key``, or None. A renamed key reads the key
         that replaced it; that key, while it was never set, reads a current record of its
-        old name (:data:`PREFERENCE_KEY_ALIASES`)."""
+        old name (:data:`PREFERENCE_KEY_ALIASES`).
+
+        A favourite ended by a dislike of its value (see :meth:`_retire_preference`) has
+        no current record: None, or with ``include_retired`` the retired record
+        (``invalid_from`` set, ``metadata["retired_by"]``), for a writer that must know a
+        value was ended, and when and where, before writing one."""
         validate_id(user_id, what="user_id")
         norm_key = _current_key(
             normalize_preference_key(check_text(key, what="preference key", limit=MAX_KEY_CHARS))
         )
         found = await self.durable.get_memory(user_id, preference_slot_id(norm_key))
-        for old_key in () if found is not None else _OLD_KEYS.get(norm_key, ()):
+        if found is not None:
+            return found if found.invalid_from is None or include_retired else None
+        return await self._current_old_record(user_id, norm_key)
+
+    async def _current_old_record(self, user_id: str, norm_key: str) -> MemoryRecord | None:
+        """A current record of one of ``norm_key``'s old names, or None."""
+        for old_key in _OLD_KEYS.get(norm_key, ()):
             old = await self.durable.get_memory(user_id, preference_slot_id(old_key))
             if old is not None and old.invalid_from is None:
                 return old
-        return found
+        return None
 
     async def preference_history(self, user_id: str, key: str, *, limit: int = 100) -> Records:
         """The earlier values of preference ``key``, newest first (not the current one).
@@ -271,18 +368,26 @@ class MemoryPreferences(MemoryCore):
         ``MAX_MEMORY_IDS_PER_GET`` (no query over the partition, no read per record);
         values that expired, or were forgotten with their session, are left out.
         """
-        current = await self.get_preference(user_id, key)
+        validate_id(user_id, what="user_id")
+        norm_key = _current_key(
+            normalize_preference_key(check_text(key, what="preference key", limit=MAX_KEY_CHARS))
+        )
         check_limit(limit)
+        current = await self.durable.get_memory(user_id, preference_slot_id(norm_key))
+        if current is None:
+            current = await self._current_old_record(user_id, norm_key)
         if current is None:
             return []
+        # A retired slot (see _retire_preference) has no current value: its own record,
+        # which says what ended the value and when, is the newest entry.
+        retired = [current.memory_id] if current.invalid_from is not None else []
         versions = range(current.version - 1, max(0, current.version - 1 - limit), -1)
-        ids = [preference_history_id(current.memory_id, v) for v in versions]
+        ids = [*retired, *(preference_history_id(current.memory_id, v) for v in versions)]
+        ids = ids[:limit]
         # The superseded record of a renamed key, after the key's own history (it is older).
-        norm_key = current.metadata.get("preference_key")
-        old_ids = {
-            preference_slot_id(old_key)
-            for old_key in (_OLD_KEYS.get(norm_key, ()) if isinstance(norm_key, str) else ())
-        } - {current.memory_id}
+        old_ids = {preference_slot_id(old_key) for old_key in _OLD_KEYS.get(norm_key, ())} - {
+            current.memory_id
+        }
         ids += sorted(old_ids)[: limit - len(ids)]
         found: dict[str, MemoryRecord] = {}
         for start in range(0, len(ids), MAX_MEMORY_IDS_PER_GET):
@@ -292,7 +397,9 @@ class MemoryPreferences(MemoryCore):
         return [
             public_record(found[i])
             for i in ids
-            if i in found and (i not in old_ids or found[i].invalid_from is not None)
+            if i in found
+            and (i not in old_ids or found[i].invalid_from is not None)
+            and (i not in retired or found[i].invalid_from is not None)
         ]
 
     async def preferences(self, user_id: str, *, limit: int = 100) -> Records:
