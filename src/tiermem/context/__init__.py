@@ -19,6 +19,7 @@ from tiermem.context.models import (
     ContextWindow,
     ItemProvenance,
     ToolDefinition,
+    ViewOptimization,
 )
 from tiermem.context.render import render_anthropic, render_converse, render_openai
 from tiermem.context.tool_pairs import close_orphans, tool_pair_groups
@@ -35,6 +36,7 @@ __all__ = [
     "ItemProvenance",
     "PlannedMessage",
     "ToolDefinition",
+    "ViewOptimization",
     "assemble_context",
     "check_context_call",
     "close_orphans",

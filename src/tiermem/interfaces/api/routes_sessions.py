@@ -196,6 +196,7 @@ async def context(
         list(body.tools),
         current=body.current,
         recall_k=body.recall_k,
+        optimize=body.optimize,
     )
     state.metrics.observe_context(session.id, window)
     return answer(caller, window)

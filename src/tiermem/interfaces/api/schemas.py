@@ -138,6 +138,13 @@ class ContextRequest(_Request):
         description="A user message not yet added as a turn.",
     )
     recall_k: int = Field(default=8, ge=1, le=100, strict=True)
+    optimize: bool = Field(
+        default=True,
+        strict=True,
+        description="Optimise the hot turns shown (superseded failed calls dropped, seen "
+        "and superseded tool outputs replaced by a reference to their archived turn); "
+        "false sends them as stored.",
+    )
 
 
 class StatePutRequest(_Request):
