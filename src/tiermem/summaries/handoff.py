@@ -11,8 +11,9 @@ and what :meth:`Session.close` runs. For one session it writes (seed 000, sectio
   current facts in metadata (the progressive roll-up reads them);
 * the preferences structured memory detected (``preference:<key>`` facts), as preference
   slots (:meth:`LongTermMemory.upsert_preference`) with the same provenance -- unless the
-  session's auto-detection already set the slot, or it was set after the session ended (a
-  late handoff never overwrites a newer value).
+  session's auto-detection already set the slot (or ended it: a favourite a detected
+  dislike retired stays ended), or it was set after the session ended (a late handoff
+  never overwrites a newer value).
 
 **Idempotent across crashes.** A handoff is two phases over the session record
 ``handoff``, compare-and-set on its version:
@@ -50,10 +51,13 @@ detected memory whose provenance cites the turn are deleted; then the handoff is
 again from what is left (the archive holds the redacted turn, the summaries were reset)
 and applied, and the roll-up rebuilds the digests from the remaining session records.
 Preference values of the slot that did not come from the turn are written back, oldest
-first, with their own provenance (their timestamps become the rewrite's). A handoff that
-ran concurrently with the redaction (it read the turn before the redaction, the
-redaction found nothing handed off yet, or re-prepared under it) checks after applying
-whether a turn it covered was redacted since its prepare, and undoes it the same way.
+first, with their own provenance (their timestamps become the rewrite's), the slot's
+endings too: a favourite a dislike ended stays ended, unless the turn was the dislike's
+(an ended slot is rewritten like a live one; before, its history kept the redacted
+value). A handoff that ran concurrently with the redaction (it read the turn before the
+redaction, the redaction found nothing handed off yet, or re-prepared under it) checks
+after applying whether a turn it covered was redacted since its prepare, and undoes it
+the same way.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ from tiermem.models.base import FrozenModel, JsonValue, UtcDatetime
 from tiermem.store.contract import DurableStore
 from tiermem.summaries.jobs import SummaryJobs
 from tiermem.summaries.rolling import cut_to_tokens
-from tiermem.summaries.structured import render_structured
+from tiermem.summaries.structured import render_structured, same_value
 from tiermem.tiers.tiered import SessionView
 from tiermem.tokens import TokenCounter
 
@@ -459,24 +463,62 @@ class SessionHandoff:
             logger.warning("roll-up after redacting in session %s failed: %s", session_id, exc)
 
     async def _rewrite_preference(self, user_id: str, key: str, sid: str, index: int) -> None:
-        """Forget preference ``key`` (slot and history), then write back, oldest first, the
-        values that do not cite turn ``index`` of session ``sid``."""
-        slot = await self.longterm.get_preference(user_id, key)
+        """Forget preference ``key`` (slot and history), then replay, oldest first, the
+        versions that do not cite turn ``index`` of session ``sid``.
+
+        A value is set again; an ending (a favourite a dislike retired: ``retired_by`` in
+        its metadata) ends the value again if that value is then current. So a favourite
+        ended after the redacted turn stays ended, the values the turn stated are gone from
+        its history too, and redacting the dislike's turn brings the value back (as
+        forgetting that session does)."""
+        slot = await self.longterm.get_preference(user_id, key, include_retired=True)
         if slot is None:
             return
         history = await self.longterm.preference_history(user_id, key, limit=MAX_VALUES * 10)
-        kept = [r for r in history if not _cites(r, sid, index)]
-        values = sorted(kept, key=lambda r: _int(r.metadata.get("slot_version")))
+        # A retired slot is also the newest entry of its history: replayed once, last.
+        kept = [r for r in history if r.memory_id != slot.memory_id and not _cites(r, sid, index)]
+        versions = sorted(kept, key=lambda r: _int(r.metadata.get("slot_version")))
         if not _cites(slot, sid, index):
-            values.append(slot)
+            versions.append(slot)
         await self.longterm.forget(user_id, slot.memory_id)
-        for value in values:
-            raw = value.metadata.get("preference_value")
+        for version in versions:
+            raw = version.metadata.get("preference_value")
             if not isinstance(raw, str):
                 continue
+            ended_by = version.metadata.get("retired_by")
+            if isinstance(ended_by, str):
+                await self._end_again(user_id, version, raw, ended_by)
+                continue
             await self.longterm.upsert_preference(
-                user_id, key, raw, text=value.content, provenance=value.provenance
+                user_id, key, raw, text=version.content, provenance=version.provenance
             )
+
+    async def _end_again(
+        self, user_id: str, ending: MemoryRecord, value: str, ended_by: str
+    ) -> None:
+        """Replay ``ending`` (a retired version of a favourite, ending ``value`` because of
+        the dislike ``ended_by``): the slot is retired again if ``value`` is current."""
+        key = ending.metadata.get("preference_key")
+        if not isinstance(key, str):
+            return
+        dislike = await self.longterm.get(user_id, ended_by)
+        if dislike is None:
+            # The dislike was forgotten since: the ending still stood, and says what it was.
+            said = ending.content.removeprefix(f"no longer {key}: {value} (").removesuffix(")")
+            dislike = ending.model_copy(update={"memory_id": ended_by, "content": said})
+        opinion = str(dislike.metadata.get("preference_key", "")).split(":")
+        kind = opinion[1] if len(opinion) == 3 else None  # opinion:genre:horror
+
+        def matches(said: str) -> bool:
+            # As detection compared them: the redacted turn may have stated the value the
+            # dislike ended in other words ("Japanese", "日本語").
+            return said == value or same_value(said, value, slot=kind)
+
+        # LongTermMemory's own retirement (private: only detection ends a favourite), so
+        # the replayed ending is written, indexed and logged as the first one was.
+        await self.longterm._retire_preference(
+            user_id, key, matches, provenance=ending.provenance, retired_by=dislike
+        )
 
     async def _prepare(self, view: SessionView) -> HandoffContent:
         meta = view.metadata
@@ -584,7 +626,9 @@ class SessionHandoff:
             memory_id = record.memory_id
         for key, value, turn in content.preferences:
             try:
-                current = await self.longterm.get_preference(user, key)
+                # A favourite this session ended (a detected dislike) is current here too:
+                # the session's own detection wins over the summary's value.
+                current = await self.longterm.get_preference(user, key, include_retired=True)
                 if current is not None and (
                     (
                         current.provenance.session_id == sid
