@@ -51,7 +51,13 @@ from tiermem.models.base import FrozenModel, problems
 from tiermem.models.shape import check_shape
 from tiermem.policies.phrases import TextView
 from tiermem.policies.turn_text import TurnText
-from tiermem.session_context import RECORD_KINDS
+from tiermem.session_context import (
+    OPENING_REACH,
+    RECORD_KINDS,
+    latest_opening,
+    needs_opening,
+    opening_message,
+)
 from tiermem.store.codec import check_idempotency_key
 from tiermem.store.contract import MAX_TURNS_PER_APPEND, EntityChange
 from tiermem.store.keys import validate_id
@@ -844,6 +850,12 @@ class Session:
         budget is :data:`DEFAULT_CONTEXT_BUDGET`. The session's rolling summaries and
         structured memory go in as sections, and hot turns they cover are left out (see
         ``docs/summaries.md``); ``stats.quality_metrics`` is the latest pass's quality.
+        The conversation starts with a user's own turn (not a tool result): when the hot
+        turns hold none (an agent loop longer than the hot window), the turn that opened
+        the task is read from the archive (one range read of at most
+        :data:`~tiermem.session_context.OPENING_REACH` turns, in that case only) and put
+        first with a marker of the turns left out, or, beyond that reach, a line saying
+        the task continues (``docs/context.md``).
 
         ``optimize``: the hot turns offered are first shrunk by the pre-save optimization
         (:mod:`tiermem.context.optimize`; ``stats.optimization`` says what it did): with
@@ -893,6 +905,10 @@ class Session:
         optimization = None
         if policy is not None:
             turns, optimization = optimize_view(turns, policy, cache.tokens)
+        opening = None
+        if needs_opening(turns):
+            # Inside an agent loop longer than the hot window: the only case that reads more.
+            opening = await self._opening(view.turns, turns[0].index)
         user_context: UserContext | None = None
         hits: Sequence[RecallHit] = ()
         if query is not None and query.strip():
@@ -919,6 +935,7 @@ class Session:
             sections=built.sections,
             turns=turns,
             current=current,
+            opening=opening,
             budget=budget,
             model=spec,
             allocation=allocation,
@@ -932,6 +949,23 @@ class Session:
             update={"optimization": optimization, "quality_metrics": dict(built.quality_metrics)}
         )
         return window.model_copy(update={"stats": stats})
+
+    async def _opening(self, hot: Sequence[Turn], first_shown: int) -> Turn | Message:
+        """The user message to open a window whose turns start at ``first_shown`` with an
+        assistant's turn or a tool result: the newest user turn before it, from the hot
+        window, else from one range read of at most :data:`OPENING_REACH
+        <tiermem.session_context.OPENING_REACH>` archived turns before the hot window
+        (:func:`~tiermem.session_context.opening_message`).
+
+        Raises:
+            BackendError: the durable tier failed.
+        """
+        found = latest_opening(hot, first_shown)
+        oldest = hot[0].index if hot else first_shown
+        if found is None and oldest > 0:
+            start = max(0, oldest - OPENING_REACH)
+            found = latest_opening(await self._tiers.get_turns(self.id, start, oldest), oldest)
+        return opening_message(found, first_shown)
 
     def _state_block(self, state: StateCoordinator, budget_tokens: int) -> str | None:
         from tiermem.state import StateCoordinator

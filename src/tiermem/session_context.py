@@ -15,6 +15,9 @@ and counting the summary's tokens. The cache keeps
 
 Both are bounded (least recently used dropped first) and :meth:`ContextCache.shrink` empties
 them. One cache per :class:`~tiermem.service.MemoryService`, shared by its handles.
+
+It also owns which turn opens a window (:func:`opens_conversation`, :func:`needs_opening`,
+:func:`opening_message`): a conversation must start with a user's own turn.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tiermem.context.count_memo import MemoTokenCounter
 from tiermem.context.models import ContextSection, ItemProvenance
-from tiermem.models import ActiveEntity, SessionRecord, ToolResultBlock, Turn
+from tiermem.models import ActiveEntity, Message, SessionRecord, TextBlock, ToolResultBlock, Turn
 from tiermem.summaries.jobs import (
     STRUCTURED_RECORD,
     SUMMARY_RECORD,
@@ -47,9 +50,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTEXT_SESSIONS",
+    "OPENING_REACH",
     "RECORD_KINDS",
     "ContextCache",
     "SummarySections",
+    "latest_opening",
+    "needs_opening",
+    "opening_message",
+    "opens_conversation",
     "quality_metrics",
     "summary_sections",
 ]
@@ -58,6 +66,13 @@ CONTEXT_SESSIONS = 1_024
 """Sessions whose summary sections are kept (a few KB each)."""
 RECORD_KINDS = (SUMMARY_RECORD, STRUCTURED_RECORD, WATERMARKS_RECORD)
 """The session records a window is built from, read on every call."""
+OPENING_REACH = 128
+"""How many archived turns before the hot window :meth:`Session.context
+<tiermem.session.Session.context>` reads, in one range read and only when the window
+would start inside an agent loop whose request is older than the hot window
+(:func:`needs_opening`), to find that request. Turns of tool output can be large: the bound
+keeps that read to at most this many turns; an opening turn further back (or expired
+from the archive) gives way to :func:`opening_message`'s continuation line."""
 
 _Stamp = tuple[tuple[int, Any, Any] | None, ...]
 _HeldEntities = tuple[
@@ -104,6 +119,59 @@ def opens_conversation(turn: Turn) -> bool:
     """Whether a conversation may start with ``turn``: a user's turn that answers no tool
     call (a tool result without the call before it is refused by every provider)."""
     return turn.role == "user" and not any(type(block) is ToolResultBlock for block in turn.content)
+
+
+def needs_opening(turns: Sequence[Turn]) -> bool:
+    """Whether a window of ``turns`` (oldest first) needs a user message put before them.
+    The assembly starts a window at its first turn that may open the conversation
+    (:func:`opens_conversation`) only when no turn before it must stay: a pinned one, or
+    a tool result (eviction keeps the first user turn, its call with it). So a window
+    needs one when a tool result or a pinned turn comes before the user's first own
+    turn, or when there is none: a window inside an agent loop longer than the hot
+    window, or starting inside the loop before the one the user's latest turn opened.
+    Assistant turns before the user's turn are left out instead (no read)."""
+    for turn in turns:
+        if opens_conversation(turn):
+            return False
+        if turn.pinned or turn.role == "user":
+            return True
+    return bool(turns)
+
+
+def latest_opening(turns: Sequence[Turn], before: int) -> Turn | None:
+    """The newest of ``turns`` (oldest first) with an index under ``before`` that may open
+    a conversation (:func:`opens_conversation`), or None."""
+    for turn in reversed(turns):
+        if turn.index < before and opens_conversation(turn):
+            return turn
+    return None
+
+
+def opening_message(found: Turn | None, first_shown: int) -> Turn | Message:
+    """The user message that opens a window whose hot turns (from turn ``first_shown``)
+    start inside a task: ``found``, the user turn that opened it, followed by a marker of
+    the turns left out between the two (none when they are adjacent); with none found,
+    one line saying the task continues. Never an assistant's or a tool result's turn: a
+    conversation that starts with either is refused by Bedrock Converse and Anthropic.
+
+    The opening turn is the same on every call of the task, and its marker changes only
+    when the hot window moves on (when the messages after it change as well): a provider
+    caching the message prefix keeps it as long as the window lets it."""
+    if found is None:
+        return Message.text(
+            "user",
+            f"[This task continues from turns before turn {first_shown} that are not shown; "
+            "session.get_turn(i) returns turn i.]",
+        )
+    if found.index + 1 >= first_shown:
+        return found
+    gap = (
+        f"turn {found.index + 1} of this task is"
+        if found.index + 2 == first_shown
+        else f"turns {found.index + 1}-{first_shown - 1} of this task are"
+    )
+    marker = TextBlock(text=f"[{gap} not shown; session.get_turn(i) returns turn i.]")
+    return found.model_copy(update={"content": (*found.content, marker)})
 
 
 def quality_metrics(quality: PassQuality | None) -> dict[str, float]:

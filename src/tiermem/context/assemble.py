@@ -57,6 +57,7 @@ from tiermem.context.models import (
     ContextWindow,
     ItemKind,
     ItemProvenance,
+    SourceTier,
     ToolDefinition,
 )
 from tiermem.context.recall_block import RECALL_HEADER, plan_recall_block
@@ -362,6 +363,7 @@ def assemble_context(
     recall: Sequence[RecallHit] = (),
     turns: Sequence[Turn] = (),
     current: str | Message | None = None,
+    opening: Turn | Message | None = None,
     state: str | None = None,
     model: str | ModelSpec | None = None,
     budget: int | None = None,
@@ -382,7 +384,12 @@ def assemble_context(
     the profile, seed 001). ``sections``: rolling summaries and
     structured memory. ``entities``: the session's active entities. ``recall``: per-turn
     recall hits (hits of turns in ``turns`` are skipped). ``turns``: the hot window, oldest
-    first. ``current``: the message being answered (a user message). ``state``: the
+    first. ``current``: the message being answered (a user message). ``opening``: a user
+    message placed before ``turns`` when they start inside a task (with an assistant's
+    turn or a tool result, which providers refuse as a conversation's first message):
+    the task's opening user turn read from the archive, or a line saying the task
+    continues (:func:`tiermem.session_context.opening_message`); it is never evicted.
+    ``state``: the
     session's state block (``StateCoordinator.to_agent_context(...).text``: intent, slots,
     task, environment), placed after the active entities (seed 000 injects it into the
     system prompt), cut to the room left like the other sections. ``model`` and
@@ -435,7 +442,11 @@ def assemble_context(
     current_message = _current(current)
     if current_message is not None and current_message.role != "user":
         raise ValidationError("the current message is the user's: its role must be 'user'")
+    lead = _opening(opening)
+    offset = 0 if lead is None else 1  # the opening goes first
     raw = [t.content for t in turns] + ([current_message.content] if current_message else [])
+    if lead is not None:
+        raw.insert(0, lead.content)
     closed = close_orphans(raw, open_last=current_message is None)
     planned = [
         PlannedMessage(
@@ -446,8 +457,19 @@ def assemble_context(
             importance=t.importance,
             pinned=t.pinned,
         )
-        for i, t in enumerate(turns)
+        for i, t in enumerate(turns, offset)
     ]
+    if lead is not None:
+        planned.insert(
+            0,
+            PlannedMessage(
+                role="user",
+                content=closed[0],
+                turn_index=lead.index if isinstance(lead, Turn) else None,
+                tokens=message_tokens(closed[0], counter),
+                pinned=True,
+            ),
+        )
     if current_message is not None:
         planned.append(
             PlannedMessage(
@@ -478,6 +500,8 @@ def assemble_context(
         profile, overridden = _profile_section(user_context, entity_list, counter)
         profile_ids = {*profile.provenance.memory_ids, *overridden}
     hot_indexes = {t.index for t in turns}
+    if isinstance(lead, Turn):
+        hot_indexes.add(lead.index)
     seen: set[tuple[str, str]] = set()
     fresh_hits = []
     for hit in sorted(recall, key=lambda h: -h.score):
@@ -558,9 +582,13 @@ def assemble_context(
     truncated_set = set(plan.truncated)
     kept = _from_a_user_message(plan.kept, planned, plan.content)
     evicted = sorted((*plan.evicted, *plan.kept[: len(plan.kept) - len(kept)]))
+    current_at = len(planned) - 1 if current_message is not None else None
     for position in kept:
         message = planned[position]
-        is_turn = message.turn_index is not None
+        is_turn = position != current_at
+        tier: SourceTier = "hot" if is_turn else "request"
+        if position < offset:  # the opening: an archived turn, or the continuation line
+            tier = "archive" if message.turn_index is not None else "session"
         b.items.append(
             ContextItem(
                 kind="turn" if is_turn else "current",
@@ -568,7 +596,7 @@ def assemble_context(
                 content=plan.content[position],
                 tokens=plan.tokens[position],
                 provenance=ItemProvenance(
-                    tier="hot" if is_turn else "request",
+                    tier=tier,
                     session_id=session_id,
                     turn_indexes=(message.turn_index,) if message.turn_index is not None else (),
                 ),
@@ -595,7 +623,7 @@ def assemble_context(
                 "buffer": buffer,
             },
             "hot_turns": len(turns),
-            "kept_turns": sum(1 for i in kept if planned[i].turn_index is not None),
+            "kept_turns": sum(1 for i in kept if i >= offset and i != current_at),
             "evicted_count": len(evicted),
             "evicted_turn_indexes": tuple(
                 planned[i].turn_index for i in evicted if planned[i].turn_index is not None
@@ -603,13 +631,25 @@ def assemble_context(
             "truncated_turn_indexes": tuple(
                 planned[i].turn_index for i in plan.truncated if planned[i].turn_index is not None
             ),
-            "current_truncated": any(planned[i].turn_index is None for i in plan.truncated),
+            "current_truncated": current_at in truncated_set,
             "recall_hits": recall_kept,
             "recall_dropped": recall_dropped,
             "sections_dropped": b.sections_dropped,
             "structured_memory": _structured_counts(structured),
         },
     )
+
+
+def _opening(opening: object) -> Turn | Message | None:
+    if opening is None:
+        return None
+    if not isinstance(opening, Turn | Message):
+        raise ValidationError(f"opening must be a Turn or a Message, got {type(opening).__name__}")
+    if opening.role != "user" or any(type(b) is ToolResultBlock for b in opening.content):
+        raise ValidationError(
+            "opening opens the conversation: it must be a user's message without tool results"
+        )
+    return opening
 
 
 def _from_a_user_message(
