@@ -260,6 +260,17 @@ EN_NAME = Gated(
     ("name",),
 )
 EN_NEGATED = re.compile(r"\b(?:don't|do\s+not|never|stop|not)\b")
+EN_REPORTED = re.compile(
+    r"(?:\b(?:you|who|someone|somebody|they|he|she)\s+(?:[\w']+\s+){0,3}|"
+    r"\b(?:never|not|didn't|did\s+not|don't|do\s+not|wouldn't|would\s+not|won't|doesn't|"
+    r"does\s+not)\s+)"
+    r"(?:said|say|saying|says|think|thinks|thought|claim|claimed|assume|assumed|"
+    r"told\s+\w+|tell\s+\w+|mean|meant|implying|suggesting)\s+(?:that\s+)?$"
+)
+"""What makes an "I don't like X" / "I hate X" that follows it words the user denies or
+quotes, not their taste: "you said I don't like horror, but that's wrong", "I never said I
+hate horror", "I wouldn't say I don't like horror" (tested on the text before the clause's
+"I"). "I said I don't like horror" and "I'd say I hate horror" still count."""
 EN_REMEMBER = re.compile(
     r"^(?:(?:hey|ok|okay|so|and|also|oh|btw|by\s+the\s+way)[,!]?\s+)*(?:(?:please|pls|plz)\s+)?"
     r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|i\s+want\s+you\s+to\s+|"
@@ -324,7 +335,8 @@ JA_OBJECT = r"(?:(?P<obj>.+?)(?:が|は|も)|(?P<bare>.*?[\u30a0-\u30ff\u3400-\u
 JA_DISLIKE = Gated(
     re.compile(
         rf"^{JA_OBJECT}(?:ちょっと|とても|本当に|ほんとに|すごく|かなり)?"
-        r"(?P<verb>大嫌い|嫌い|苦手)(?!じゃない|ではない|ではありません|じゃありません)"
+        r"(?P<verb>大嫌い|嫌い|苦手)(?!じゃない|ではない|ではありません|じゃありません|"
+        r"だった|でした|な(?!の|ん))"
     ),
     ("嫌い", "苦手"),
 )

@@ -591,12 +591,16 @@ class RuleMemoryDetector:
             if obj is None or obj.lower().startswith(("not ", "to not", "not to")):
                 return []
             return self._favorite_by_kind(obj, reason="prefer", text=f"prefers {obj}")
-        if match := rules.EN_NEG_LIKE.search(folded):
+        if (match := rules.EN_NEG_LIKE.search(folded)) and not rules.EN_REPORTED.search(
+            folded, 0, match.start()
+        ):
             obj = obj_of(match)
             if obj is not None and _is_service(obj):  # "I don't like your suggestions"
                 return _as_feedback(normal, "complaint")
             return self._opinions(obj, "dislikes", "dislike") if obj else []
-        if match := rules.EN_HATE.search(folded):
+        if (match := rules.EN_HATE.search(folded)) and not rules.EN_REPORTED.search(
+            folded, 0, match.start()
+        ):
             obj = obj_of(match)
             if obj is not None and _is_service(obj):
                 return _as_feedback(normal, "complaint")
