@@ -221,16 +221,26 @@ def _text_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-_OVERRIDDEN_KEYS = {key: kind for kind, key in KIND_FAVORITE_KEY.items()}
+_OVERRIDING_KINDS = frozenset({"language"})
+"""Entity kinds whose active value is the user's choice for the session, not only its
+topic: a session in Japanese, or asking for Japanese editions, has switched from a
+preferred English (seed 001's case). An active ``genre`` or ``series`` is what the
+conversation is about ("Berserk is a seinen, right?" makes ``genre: seinen`` active): it
+does not contradict a favourite shojo, which the model still needs to recommend (and to
+answer "what genre do I like?")."""
+_OVERRIDDEN_KEYS = {
+    key: kind for kind, key in KIND_FAVORITE_KEY.items() if kind in _OVERRIDING_KINDS
+}
 _OVERRIDDEN_KEYS |= {
     old: _OVERRIDDEN_KEYS[new]
     for old, new in PREFERENCE_KEY_ALIASES.items()
     if new in _OVERRIDDEN_KEYS
 }
 """Preference key → the entity kind whose active value overrides it (``preferred_language``
-→ ``language``): the map the detector writes these preferences by, read backwards, and
-the old names of those keys (``favorite_language``, :data:`PREFERENCE_KEY_ALIASES`) that
-records written before the rename still carry."""
+→ ``language``): the map the detector writes these preferences by, read backwards, for
+the kinds of :data:`_OVERRIDING_KINDS`, and the old names of those keys
+(``favorite_language``, :data:`PREFERENCE_KEY_ALIASES`) that records written before the
+rename still carry."""
 
 
 def override_by_entities(
@@ -238,11 +248,10 @@ def override_by_entities(
 ) -> UserContext:
     """``context`` without the preferences a session's active ``entities`` contradict.
 
-    A preference is contradicted when its key is the favourite key of an entity kind
-    (``preferred_language`` of ``language``, ``favorite_genre`` of ``genre``,
-    ``favorite_series`` of ``series``: the map :mod:`tiermem.longterm.detect` writes them
-    by; or an old name of one, ``favorite_language``, that a record written before the
-    rename still carries) and the active entity of that kind has another value, compared
+    A preference is contradicted when its key is the favourite key of the ``language``
+    kind (``preferred_language``: the map :mod:`tiermem.longterm.detect` writes it by; or
+    its old name, ``favorite_language``, that a record written before the rename still
+    carries) and the active ``language`` entity has another value, compared
     as structured memory compares values (:func:`tiermem.summaries.structured.same_value`:
     "English", "english" and "英語" are one language; "the Japanese edition" is
     ``japanese``). Of several entities of one kind, the last is the active one.
@@ -252,8 +261,9 @@ def override_by_entities(
     and still show the stale value the model might follow, and the stored preference is
     not changed (the session overrides it, it does not correct it). Its memory id goes to
     :attr:`UserContext.overridden`. Preferences without a key (``remember(...,
-    memory_type="preference")``), opinions (``opinion:genre:shojo``) and keys of kinds
-    with no entity are never left out.
+    memory_type="preference")``), opinions (``opinion:genre:shojo``), favourites of the
+    kinds a conversation is only about (``favorite_genre`` while ``genre: seinen`` is
+    active, ``favorite_series``) and keys of kinds with no entity are never left out.
 
     The result depends on the preferences and the active entities only, so it changes
     when the user switches (a change of the cached prefix, the profile being before the
