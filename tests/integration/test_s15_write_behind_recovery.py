@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from datetime import timedelta
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -37,10 +37,15 @@ import pytest
 import tiermem.tiers.tiered as tiered_module
 from tests.integration.conftest import Pairing, open_composed_pairing, open_pairing
 from tests.integration.test_session_integrity import SAME_BACKEND_PAIRINGS
-from tiermem.models import Turn
+from tiermem.clock import FakeClock
+from tiermem.models import NewTurn, SessionMetadata, Turn
 from tiermem.policies.ttl import FixedTtl, TtlPolicy
 from tiermem.service import MemoryService
-from tiermem.store.contract import HotAppendResult
+from tiermem.store.backends.dynamodb_hot import DynamoDBHotStore
+from tiermem.store.backends.memory import MemoryDurableStore, MemoryHotStore
+from tiermem.store.backends.redis_hot import RedisHotStore
+from tiermem.store.backends.sqlite import SQLiteHotStore
+from tiermem.store.contract import Capability, EntityChange, HotAppendResult
 from tiermem.testing.backend import fresh_id
 from tiermem.testing.round_trips import RoundTrips
 from tiermem.tiers import SessionTierConfig, WritePolicy
@@ -307,3 +312,70 @@ async def test_a_plain_write_behind_turn_is_still_one_hot_write(
             await session.add_turn("user", "plain")
         await memory.aclose()
     assert trips.total == expected, dict(trips.counts)
+
+
+class _HotStoreOfTheOldContract(MemoryHotStore):
+    """A third-party hot store written before ``keep_expired``: its ``append_turns`` takes
+    the arguments it took then, and it does not declare :attr:`Capability.KEEP_EXPIRED`."""
+
+    capabilities = frozenset(MemoryHotStore.capabilities - {Capability.KEEP_EXPIRED})
+
+    async def append_turns(  # type: ignore[override]
+        self,
+        session_id: str,
+        turns: Sequence[NewTurn],
+        *,
+        window: int,
+        expires_at: datetime,
+        first_index: int | None = None,
+        metadata: SessionMetadata | None = None,
+        expected_version: int | None = None,
+        entities: EntityChange | None = None,
+    ) -> HotAppendResult:
+        return await super().append_turns(
+            session_id,
+            turns,
+            window=window,
+            expires_at=expires_at,
+            first_index=first_index,
+            metadata=metadata,
+            expected_version=expected_version,
+            entities=entities,
+        )
+
+
+async def test_write_behind_over_a_hot_store_without_keep_expired_still_appends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The tiers passed keep_expired to every hot store: one written to the contract before
+    # it failed every write-behind turn with a TypeError. Now they pass it only to stores
+    # declaring the capability, and say once what the store without it does not guard.
+    clock = FakeClock()
+    hot = _HotStoreOfTheOldContract(clock=clock)
+    config = SessionTierConfig(
+        window=10, write_policy=WritePolicy.WRITE_BEHIND, write_behind_every=5
+    )
+    with caplog.at_level(logging.WARNING, logger=tiered_module.__name__):
+        memory = MemoryService(
+            hot,
+            MemoryDurableStore(clock=clock),
+            clock=clock,
+            config=config,
+            auto_detect=False,
+            index_turns=False,
+        )
+    assert [r for r in caplog.records if "does not declare keep_expired" in r.getMessage()]
+    session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
+    stored = [await session.add_turn("user", f"t{i}") for i in range(7)]
+
+    assert [t.index for t in stored] == list(range(7))
+    assert _texts(await session.history()) == [f"t{i}" for i in range(7)]
+    await session.close()
+    await memory.aclose()
+
+
+def test_every_built_in_hot_store_declares_keep_expired() -> None:
+    # The tiers pass keep_expired only to stores declaring it: a built-in store that
+    # stopped declaring it would lose write-behind turns after an expiry again.
+    for store in (MemoryHotStore, SQLiteHotStore, RedisHotStore, DynamoDBHotStore):
+        assert Capability.KEEP_EXPIRED in store.capabilities, store.__name__

@@ -138,6 +138,11 @@ class Capability(StrEnum):
     """``append_turns`` takes ``entities=`` (an :class:`EntityChange`) and writes it in the
     same atomic write as the turns. Without it, callers write entity changes separately
     (``update_entities`` / a compare-and-set of the ``entities`` record)."""
+    KEEP_EXPIRED = "keep_expired"
+    """``HotStore.append_turns`` takes ``keep_expired=`` (refuses to start afresh over an
+    expired session it still holds). Write-behind passes it only to stores declaring it:
+    over another store an append after an expiry, before a sweep, starts the session
+    afresh (its turns not flushed yet are lost), as before the flag existed."""
     OPTIMISTIC_APPEND = "optimistic_append"
     """``DurableStore.append_turns`` with ``first_index`` saves the store a read of the
     session's counter (DynamoDB): callers that know the next index (a session handle's
@@ -214,7 +219,8 @@ class HotStore(Protocol):
         the archive's numbering); on a live session it must equal ``next_index``.
         ``metadata``, when given, replaces the session's metadata in the same write.
 
-        ``keep_expired``: an expired session the store still holds (the one
+        ``keep_expired`` (only stores declaring :attr:`Capability.KEEP_EXPIRED` take
+        it): an expired session the store still holds (the one
         ``load(include_expired=True)`` would return) is not started afresh over: nothing is
         written and ConflictError raised (``expected`` None, ``actual`` its version), so
         that the caller can save what only it holds first (write-behind turns not flushed

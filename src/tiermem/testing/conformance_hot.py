@@ -238,9 +238,15 @@ async def test_hot_write_after_expiry_starts_afresh(backend: BackendUnderTest) -
     assert snap.entities == {}
 
 
+def _keeps_expired(backend: BackendUnderTest) -> None:
+    if Capability.KEEP_EXPIRED not in backend.hot.capabilities:
+        pytest.skip(f"{backend.hot.name} hot store does not declare keep_expired")
+
+
 async def test_hot_append_keeping_expired_refuses_a_held_session(
     backend: BackendUnderTest,
 ) -> None:
+    _keeps_expired(backend)
     sid = fresh_id("s")
     await backend.hot.append_turns(
         sid, [text_turn("unflushed")], window=5, expires_at=backend.later(60)
@@ -272,6 +278,7 @@ async def test_hot_append_keeping_expired_refuses_a_held_session(
 async def test_hot_append_keeping_expired_appends_to_a_live_or_absent_session(
     backend: BackendUnderTest,
 ) -> None:
+    _keeps_expired(backend)
     sid = fresh_id("s")
     first = await backend.hot.append_turns(
         sid, [text_turn("a")], window=5, expires_at=backend.later(60), keep_expired=True

@@ -291,6 +291,20 @@ class TieredSessionStore:
         self._durable_takes_entities = _takes_entities(durable)
         self._hot_takes_entities = _takes_entities(hot)
         self._optimistic = Capability.OPTIMISTIC_APPEND in durable.capabilities
+        # A hot store written to the contract before keep_expired existed does not take
+        # it: write-behind works over it as it did (an append after an expiry, before a
+        # sweep, starts the session afresh), not with a TypeError on every turn.
+        self._hot_keeps_expired = Capability.KEEP_EXPIRED in hot.capabilities
+        if (
+            self.config.write_policy is not WritePolicy.WRITE_THROUGH
+            and not self._hot_keeps_expired
+        ):
+            logger.warning(
+                "hot store %s does not declare keep_expired: under write-behind, a turn added "
+                "after a session expired and before the expiry sweeper flushed it drops the "
+                "turns not flushed yet; run the sweeper, or declare Capability.KEEP_EXPIRED",
+                getattr(hot, "name", type(hot).__name__),
+            )
         # A hot read without a snapshot object, where the class defining it also defines
         # load (a subclass's own load is not gone around): every history() of memory+memory.
         self._read_now: InProcessRead | None = (
@@ -867,16 +881,24 @@ class TieredSessionStore:
         try:
             # keep_expired: an expired session the hot tier still holds may hold turns not
             # flushed yet, which starting it afresh would drop without a trace.
-            result = await self._hot(
-                lambda: self.hot.append_turns(
-                    sid,
-                    turns,
-                    window=self.config.window,
-                    expires_at=expires_at,
-                    keep_expired=keep_expired,
-                ),
-                "append",
-            )
+            if keep_expired and self._hot_keeps_expired:
+                result = await self._hot(
+                    lambda: self.hot.append_turns(
+                        sid,
+                        turns,
+                        window=self.config.window,
+                        expires_at=expires_at,
+                        keep_expired=True,
+                    ),
+                    "append",
+                )
+            else:
+                result = await self._hot(
+                    lambda: self.hot.append_turns(
+                        sid, turns, window=self.config.window, expires_at=expires_at
+                    ),
+                    "append",
+                )
         except ConflictError:
             # Nothing else is asked of this append: the session expired and is held.
             return await self._append_after_expiry(metadata, turns, turn_count_hint)

@@ -268,7 +268,12 @@ class DynamoDBHotStore:
 
     name = "dynamodb"
     capabilities = frozenset(
-        {Capability.PERSISTENT, Capability.NATIVE_TTL, Capability.ENTITIES_IN_APPEND}
+        {
+            Capability.PERSISTENT,
+            Capability.NATIVE_TTL,
+            Capability.ENTITIES_IN_APPEND,
+            Capability.KEEP_EXPIRED,
+        }
     )
 
     def __init__(

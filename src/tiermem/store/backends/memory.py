@@ -129,7 +129,12 @@ class MemoryHotStore:
 
     name = "memory"
     capabilities = frozenset(
-        {Capability.NATIVE_TTL, Capability.CLUSTER_SAFE, Capability.ENTITIES_IN_APPEND}
+        {
+            Capability.NATIVE_TTL,
+            Capability.CLUSTER_SAFE,
+            Capability.ENTITIES_IN_APPEND,
+            Capability.KEEP_EXPIRED,
+        }
     )
 
     def __init__(

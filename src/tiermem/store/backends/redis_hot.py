@@ -454,7 +454,12 @@ class RedisHotStore(RedisStoreBase):
 
     name = BACKEND_NAME
     capabilities = frozenset(
-        {Capability.NATIVE_TTL, Capability.CLUSTER_SAFE, Capability.ENTITIES_IN_APPEND}
+        {
+            Capability.NATIVE_TTL,
+            Capability.CLUSTER_SAFE,
+            Capability.ENTITIES_IN_APPEND,
+            Capability.KEEP_EXPIRED,
+        }
     )
 
     def __init__(

@@ -240,7 +240,9 @@ class SQLiteHotStore:
     """
 
     name = "sqlite"
-    capabilities = frozenset({Capability.PERSISTENT, Capability.ENTITIES_IN_APPEND})
+    capabilities = frozenset(
+        {Capability.PERSISTENT, Capability.ENTITIES_IN_APPEND, Capability.KEEP_EXPIRED}
+    )
 
     def __init__(
         self,
