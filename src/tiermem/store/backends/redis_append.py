@@ -477,7 +477,9 @@ HOT_APPEND_KEEP_EXPIRED = LuaScript(
     bind_hot
     # ARGV: 1 the store's gc grace (us), then hot_append's. The rest of the script reads
     # a local ARGV without it, declared before the prelude so that its functions read it.
-    + "local grace = tonumber(ARGV[1])\nlocal ARGV = {unpack(ARGV, 2)}\n"
+    # Copied in a loop: unpack returns at most ~8,000 values (a large entity change).
+    + "local grace = tonumber(ARGV[1])\nlocal ARGV = (function(a)\n"
+    + "  local t = {}\n  for i = 2, #a do t[i - 1] = a[i] end\n  return t\nend)(ARGV)\n"
     + HOT_PRELUDE
     + """
 -- HotStore.append_turns(keep_expired=True): an expired session still held (as hot_load
