@@ -73,3 +73,30 @@ async def test_a_denied_dislike_leaves_the_favourite(service: MemoryService, tex
     assert favourite is not None
     assert favourite.metadata["preference_value"] == "horror"
     assert [m.content for m in await service.longterm.list("u")] == [favourite.content]
+
+
+# ----------------------------------- "not much" is a dislike of the thing, not of "X much"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I don't like horror much but love thrillers.",
+        "I don't like horror that much.",
+        "I don't like horror at all.",
+    ],
+)
+def test_a_degree_word_is_not_part_of_the_disliked_thing(text: str) -> None:
+    # Before: opinion:horror_much = "dislikes horror much", a key of its own.
+    assert [(d.key, d.value, d.content) for d in detect_memories(text)] == [
+        ("opinion:genre:horror", "dislikes", "dislikes horror")
+    ]
+
+
+async def test_loving_it_later_replaces_a_dislike_said_with_much(service: MemoryService) -> None:
+    # Before, "dislikes horror much" stayed current next to "loves horror".
+    session = await service.session("s1", user_id="u")
+    await session.add_turn("user", "I don't like horror much.")
+    await session.add_turn("user", "Actually I love horror now.")
+    await service.drain()
+    assert [m.content for m in await service.longterm.list("u")] == ["loves horror"]

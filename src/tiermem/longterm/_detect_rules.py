@@ -146,7 +146,8 @@ EN_CUT = re.compile(
     re.IGNORECASE,
 )
 EN_TRAILING_FILLER = re.compile(
-    r"(?:\s+(?:a\s+lot|a\s+bit|very\s+much|so\s+much|too|the\s+most|best|more|anyway|lol|"
+    r"(?:\s+(?:a\s+lot|a\s+bit|(?:very\s+|so\s+|that\s+|too\s+)?much|at\s+all|too|the\s+most|"
+    r"best|more|anyway|lol|"
     r"please|now|these\s+days|nowadays|anymore|any\s+more|in\s+general|generally|honestly|"
     r"though|as\s+well))+$",
     re.IGNORECASE,
