@@ -427,8 +427,8 @@ class Session:
         return stored
 
     async def _reopen(self, closed_at: datetime) -> None:
-        """A turn was added to the session this handle saw closed (at ``closed_at``): it is
-        open again (``closed_at`` cleared in both tiers; one write, on the first turn after
+        """A turn is being added to the session this handle saw closed (at ``closed_at``):
+        it is open again (``closed_at`` cleared in both tiers; one write, on the first turn after
         a close). A close this handle did not see (another ``closed_at``) stands: it came
         after what the handle knew, and the next handoff covers the turn anyway (the
         ``handoff`` record says through which turn it went)."""
@@ -449,6 +449,12 @@ class Session:
         loop."""
         view = self._view
         metadata = view.stored_metadata  # what the tiers read of it is never derived
+        if metadata.closed_at is not None:
+            # Before the append: a failed reopen then raises with nothing stored (after it,
+            # the turn was stored behind the error and a retry stored it twice).
+            await self._reopen(metadata.closed_at)
+            view = self._view
+            metadata = view.stored_metadata
         first = view.next_index
         # Most turns name no entity and change no subject: no call to find that nothing
         # changed.
@@ -473,8 +479,6 @@ class Session:
                 change = rebase_entity_change(change, first, stored[0].index, len(stored))
             entities = _merged(entities, change)
         self._view = view.after_append(max(view.next_index, stored[-1].index + 1), entities)
-        if metadata.closed_at is not None:
-            await self._reopen(metadata.closed_at)
         await self._after_stored(stored, [analysis] if len(stored) == 1 else [None] * len(stored))
         return stored
 
