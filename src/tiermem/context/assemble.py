@@ -65,6 +65,7 @@ from tiermem.context.tool_pairs import close_orphans
 from tiermem.context.truncate import (
     mark_cut,
     message_tokens,
+    truncate_content,
     truncate_text,
     truncation_marker,
 )
@@ -99,6 +100,11 @@ ENTITIES_HEADER = "Currently active entities (use these unless overridden):"
 SECTION_MIN_TOKENS = 48
 """A section that does not fit is cut to the room left when that is at least this many
 tokens (less would leave a marker and little else), and left out otherwise."""
+OPENING_SHARE = 4
+"""The opening (``assemble_context(opening=...)``: a task's request read back from the
+archive) takes at most 1/OPENING_SHARE of the hot share of the budget: it is never
+evicted, so a long request (a pasted document) kept whole would evict the task's own
+recent turns, the work the model is continuing."""
 
 
 class _UserContextLike(Protocol):
@@ -448,6 +454,11 @@ def assemble_context(
     if lead is not None:
         raw.insert(0, lead.content)
     closed = close_orphans(raw, open_last=current_message is None)
+    lead_cut = False
+    if lead is not None:
+        cap = max(SECTION_MIN_TOKENS, math.floor(total_budget * allocation.hot) // OPENING_SHARE)
+        if message_tokens(closed[0], counter) > cap:
+            closed[0], lead_cut = _cut_opening(closed[0], cap, counter), True
     planned = [
         PlannedMessage(
             role=t.role,
@@ -580,6 +591,8 @@ def assemble_context(
     )
     messages: list[tuple[str, tuple[ContentBlock, ...]]] = []
     truncated_set = set(plan.truncated)
+    if lead_cut:
+        truncated_set.add(0)
     kept = _from_a_user_message(plan.kept, planned, plan.content)
     evicted = sorted((*plan.evicted, *plan.kept[: len(plan.kept) - len(kept)]))
     current_at = len(planned) - 1 if current_message is not None else None
@@ -638,6 +651,18 @@ def assemble_context(
             "structured_memory": _structured_counts(structured),
         },
     )
+
+
+def _cut_opening(
+    blocks: Sequence[ContentBlock], cap: int, counter: TokenCounter
+) -> tuple[ContentBlock, ...]:
+    """An opening's ``blocks`` cut to ``cap`` tokens; a short text last (the marker of the
+    turns not shown, :func:`~tiermem.session_context.opening_message`) is kept whole."""
+    last = blocks[-1] if len(blocks) > 1 else None
+    if type(last) is TextBlock and counter.count(last.text) <= SECTION_MIN_TOKENS:
+        head = truncate_content(blocks[:-1], cap - counter.count(last.text) - 2, counter)
+        return (*head, last)
+    return truncate_content(blocks, cap, counter)
 
 
 def _opening(opening: object) -> Turn | Message | None:
