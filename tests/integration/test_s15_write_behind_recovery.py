@@ -379,3 +379,32 @@ def test_every_built_in_hot_store_declares_keep_expired() -> None:
     # stopped declaring it would lose write-behind turns after an expiry again.
     for store in (MemoryHotStore, SQLiteHotStore, RedisHotStore, DynamoDBHotStore):
         assert Capability.KEEP_EXPIRED in store.capabilities, store.__name__
+
+
+@pytest.mark.parametrize("redacted", [3, 6], ids=["flushed", "not-flushed"])
+async def test_redaction_under_write_behind_keeps_the_turns_not_flushed_yet(
+    every: Pairing, redacted: int
+) -> None:
+    # The redaction rebuilt the hot window from the archive when it held the turn: the
+    # turns not flushed yet were dropped (the next turn took the first of their indexes),
+    # and a turn not flushed yet could not be redacted at all (the archive lacked it).
+    memory = _write_behind(every)
+    session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
+    for i in range(7):  # 0-4 flushed; 5 and 6 only in the hot tier
+        await session.add_turn("user", f"t{i}")
+
+    await session.redact_turn(redacted)
+    after = await session.add_turn("user", "after")
+
+    assert after.index == 7
+    history = await session.history()
+    assert [t.index for t in history] == list(range(8))
+    assert [t.text for i, t in enumerate(history) if i != redacted] == [
+        *(f"t{i}" for i in range(7) if i != redacted),
+        "after",
+    ]
+    assert "t" + str(redacted) not in history[redacted].text
+    await session.close()
+    archived = await every.durable.get_turns(session.id)
+    assert _texts(archived) == _texts(history)
+    assert memory.metrics.lost_turns == 0

@@ -1241,6 +1241,10 @@ class TieredSessionStore:
 
     async def redact(self, session_id: str, index: int) -> Turn:
         """Redact a turn in the archive, then rebuild the hot window if it holds the turn."""
+        if self.config.write_policy is not WritePolicy.WRITE_THROUGH:
+            # The archive must hold the turn to redact it, and the rebuild replaces the hot
+            # window with the archive's: archive the turns not flushed yet first.
+            await self.flush(session_id, include_expired=True)
         redacted = await self.durable.redact_turn(session_id, index)
         snap = await self._hot(lambda: self.hot.load(session_id), "redact")
         if isinstance(snap, SessionSnapshot) and any(t.index == index for t in snap.turns):
