@@ -543,7 +543,11 @@ def optimize_view(
 ) -> tuple[tuple[Turn, ...], ViewOptimization]:
     """``turns`` optimized for a context window under ``policy`` (turns left empty are left
     out whatever ``policy.keep_empty_turns`` says: a window has no use for an empty
-    message), and what that did, in tokens as assembly counts them with ``counter``."""
+    message), and what that did, in tokens as assembly counts them with ``counter``.
+
+    A pinned turn is sent as it is: when the optimization would change or drop one (a
+    pinned failed result superseded later, a pinned output turned into a reference), the
+    turns are offered unoptimized (a partial undo could split a call from its result)."""
     if policy.keep_empty_turns:
         policy = replace(policy, keep_empty_turns=False)
     done = optimize_turns(turns, policy)
@@ -551,6 +555,8 @@ def optimize_view(
     if not report.actions:
         return done.turns, ViewOptimization()
     changed = set(report.changed_turns)
+    if any(turn.pinned and turn.index in changed for turn in turns):
+        return tuple(turns), ViewOptimization()
     after = {turn.index: turn for turn in done.turns if turn.index in changed}
     saved = 0
     for turn in turns:
