@@ -394,6 +394,10 @@ class Session:
         stored: list[Turn] = []
         analyses: list[TurnAnalysis | None] = []
         closed_at = self._view.stored_metadata.closed_at
+        if closed_at is not None and analysed:
+            # Before the appends, as in _append_one: a failed reopen raises with nothing
+            # stored (after them, the turns were stored behind the error).
+            await self._reopen(closed_at)
         for n, start in enumerate(range(0, len(analysed), MAX_TURNS_PER_APPEND)):
             key = idempotency_key if not n or idempotency_key is None else f"{idempotency_key}#{n}"
             sent = analysed[start : start + MAX_TURNS_PER_APPEND]
@@ -421,8 +425,6 @@ class Session:
             # A retry may return fewer turns (some expired): then analyse them again later.
             analyses += map(_second, sent) if len(batch) == len(sent) else [None] * len(batch)
         if stored:
-            if closed_at is not None:
-                await self._reopen(closed_at)
             await self._after_stored(stored, analyses)
         return stored
 

@@ -77,3 +77,37 @@ async def test_a_failed_reopen_stores_nothing_and_a_retry_stores_the_turn_once(
     assert reopened.turn_count == 2
     assert [t.text for t in await durable.get_turns(session.id)] == ["hello", "back again"]
     await memory.aclose()
+
+
+@pytest.mark.parametrize("policy", [WritePolicy.WRITE_THROUGH, WritePolicy.WRITE_BEHIND])
+async def test_a_failed_reopen_of_a_batch_stores_nothing(policy: WritePolicy) -> None:
+    """``add_turns`` reopens before its appends too (it reopened after them)."""
+    clock = FakeClock()
+    durable = _FlakyRecords(clock=clock)
+    memory = MemoryService(
+        MemoryHotStore(clock=clock),
+        durable,
+        clock=clock,
+        config=SessionTierConfig(window=10, write_policy=policy, write_behind_every=5),
+        auto_detect=False,
+        index_turns=False,
+        auto_summarize=False,
+    )
+    session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
+    await session.add_turn("user", "hello")
+    await session.close()
+
+    durable.down = True
+    batch = [{"role": "user", "content": "back"}, {"role": "assistant", "content": "welcome"}]
+    with pytest.raises(BackendUnavailableError):
+        await session.add_turns(batch)
+    assert [t.text for t in await session.history()] == ["hello"]
+
+    durable.down = False
+    stored = await session.add_turns(batch)
+    assert [t.index for t in stored] == [1, 2]
+    assert (await session.metadata()).closed_at is None
+    assert [t.text for t in await session.history()] == ["hello", "back", "welcome"]
+    await session.close()
+    assert [t.text for t in await durable.get_turns(session.id)] == ["hello", "back", "welcome"]
+    await memory.aclose()
