@@ -147,7 +147,7 @@ EN_CUT = re.compile(
 )
 EN_TRAILING_FILLER = re.compile(
     r"(?:\s+(?:a\s+lot|a\s+bit|(?:very\s+|so\s+|that\s+|too\s+)?much|at\s+all|too|the\s+most|"
-    r"best|more|anyway|lol|"
+    r"best|more|anyway|again|after\s+all|lol|"
     r"please|now|these\s+days|nowadays|anymore|any\s+more|in\s+general|generally|honestly|"
     r"though|as\s+well))+$",
     re.IGNORECASE,

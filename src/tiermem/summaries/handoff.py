@@ -644,6 +644,10 @@ class SessionHandoff:
                     # session's earlier handoff wrote gives way to the one it changed to
                     # after it was reopened.)
                     continue
+                if current is not None and await self._ended_since(sid, current, value, turn):
+                    # A dislike in another session, while this one was open, ended this
+                    # very value after this session stated it: the ending stands.
+                    continue
                 await self.longterm.upsert_preference(
                     user,
                     key,
@@ -654,6 +658,22 @@ class SessionHandoff:
                 # A key that cannot be an id, say: the rest of the handoff still counts.
                 logger.warning("preference %r of session %s not handed off: %s", key, sid, exc)
         return memory_id
+
+    async def _ended_since(self, sid: str, slot: MemoryRecord, value: str, turn: int) -> bool:
+        """``slot`` is a favourite a detected dislike ended (``retired_by``), the value it
+        ended is ``value`` (compared as structured memory compares values), and the ending
+        came after turn ``turn`` of session ``sid`` stated it (one archive read, in that
+        case only; a turn the archive no longer has leaves the ending standing)."""
+        ended = slot.metadata.get("preference_value")
+        if not isinstance(slot.metadata.get("retired_by"), str) or not isinstance(ended, str):
+            return False
+        if ended != value and not same_value(ended, value):
+            return False
+        try:
+            stated = await self.durable.get_turn(sid, turn)
+        except NotFoundError:
+            return True
+        return (slot.invalid_from or slot.valid_from or slot.created_at) >= stated.timestamp
 
     async def _supersede(
         self,
