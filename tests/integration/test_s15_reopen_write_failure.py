@@ -45,10 +45,7 @@ class _FlakyRecords(MemoryDurableStore):
         )
 
 
-@pytest.mark.parametrize("policy", [WritePolicy.WRITE_THROUGH, WritePolicy.WRITE_BEHIND])
-async def test_a_failed_reopen_stores_nothing_and_a_retry_stores_the_turn_once(
-    policy: WritePolicy,
-) -> None:
+def _service(policy: WritePolicy) -> tuple[MemoryService, _FlakyRecords]:
     clock = FakeClock()
     durable = _FlakyRecords(clock=clock)
     memory = MemoryService(
@@ -60,6 +57,14 @@ async def test_a_failed_reopen_stores_nothing_and_a_retry_stores_the_turn_once(
         index_turns=False,
         auto_summarize=False,
     )
+    return memory, durable
+
+
+@pytest.mark.parametrize("policy", [WritePolicy.WRITE_THROUGH, WritePolicy.WRITE_BEHIND])
+async def test_a_failed_reopen_stores_nothing_and_a_retry_stores_the_turn_once(
+    policy: WritePolicy,
+) -> None:
+    memory, durable = _service(policy)
     session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
     await session.add_turn("user", "hello")
     await session.close()
@@ -82,17 +87,7 @@ async def test_a_failed_reopen_stores_nothing_and_a_retry_stores_the_turn_once(
 @pytest.mark.parametrize("policy", [WritePolicy.WRITE_THROUGH, WritePolicy.WRITE_BEHIND])
 async def test_a_failed_reopen_of_a_batch_stores_nothing(policy: WritePolicy) -> None:
     """``add_turns`` reopens before its appends too (it reopened after them)."""
-    clock = FakeClock()
-    durable = _FlakyRecords(clock=clock)
-    memory = MemoryService(
-        MemoryHotStore(clock=clock),
-        durable,
-        clock=clock,
-        config=SessionTierConfig(window=10, write_policy=policy, write_behind_every=5),
-        auto_detect=False,
-        index_turns=False,
-        auto_summarize=False,
-    )
+    memory, durable = _service(policy)
     session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
     await session.add_turn("user", "hello")
     await session.close()
