@@ -291,6 +291,8 @@ class Session:
         self._user_id = metadata.user_id
         self._hot_hits = 1 if view.source == "hot" else 0
         self._reloads = 1 if view.source == "reload" else 0
+        self._stored_since: int | None = None
+        """The last turn stored through this handle since a read last found the session."""
 
     @property
     def id(self) -> str:
@@ -307,6 +309,7 @@ class Session:
 
     def _remember(self, view: SessionView) -> SessionView:
         self._view = view
+        self._stored_since = None
         self._hot_hits += view.source == "hot"
         self._reloads += view.source == "reload"
         return view
@@ -425,6 +428,7 @@ class Session:
             # A retry may return fewer turns (some expired): then analyse them again later.
             analyses += map(_second, sent) if len(batch) == len(sent) else [None] * len(batch)
         if stored:
+            self._stored_since = stored[-1].index
             await self._after_stored(stored, analyses)
         return stored
 
@@ -481,6 +485,7 @@ class Session:
                 change = rebase_entity_change(change, first, stored[0].index, len(stored))
             entities = _merged(entities, change)
         self._view = view.after_append(max(view.next_index, stored[-1].index + 1), entities)
+        self._stored_since = stored[-1].index
         await self._after_stored(stored, [analysis] if len(stored) == 1 else [None] * len(stored))
         return stored
 
@@ -659,15 +664,40 @@ class Session:
         """The session now: hot window, metadata, entities, state (reloads on a hot miss)."""
         view = await self._tiers.view(self.id)
         if view is None:
-            raise_gone(self.id)
+            view = await self._found_again()
         return self._remember(view)
+
+    async def _found_again(self) -> SessionView:
+        """The session when no tier knows it any more although this handle stored turns
+        since a read last found it: its whole retention passed while the handle was kept
+        (both tiers forgot the metadata), and the turns went to the archive all the same.
+        Its metadata is written again, as ``memory.session()`` does, so reads find the
+        session and those turns (before, every read raised NotFoundError until the
+        session was opened again). Anything else is gone (cleared or purged): a read never
+        brings a session back by itself.
+
+        Raises:
+            NotFoundError: the session is gone and this handle stored nothing since.
+        """
+        stored = self._stored_since
+        if stored is None or not await self._tiers.holds_turn(self._id, stored):
+            raise_gone(self._id)  # nothing stored since, or cleared or purged after it
+        now = self._service.clock.now()
+        metadata = self._view.stored_metadata.model_copy(
+            update={"created_at": now, "last_activity": now, "closed_at": None}
+        )
+        await self._tiers.create(metadata)
+        view = await self._tiers.view(self._id)
+        if view is None:
+            raise_gone(self._id)
+        return view
 
     async def history(self) -> tuple[Turn, ...]:
         """The hot window of recent turns, oldest first."""
         # What view() does, without awaiting when the hot tier answers in this process.
         view = self._tiers.view_now(self._id) or await self._tiers.view(self._id)
         if view is None:
-            raise_gone(self._id)
+            view = await self._found_again()
         return self._remember(view).turns
 
     async def get_turn(self, index: int) -> Turn:
@@ -904,7 +934,7 @@ class Session:
         # The hot window and the summary records: one round trip on Redis, else concurrent.
         found, records = await self._tiers.view_with_records(self.id, RECORD_KINDS)
         if found is None:
-            raise_gone(self.id)
+            found = await self._found_again()
         view = self._remember(found)
         built = await cache.sections(jobs, self.id, records)
         turns: Sequence[Turn] = built.hot_turns(view.turns)

@@ -271,6 +271,7 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "TieredSessionStore.forget_user_sessions": lambda w: a("u-1"),
     "TieredSessionStore.get_turn": lambda w: a("s-1", 0),
     "TieredSessionStore.get_turns": lambda w: a("s-1"),
+    "TieredSessionStore.holds_turn": lambda w: a("s-1", 0),
     "TieredSessionStore.list_sessions": lambda w: a("u-1"),
     "TieredSessionStore.put_state": lambda w: a(
         w.metadata, "cart", {"items": 2}, expected_version=None

@@ -1282,6 +1282,21 @@ class TieredSessionStore:
         """One archived turn. Raises NotFoundError if there is none."""
         return await self.durable.get_turn(session_id, index)
 
+    async def holds_turn(self, session_id: str, index: int) -> bool:
+        """Whether a tier still holds turn ``index``: the archive, or under write-behind a
+        hot copy not flushed yet (expired ones included)."""
+        try:
+            await self.durable.get_turn(session_id, index)
+            return True
+        except NotFoundError:
+            pass
+        if self.config.write_policy is not WritePolicy.WRITE_BEHIND:
+            return False
+        snap = await self._hot(
+            lambda: self.hot.load(session_id, include_expired=True), "holds_turn"
+        )
+        return isinstance(snap, SessionSnapshot) and any(t.index == index for t in snap.turns)
+
     async def get_turns(
         self, session_id: str, start: int = 0, end: int | None = None
     ) -> list[Turn]:
