@@ -147,16 +147,26 @@ EN_CUT = re.compile(
 )
 EN_TRAILING_FILLER = re.compile(
     r"(?:\s+(?:a\s+lot|a\s+bit|(?:very\s+|so\s+|that\s+|too\s+)?much|at\s+all|too|the\s+most|"
-    r"best|more|anyway|again|after\s+all|lol|"
+    r"best|more|anyway|again|after\s+all|lol|probably|maybe|perhaps|i\s+think|i\s+guess|"
     r"please|now|these\s+days|nowadays|anymore|any\s+more|in\s+general|generally|honestly|"
     r"though|as\s+well))+$",
     re.IGNORECASE,
 )
 JA_LEAD = re.compile(
     r"^(?:(?:私|わたし|僕|ぼく|俺|おれ|自分)(?:は|って|も)|実は|正直|特に|やっぱり|やっぱ|やはり|"
+    r"たぶん|多分|おそらく|恐らく|"
     r"でも|まあ|あと|それと|うーん|えっと|あの|いや|いいえ|はい|ええ|うん)[、,\s]*"
 )
-JA_END = re.compile(r"(?:です|でした|だよ|だね|ですね|ですよ|なんです|なんだ|だ|よ|ね|な)+$")
+JA_END = re.compile(
+    r"(?:です|でした|だよ|だね|ですね|ですよ|なんです|なんだ|だ|よ|ね|な|かも(?:しれない|しれません)?)+$"
+)
+EN_HEDGE_LEAD = re.compile(
+    r"^(?:(?:probably|maybe|perhaps|i\s+think|i\s+guess|kind\s+of|sort\s+of|kinda|sorta)[,]?\s+)+",
+    re.IGNORECASE,
+)
+"""Hedge words before a value ("my favorite language is probably python"): they say how
+sure the user is, not what the value is (:func:`~tiermem.longterm.detect.clean_object`
+drops them, as :data:`EN_TRAILING_FILLER` drops "python, I think")."""
 SLUG = re.compile(r"[^\w]+")
 
 
@@ -198,7 +208,7 @@ SENTIMENT_WORDS = {
 ADV = (
     r"(?:(?:really|also|just|absolutely|totally|truly|definitely|generally|usually|still|"
     r"actually|honestly|personally|kinda|kind\s+of|sort\s+of|so|do|quite|especially|always|"
-    r"very|much|particularly|even)\s+)*"
+    r"very|much|particularly|even|probably|maybe|perhaps)\s+)*"
 )
 EN_PREFER = Gated(
     re.compile(rf"\bi(?:'d|\s+would)?\s+{ADV}prefer\s+(?P<obj>.+)"),
@@ -256,6 +266,27 @@ EN_CALL_ME = re.compile(
     r"^(?:(?:please|pls|just|you\s+can|you\s+may|(?:can|could|would|will)\s+you(?:\s+please)?)"
     r"\s+)*call\s+me\s+(?P<obj>.+)"
 )
+EN_FOR_OTHER = re.compile(
+    r"\bfor\s+(?:my|our)\s+(?:[a-z]+\s+){0,2}?(?:daughters?|sons?|wife|husband|friends?|"
+    r"sisters?|brothers?|mom|mum|mother|dad|father|parents?|kids?|child|children|"
+    r"boyfriend|girlfriend|partner|nephews?|nieces?|cousins?|grandsons?|granddaughters?|"
+    r"grandkids?|grandchildren|colleagues?|coworkers?|co-workers?|boss|family)\b|"
+    r"\bas\s+an?\s+(?:gift|present)\b"
+)
+"""A purpose naming someone else ("I'm into seinen, not shojo, for my daughter", "as a
+gift"): the clause is about their taste, or a gift, not the user's preference. A veto,
+not a drafting rule: the engine searches it only in a clause holding "for " or "as a"."""
+EN_AS_MUCH = re.compile(r"\bas\s+much\b")
+"""A negated like that compares ("I don't like horror as much as thrillers", "not as much
+anymore"): it ranks the thing below another, it does not reject it."""
+EN_BUT_LIKE_IT = re.compile(
+    rf"^i\s+{ADV}(?P<verb>like|love|adore|enjoy)\s+"
+    r"(?:it|them|that|those)(?:\s+(?:anyway|though|still|a\s+lot))*[\s.!]*$"
+)
+"""The clause after a dislike and a "but" that takes the dislike back: "I don't like
+horror but I love it"."""
+EN_CONTRASTIVE = re.compile(r"\b(?:but|though|although)\b")
+"""A clause break that turns what follows against what precedes."""
 EN_NAME = Gated(
     re.compile(r"\bmy\s+name(?:'s|\s+is)\s+(?P<obj>.+)"),
     ("name",),
@@ -493,10 +524,22 @@ JA_HABIT = Gated(
     ("いつも", "普段", "ふだん", "大抵", "たいてい", "基本", "毎回", "だいたい"),
 )  # fmt: skip
 """「いつもセットで買います」, 「普段は夜に読みます」."""
-JA_OTHER_PERSON = re.compile(
-    r"(?:息子|娘|妻|夫|主人|友達|友人|母|父|兄|姉|弟|妹|彼女|彼|家族|子供|子ども|同僚|上司)(?:は|が|も)"
+_JA_PERSON = (
+    r"(?:息子|娘|妻|夫|主人|友達|友人|母|父|兄|姉|弟|妹|彼女|彼|家族|子供|子ども|同僚|上司)"
 )
+JA_OTHER_PERSON = re.compile(rf"{_JA_PERSON}(?:は|が|も)")
 """Someone else as the subject (「息子はいつもセットで買います」): their habit, not the user's."""
+JA_NOT_MINE = re.compile(
+    rf"{_JA_PERSON}(?:さん|ちゃん|くん|たち|達)?(?:は|が|も|に|へ|のため|向け|の$)"
+)
+"""Someone else before a preference's verb: the topic (「妹はホラーが苦手」), the one it
+is for (「娘にセイネンが好き」「息子のために」), or whose favourite (「娘の好きなジャンルは」,
+tested on the text before 好きな): their taste or a gift, not the user's."""
+JA_BARE_LIKE = re.compile(
+    r"^(?:でも|やっぱり|やっぱ|結局|けっこう|結構|とても|すごく|本当は|本当に|ほんとに|めっちゃ|かなり)*"
+    r"(?P<verb>大好き|好き)(?:です|だ|なんです|なんだ|だよ|ですね|だね|よ|ね)*$"
+)
+"""The clause after a dislike that takes it back: 「ホラーは苦手だけど好き」."""
 _FEEDBACK_HABIT_GATES = (
     EN_FEEDBACK_SERVICE, EN_FEEDBACK_EXCLAIM, EN_FEEDBACK_THANKS, EN_FEEDBACK_YOU, JA_FEEDBACK,
     JA_FEEDBACK_AGAIN, EN_HABIT, JA_HABIT,

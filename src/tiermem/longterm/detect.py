@@ -106,6 +106,15 @@ upsert_preference`, with the old value kept in history):
   not a lasting preference; "I prefer Japanese" is one.
 * Vague objects: "I like that one", "I love it", "これが好き" say nothing that can be
   recalled later; objects that start with a pronoun or demonstrative are dropped.
+* Someone else's taste: a purpose naming another person ("seinen, not shojo, for my
+  daughter", 「娘に」「息子のために」), a Japanese topic that is another person
+  (「妹はホラーが苦手」, 「娘の好きなジャンルは」).
+* A comparison as a dislike: "I don't like horror as much as thrillers" ranks, it does not
+  reject. And a dislike taken back by the clause after it: "I don't like horror but I love
+  it", 「ホラーは苦手だけど好き」 write the like.
+* Hedges as part of a value: "my favorite language is probably python" writes python (the
+  hedge says how sure the user is; a tentative favourite is kept, a later statement
+  replaces it).
 * "I'd like / I would like" (a wish, not a taste), "I prefer not to…", third persons ("my
   friend likes horror"), and long objects (over 8 words or 80 characters, where a rule is
   more likely to misread than to help).
@@ -121,7 +130,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tiermem.extraction.entities import (
@@ -333,6 +342,7 @@ def _clean_en_object(raw: str) -> str | None:
     cut = rules.EN_CUT.search(raw)
     obj = raw[: cut.start()] if cut else raw
     obj = rules.EN_TRAILING_FILLER.sub("", obj.strip(rules.END_PUNCT)).strip(rules.END_PUNCT)
+    obj = obj[hedge.end() :] if (hedge := rules.EN_HEDGE_LEAD.match(obj)) else obj
     if not obj:
         return None
     head_words = _words(rules.ARTICLES.sub("", obj).lower())
@@ -487,11 +497,24 @@ class RuleMemoryDetector:
             return []
         drafts: list[DetectedMemory] = []
         japanese = bool(rules.CJK.search(normal))
+        previous: list[DetectedMemory] = []
+        last_end = 0
         for start, end in _clauses(folded, japanese=japanese) if preferences else ():
-            if japanese:
-                drafts += self._japanese_preferences(normal[start:end])
+            if previous and (
+                sentiment := _taken_back(
+                    folded[last_end:start], normal[start:end], folded[start:end], japanese=japanese
+                )
+            ):
+                drafts += [_reversed(d, sentiment) for d in previous]
+                previous = []
             else:
-                drafts += self._english_preferences(normal[start:end], folded[start:end])
+                drafts += previous
+                if japanese:
+                    previous = self._japanese_preferences(normal[start:end])
+                else:
+                    previous = self._english_preferences(normal[start:end], folded[start:end])
+            last_end = end
+        drafts += previous
         if rules.FEEDBACK_OR_HABIT.search(folded):
             if (feedback := _feedback(normal, folded, japanese=japanese)) is not None:
                 drafts.append(feedback)
@@ -573,6 +596,8 @@ class RuleMemoryDetector:
             ):
                 return [_preference("name", obj, f"name: {obj}", "name")]
             return []
+        if ("for " in folded or "as a" in folded) and rules.EN_FOR_OTHER.search(folded):
+            return []  # "seinen, not shojo, for my daughter": their taste, or a gift
         if match := rules.EN_FAVORITE.search(folded):
             obj = obj_of(match)
             if obj is None:
@@ -594,6 +619,8 @@ class RuleMemoryDetector:
         if (match := rules.EN_NEG_LIKE.search(folded)) and not rules.EN_REPORTED.search(
             folded, 0, match.start()
         ):
+            if rules.EN_AS_MUCH.search(folded, match.start("obj")):
+                return []  # "I don't like horror as much as thrillers": a ranking
             obj = obj_of(match)
             if obj is not None and _is_service(obj):  # "I don't like your suggestions"
                 return _as_feedback(normal, "complaint")
@@ -639,6 +666,8 @@ class RuleMemoryDetector:
     def _japanese_preferences(self, normal: str) -> list[DetectedMemory]:
         body = normal.strip(rules.END_PUNCT)
         if match := rules.JA_FAVORITE.search(body):
+            if _not_mine(body, match.start()):
+                return []
             obj = _clean_ja_object(rules.JA_END.sub("", match.group("obj").strip(rules.END_PUNCT)))
             if obj is None:
                 return []
@@ -649,18 +678,26 @@ class RuleMemoryDetector:
             obj = _clean_ja_object(match.group("obj"))
             return [_preference("name", obj, f"name: {obj}", "name")] if obj else []
         if match := rules.JA_PREFER.search(body):
+            if _not_mine(body, match.end()):
+                return []
             obj = _clean_ja_object(match.group("obj"))
             if obj is None:
                 return []
             return self._favorite_by_kind(obj, reason="prefer", text=f"prefers {obj}")
         if match := rules.JA_NEG_LIKE.search(body):
+            if _not_mine(body, match.end()):
+                return []
             obj = _clean_ja_object(match.group("obj"))
             return self._opinions(obj, "dislikes", "dislike") if obj else []
         if match := rules.JA_DISLIKE.search(body):
+            if _not_mine(body, match.end()):
+                return []
             obj = _clean_ja_object(match.group("obj") or match.group("bare"))
             sentiment = rules.JA_SENTIMENT[match.group("verb")]
             return self._opinions(obj, sentiment, "dislike") if obj else []
         if match := rules.JA_LIKE.search(body):
+            if _not_mine(body, match.end()):
+                return []
             raw = match.group("obj") or match.group("bare")
             obj = _clean_ja_object(raw)
             sentiment = rules.JA_SENTIMENT[match.group("verb")]
@@ -811,6 +848,14 @@ class RuleMemoryDetector:
         return [_preference(f"opinion:{slug}", sentiment, f"{sentiment} {obj}", reason)]
 
 
+def _not_mine(body: str, end: int) -> bool:
+    """Someone else comes before a Japanese preference's verb (``body[:end]``): the topic
+    (「妹はホラーが苦手」), the one it is for (「娘にセイネンが好き」), or whose favourite
+    (「娘の好きなジャンルは」): not the user's taste (:data:`~tiermem.longterm.
+    _detect_rules.JA_NOT_MINE`)."""
+    return rules.JA_NOT_MINE.search(body, 0, end) is not None
+
+
 def _is_service(obj: str) -> bool:
     """``obj`` names the service ("your recommendations", "the search"), not a thing."""
     return rules.SERVICE_OBJECT.match(obj.lower()) is not None
@@ -886,6 +931,29 @@ def _habit(normal: str, folded: str, *, japanese: bool) -> DetectedMemory | None
         reason="habit",
         tags=("habit",),
     )
+
+
+def _taken_back(between: str, normal: str, folded: str, *, japanese: bool) -> str | None:
+    """The sentiment of a clause that takes back the dislike before it ("I don't like
+    horror but I love it", 「ホラーは苦手だけど好き」: the like is the last word, and
+    wins), or None. Only after a contrastive break (but, though, けど, でも), and only a
+    like with no object of its own (one with an object is read as a statement of its
+    own)."""
+    if japanese:
+        match = rules.JA_BARE_LIKE.match(normal.strip(rules.END_PUNCT))
+        return rules.JA_SENTIMENT[match.group("verb")] if match else None
+    if not rules.EN_CONTRASTIVE.search(between):
+        return None
+    match = rules.EN_BUT_LIKE_IT.match(folded)
+    return rules.SENTIMENT_WORDS[match.group("verb")] if match else None
+
+
+def _reversed(draft: DetectedMemory, sentiment: str) -> DetectedMemory:
+    """``draft`` with a dislike turned into ``sentiment`` (a like), on the same key."""
+    if draft.value not in DISLIKES or draft.key is None or not draft.key.startswith("opinion:"):
+        return draft
+    written = draft.content.split(" ", 1)[1]
+    return replace(draft, value=sentiment, content=f"{sentiment} {written}", reason="like")
 
 
 def _preference(key: str, value: str, content: str, reason: str) -> DetectedMemory:
