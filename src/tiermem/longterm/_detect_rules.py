@@ -142,7 +142,7 @@ JA_VAGUE = re.compile(
 EN_CUT = re.compile(
     r"\s*(?:[,;:()\[\]\"]|\s-\s|\b(?:but|because|since|though|although|when|if|while|unless|"
     r"so\s+(?:please|can|could|do)|and\s+(?:i|my|we|it|also|please|can|could|do|is)|"
-    r"which|who|that\s+(?:is|was|are))\b)",
+    r"which|who|that\s+(?:is|was|are)|(?:more|better|rather)\s+than)\b)",
     re.IGNORECASE,
 )
 EN_TRAILING_FILLER = re.compile(
@@ -276,7 +276,7 @@ EN_FOR_OTHER = re.compile(
 """A purpose naming someone else ("I'm into seinen, not shojo, for my daughter", "as a
 gift"): the clause is about their taste, or a gift, not the user's preference. A veto,
 not a drafting rule: the engine searches it only in a clause holding "for " or "as a"."""
-EN_AS_MUCH = re.compile(r"\bas\s+much\b")
+EN_AS_MUCH = re.compile(r"\b(?:as\s+much|(?:more|better)\s+than)\b")
 """A negated like that compares ("I don't like horror as much as thrillers", "not as much
 anymore"): it ranks the thing below another, it does not reject it."""
 EN_BUT_LIKE_IT = re.compile(
