@@ -12,8 +12,10 @@ and what :meth:`Session.close` runs. For one session it writes (seed 000, sectio
 * the preferences structured memory detected (``preference:<key>`` facts), as preference
   slots (:meth:`LongTermMemory.upsert_preference`) with the same provenance -- unless the
   session's auto-detection already set the slot (or ended it: a favourite a detected
-  dislike retired stays ended), or it was set after the session ended (a late handoff
-  never overwrites a newer value).
+  dislike retired stays ended), or it was set after the turn that stated the handoff's
+  value (a late handoff never overwrites a newer value: the prepared content keeps each
+  stating turn's time, and a value a handoff writes keeps it in ``metadata["stated_at"]``,
+  so two handoffs compare when their values were said, not when they ran).
 
 **Idempotent across crashes.** A handoff is two phases over the session record
 ``handoff``, compare-and-set on its version:
@@ -193,6 +195,10 @@ class HandoffContent(FrozenModel):
     session was reopened: it got turns after that handoff)."""
     redacted: tuple[int, ...] = ()
     """Turns that were already redacted when the content was prepared."""
+    stated_at: tuple[UtcDatetime | None, ...] = ()
+    """When the turn stating each of ``preferences`` was written, in their order (None:
+    the archive no longer held it). Empty in content prepared before session 16: then
+    the session's end stands for it."""
 
 
 class SessionHandoff:
@@ -489,8 +495,15 @@ class SessionHandoff:
             if isinstance(ended_by, str):
                 await self._end_again(user_id, version, raw, ended_by)
                 continue
+            said = version.metadata.get(STATED_AT)
             await self.longterm.upsert_preference(
-                user_id, key, raw, text=version.content, provenance=version.provenance
+                user_id,
+                key,
+                raw,
+                text=version.content,
+                provenance=version.provenance,
+                # A handed-off value keeps when it was said (_current_stands reads it).
+                metadata={STATED_AT: said} if isinstance(said, str) else None,
             )
 
     async def _end_again(
@@ -570,6 +583,7 @@ class SessionHandoff:
             for slot, fact in structured.facts.items()
             if slot.startswith(PREFERENCE_PREFIX)
         )
+        written = {t.index: t.timestamp for t in turns}
         facts = {**{k: f.value for k, f in structured.entities.items()}}
         facts.update({k: f.value for k, f in structured.facts.items()})
         superseded = {
@@ -592,6 +606,7 @@ class SessionHandoff:
             started_at=meta.created_at,
             ended_at=max(last_seen, meta.last_activity),
             redacted=tuple(t.index for t in turns if t.redacted),
+            stated_at=tuple(written.get(turn) for _, _, turn in preferences),
         )
 
     async def _apply(self, user: str, sid: str, content: HandoffContent) -> str | None:
@@ -624,56 +639,25 @@ class SessionHandoff:
                     valid_from=content.ended_at,
                 )
             memory_id = record.memory_id
-        for key, value, turn in content.preferences:
+        for at, (key, value, turn) in enumerate(content.preferences):
+            stated = content.stated_at[at] if at < len(content.stated_at) else None
             try:
                 # A favourite this session ended (a detected dislike) is current here too:
                 # the session's own detection wins over the summary's value.
                 current = await self.longterm.get_preference(user, key, include_retired=True)
-                if current is not None and (
-                    (
-                        current.provenance.session_id == sid
-                        and (
-                            current.provenance.source != "handoff"
-                            or current.metadata.get("preference_value") == value
-                        )
-                    )
-                    or (current.valid_from or current.created_at) > content.ended_at
-                ):
-                    # Auto-detection wrote it during the session, or it was set after the
-                    # session ended: either way the value there wins. (A value this
-                    # session's earlier handoff wrote gives way to the one it changed to
-                    # after it was reopened.)
-                    continue
-                if current is not None and await self._ended_since(sid, current, value, turn):
-                    # A dislike in another session, while this one was open, ended this
-                    # very value after this session stated it: the ending stands.
+                if current is not None and _current_stands(current, sid, value, stated, content):
                     continue
                 await self.longterm.upsert_preference(
                     user,
                     key,
                     value,
                     provenance=provenance.model_copy(update={"turn_indexes": (turn,)}),
+                    metadata={STATED_AT: _iso(stated or content.ended_at)},
                 )
             except ValidationError as exc:
                 # A key that cannot be an id, say: the rest of the handoff still counts.
                 logger.warning("preference %r of session %s not handed off: %s", key, sid, exc)
         return memory_id
-
-    async def _ended_since(self, sid: str, slot: MemoryRecord, value: str, turn: int) -> bool:
-        """``slot`` is a favourite a detected dislike ended (``retired_by``), the value it
-        ended is ``value`` (compared as structured memory compares values), and the ending
-        came after turn ``turn`` of session ``sid`` stated it (one archive read, in that
-        case only; a turn the archive no longer has leaves the ending standing)."""
-        ended = slot.metadata.get("preference_value")
-        if not isinstance(slot.metadata.get("retired_by"), str) or not isinstance(ended, str):
-            return False
-        if ended != value and not same_value(ended, value):
-            return False
-        try:
-            stated = await self.durable.get_turn(sid, turn)
-        except NotFoundError:
-            return True
-        return (slot.invalid_from or slot.valid_from or slot.created_at) >= stated.timestamp
 
     async def _supersede(
         self,
@@ -708,6 +692,55 @@ class SessionHandoff:
 
 
 SUMMARY_TYPE = "interaction_summary"
+STATED_AT = "stated_at"
+"""Metadata of a preference value a handoff wrote: when the turn stating it was written."""
+
+
+def _current_stands(
+    current: MemoryRecord,
+    sid: str,
+    value: str,
+    stated: datetime | None,
+    content: HandoffContent,
+) -> bool:
+    """Whether ``current`` (the slot of a preference, retired or not) stays rather than
+    session ``sid``'s handed-off ``value``, stated at ``stated`` (None: unknown; the
+    session's end stands for it):
+
+    * this session's auto-detection wrote it (or ended it): the session's own detection
+      wins over its summary's value -- but a value this session's earlier handoff wrote
+      gives way to the one it changed to after it was reopened;
+    * it was set (or ended) after the value was stated: the newer statement wins, however
+      late this handoff runs. A value a handoff wrote counts from the turn that stated it
+      (``metadata["stated_at"]``), not from when that handoff ran;
+    * a dislike ended this very value (compared as detection compares them) no earlier
+      than it was stated (or when is unknown): the ending stands."""
+    prov = current.provenance
+    if prov.session_id == sid and (
+        prov.source != "handoff" or current.metadata.get("preference_value") == value
+    ):
+        return True
+    if _set_at(current) > (stated or content.ended_at):
+        return True
+    ended = current.metadata.get("preference_value")
+    if not isinstance(current.metadata.get("retired_by"), str) or not isinstance(ended, str):
+        return False
+    if ended != value and not same_value(ended, value):
+        return False
+    ended_at = current.invalid_from or current.valid_from or current.created_at
+    return stated is None or ended_at >= stated
+
+
+def _set_at(record: MemoryRecord) -> datetime:
+    """When ``record``'s value was said: a handoff's value when its turn was written, any
+    other when it was written (a retirement: when the value was ended)."""
+    said = record.metadata.get(STATED_AT)
+    if isinstance(said, str) and "retired_by" not in record.metadata:
+        try:
+            return datetime.fromisoformat(said)
+        except ValueError:
+            pass  # not ours: fall back to the record's own time
+    return record.valid_from or record.created_at
 
 
 def _cites(record: MemoryRecord, session_id: str, index: int) -> bool:
