@@ -237,6 +237,7 @@ ARGS: dict[str, Callable[[World], Call]] = {
     "LongTermMemory.purge_user": lambda w: a("u-1"),
     "LongTermMemory.recall": lambda w: a("u-1", "first editions"),
     "LongTermMemory.remember": lambda w: a("u-1", "drinks tea"),
+    "LongTermMemory.retire_preference": lambda w: a("u-1", "favorite_genre", reason="forget it"),
     "LongTermMemory.remember_detected": lambda w: a(
         "u-1", [DetectedMemory("fact", "drinks tea", "remember_request")], provenance=Provenance()
     ),

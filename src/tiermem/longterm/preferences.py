@@ -21,8 +21,10 @@
   key lists it after the new key's own history. Reading or setting the old key reads or
   sets the new one; reading the new key falls back to a current old record.
 * **A slot can be retired.** A detected dislike of the favourite's value ends it
-  (:meth:`MemoryPreferences._retire_preference`): the slot's newest version is no longer
-  valid, so the key has no current value, and its history keeps why and the value ended.
+  (:mod:`tiermem.longterm.endings`), and so does the application
+  (:meth:`MemoryPreferences.retire_preference`: "forget that I like horror"): the slot's
+  newest version is no longer valid, so the key has no current value, and its history keeps
+  why and the value ended.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from tiermem.errors import ConflictError
+from tiermem.errors import ConflictError, NotFoundError
+from tiermem.longterm.endings import ENDED_BY_KEY, ENDED_REASON
 from tiermem.longterm.memory_core import MemoryCore, Records
 from tiermem.longterm.records import (
     MAX_CONTENT_BYTES,
@@ -187,6 +190,58 @@ class MemoryPreferences(MemoryCore):
             f"{CAS_ATTEMPTS} attempts; try again"
         )
 
+    async def retire_preference(
+        self,
+        user_id: str,
+        key: str,
+        *,
+        reason: str,
+        provenance: Provenance | None = None,
+    ) -> MemoryRecord:
+        """End the user's preference ``key``: it has no current value afterwards ("forget
+        that I like horror"), as when a detected dislike ends a favourite.
+
+        The slot gets a version that is no longer valid, whose content says what ended and
+        ``reason`` ("no longer favorite_genre: horror (the user asked to forget it)"),
+        with ``metadata["retired_reason"]`` = ``reason`` and ``provenance`` (default
+        ``Provenance(source="explicit")``); the value goes to history as an upsert's would.
+        So :meth:`get_preference` returns None (``include_retired=True``: the ended record),
+        the preferences view, recall and the user context stop showing it, and
+        :meth:`preference_history` lists the ending, then the value. Undone the way a
+        detected ending is: :meth:`upsert_preference` of any value sets it again, and
+        :meth:`forget_session` of ``provenance.session_id`` rolls the slot back to the
+        value. Returns the retired slot.
+
+        Raises:
+            ValidationError: a bad user id, an empty or oversized key or reason (at most
+                4 KiB), bad provenance.
+            NotFoundError: the user never had the preference, or it has no current value
+                (already ended).
+            ConflictError: the key kept changing under 32 attempts.
+        """
+        validate_id(user_id, what="user_id")
+        norm_key = _current_key(
+            normalize_preference_key(check_text(key, what="preference key", limit=MAX_KEY_CHARS))
+        )
+        validate_id(norm_key, what="preference key")
+        why = check_text(reason, what="retirement reason", limit=MAX_VALUE_BYTES)
+        prov = check_provenance(provenance, "explicit")
+        retired = await self._retire_preference(
+            user_id, norm_key, lambda _: True, provenance=prov, reason=why
+        )
+        if retired is not None:
+            return retired
+        slot = await self.get_preference(user_id, norm_key, include_retired=True)
+        if slot is None:
+            raise NotFoundError(
+                f"user {user_id!r} has no preference {norm_key!r}; nothing to retire (set it "
+                "with upsert_preference)"
+            )
+        raise NotFoundError(
+            f"preference {norm_key!r} of user {user_id!r} has no current value (it was "
+            "already ended); nothing to retire"
+        )
+
     async def _retire_preference(
         self,
         user_id: str,
@@ -194,25 +249,36 @@ class MemoryPreferences(MemoryCore):
         matches: Callable[[str], bool],
         *,
         provenance: Provenance,
-        retired_by: MemoryRecord,
+        retired_by: MemoryRecord | None = None,
+        reason: str | None = None,
     ) -> MemoryRecord | None:
         """End preference ``key`` (normalised, as written now) if ``matches`` its current
-        value, because of ``retired_by`` (the dislike of that value). Returns the retired
-        slot, or None if the current value is another (or there is none).
+        value, because of ``retired_by`` (the dislike of that value: see
+        :mod:`tiermem.longterm.endings`) or ``reason`` (an explicit ending). Returns the
+        retired slot, or None if the current value is another (or there is none).
 
         The slot gets a new version that is no longer valid (``invalid_from`` =
-        ``valid_from`` = now), with ``provenance`` (the turn that ended it),
-        ``metadata["retired_by"]`` and a content that says so; the value it had goes to
-        history as an upsert's would. So the preferences view, recall, the user context and
-        :meth:`get_preference` show no value, :meth:`preference_history` shows the retirement
-        and then the value, :meth:`upsert_preference` of any value (the same one again
-        too) sets it again, and forgetting the session of ``provenance`` rolls the slot back
-        to the value (the retirement came from that session). A current record of an old
-        name of the key is superseded by the retired slot, as by an upsert.
+        ``valid_from`` = now), with ``provenance`` (the turn that ended it), a content that
+        says so, and in metadata why (``retired_reason``: ``reason``, else the dislike's
+        content) and, for a dislike, ``retired_by`` (its id) and ``retired_by_key`` (its
+        opinion key); the value it had goes to history as an upsert's would. So the
+        preferences view, recall, the user context and :meth:`get_preference` show no
+        value, :meth:`preference_history` shows the retirement and then the value,
+        :meth:`upsert_preference` of any value (the same one again too) sets it again, and
+        forgetting the session of ``provenance`` rolls the slot back to the value (the
+        retirement came from that session). A current record of an old name of the key is
+        superseded by the retired slot, as by an upsert.
 
         Raises:
             ConflictError: the key kept changing under 32 attempts.
         """
+        why = reason if reason is not None else retired_by.content if retired_by else ""
+        ending: dict[str, JsonValue] = {"preference_key": key, ENDED_REASON: why}
+        if retired_by is not None:
+            ending["retired_by"] = retired_by.memory_id
+            dislike_key = retired_by.metadata.get("preference_key")
+            if isinstance(dislike_key, str):
+                ending[ENDED_BY_KEY] = dislike_key
         slot_id = preference_slot_id(key)
         for attempt in range(CAS_ATTEMPTS):
             current = await self.durable.get_memory(user_id, slot_id)
@@ -226,12 +292,8 @@ class MemoryPreferences(MemoryCore):
             retired = shown.model_copy(
                 update={
                     "memory_id": slot_id,
-                    "content": f"no longer {key}: {said} ({retired_by.content})",
-                    "metadata": {
-                        "preference_key": key,
-                        "preference_value": said,
-                        "retired_by": retired_by.memory_id,
-                    },
+                    "content": f"no longer {key}: {said} ({why})",
+                    "metadata": {**ending, "preference_value": said},
                     "created_at": now,
                     "valid_from": now,
                     "invalid_from": now,
@@ -258,8 +320,10 @@ class MemoryPreferences(MemoryCore):
                 user_id,
                 "supersede",
                 stored,
-                f"preference {key!r} retired by {retired_by.memory_id}: {retired_by.content}",
-                related=retired_by.memory_id,
+                f"preference {key!r} retired by {retired_by.memory_id}: {why}"
+                if retired_by is not None
+                else f"preference {key!r} retired: {why}",
+                related=retired_by.memory_id if retired_by is not None else None,
             )
             return stored
         raise ConflictError(

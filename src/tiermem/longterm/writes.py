@@ -21,12 +21,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from tiermem.errors import ConflictError, NotFoundError, ValidationError
-from tiermem.longterm.detect import (
-    DISLIKES,
-    DetectedMemory,
-    favorite_key_of_kind,
-    opinion_keys,
-)
+from tiermem.longterm.detect import DISLIKES, DetectedMemory
+from tiermem.longterm.endings import dislike_ending
 from tiermem.longterm.memory_core import MemoryCore, Records
 from tiermem.longterm.records import (
     MAX_CONTENT_BYTES,
@@ -72,7 +68,8 @@ class MemoryWrites(MemoryCore):
             matches: Callable[[str], bool],
             *,
             provenance: Provenance,
-            retired_by: MemoryRecord,
+            retired_by: MemoryRecord | None = None,
+            reason: str | None = None,
         ) -> MemoryRecord | None: ...
 
     # -- remember ---------------------------------------------------------------------
@@ -335,30 +332,15 @@ class MemoryWrites(MemoryCore):
         self, user_id: str, opinion_key: str, dislike: MemoryRecord, provenance: Provenance
     ) -> None:
         """After a dislike of a value (``opinion:genre:horror`` = ``dislikes``), end the
-        favourite of its kind (``favorite_genre``) if that is the same value: "I prefer
-        horror", later "I don't like horror anymore", leaves no favourite genre, rather
-        than a favourite and a dislike of one thing. Values are one when structured memory
-        compares them so (``same_value``: "Japanese" and "日本語") or the rules file an
-        opinion about the favourite under this key ("paperbacks" and ``paperback``); a
-        favourite of several values ("seinen and josei") is never ended. The reverse, a
-        dislike and then "I love horror now", is one opinion key rewritten."""
-        parts = opinion_key.split(":")
-        if len(parts) != 3:
-            return  # an opinion about something of no known kind
-        favourite_key = favorite_key_of_kind(parts[1])
-        if favourite_key is None:
+        favourite of its kind (``favorite_genre``) if that is the same value
+        (:func:`~tiermem.longterm.endings.dislike_ending`): "I prefer horror", later "I
+        don't like horror anymore", leaves no favourite genre, rather than a favourite and
+        a dislike of one thing. The reverse, a dislike and then "I love horror now", is one
+        opinion key rewritten."""
+        found = dislike_ending(opinion_key)
+        if found is None:
             return
-        # Imported here: summaries depends on longterm.
-        from tiermem.summaries.structured import same_value
-
-        kind, value = parts[1], parts[2]
-
-        def matches(said: str) -> bool:
-            keys = opinion_keys(said)
-            if len(keys) > 1:
-                return False  # "seinen and josei": a dislike of one leaves the other liked
-            return keys == {opinion_key} or same_value(said, value, slot=kind)
-
+        favourite_key, matches = found
         await self._retire_preference(
             user_id, favourite_key, matches, provenance=provenance, retired_by=dislike
         )

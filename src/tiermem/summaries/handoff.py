@@ -73,13 +73,14 @@ from pydantic import Field
 
 from tiermem.clock import Clock
 from tiermem.errors import ConflictError, NotFoundError, TierMemError, ValidationError
+from tiermem.longterm.endings import ENDED_BY_KEY, ENDED_REASON, ending_matcher, is_ending
 from tiermem.longterm.memory import LongTermMemory
 from tiermem.models import MemoryRecord, Provenance, SessionRecord, Turn
 from tiermem.models.base import FrozenModel, JsonValue, UtcDatetime
 from tiermem.store.contract import DurableStore
 from tiermem.summaries.jobs import SummaryJobs
 from tiermem.summaries.rolling import cut_to_tokens
-from tiermem.summaries.structured import render_structured, same_value
+from tiermem.summaries.structured import render_structured
 from tiermem.tiers.tiered import SessionView
 from tiermem.tokens import TokenCounter
 
@@ -472,8 +473,9 @@ class SessionHandoff:
         """Forget preference ``key`` (slot and history), then replay, oldest first, the
         versions that do not cite turn ``index`` of session ``sid``.
 
-        A value is set again; an ending (a favourite a dislike retired: ``retired_by`` in
-        its metadata) ends the value again if that value is then current. So a favourite
+        A value is set again; an ending (a favourite a dislike or the application retired:
+        :func:`~tiermem.longterm.endings.is_ending`) ends the value again if that value is
+        then current. So a favourite
         ended after the redacted turn stays ended, the values the turn stated are gone from
         its history too, and redacting the dislike's turn brings the value back (as
         forgetting that session does)."""
@@ -491,9 +493,8 @@ class SessionHandoff:
             raw = version.metadata.get("preference_value")
             if not isinstance(raw, str):
                 continue
-            ended_by = version.metadata.get("retired_by")
-            if isinstance(ended_by, str):
-                await self._end_again(user_id, version, raw, ended_by)
+            if is_ending(version.metadata):
+                await self._end_again(user_id, version)
                 continue
             said = version.metadata.get(STATED_AT)
             await self.longterm.upsert_preference(
@@ -506,31 +507,44 @@ class SessionHandoff:
                 metadata={STATED_AT: said} if isinstance(said, str) else None,
             )
 
-    async def _end_again(
-        self, user_id: str, ending: MemoryRecord, value: str, ended_by: str
-    ) -> None:
-        """Replay ``ending`` (a retired version of a favourite, ending ``value`` because of
-        the dislike ``ended_by``): the slot is retired again if ``value`` is current."""
+    async def _end_again(self, user_id: str, ending: MemoryRecord) -> None:
+        """Replay ``ending`` (a retired version of a favourite): the slot is retired again
+        if its value then is one the ending ended (:func:`ending_matcher`: what the
+        dislike's matcher takes -- the redacted turn may have stated the value in other
+        words, "Japanese", "日本語" -- or, for an explicit ending, the value itself)."""
         key = ending.metadata.get("preference_key")
         if not isinstance(key, str):
             return
-        dislike = await self.longterm.get(user_id, ended_by)
-        if dislike is None:
+        ended_by = ending.metadata.get("retired_by")
+        dislike = await self.longterm.get(user_id, ended_by) if isinstance(ended_by, str) else None
+        reason = ending.metadata.get(ENDED_REASON)
+        if isinstance(ended_by, str) and dislike is None:
             # The dislike was forgotten since: the ending still stood, and says what it was.
-            said = ending.content.removeprefix(f"no longer {key}: {value} (").removesuffix(")")
-            dislike = ending.model_copy(update={"memory_id": ended_by, "content": said})
-        opinion = str(dislike.metadata.get("preference_key", "")).split(":")
-        kind = opinion[1] if len(opinion) == 3 else None  # opinion:genre:horror
-
-        def matches(said: str) -> bool:
-            # As detection compared them: the redacted turn may have stated the value the
-            # dislike ended in other words ("Japanese", "日本語").
-            return said == value or same_value(said, value, slot=kind)
-
-        # LongTermMemory's own retirement (private: only detection ends a favourite), so
-        # the replayed ending is written, indexed and logged as the first one was.
+            if not isinstance(reason, str):  # an ending from before session 16
+                said = ending.metadata.get("preference_value")
+                reason = ending.content.removeprefix(f"no longer {key}: {said} (")
+                reason = reason.removesuffix(")")
+            by_key = ending.metadata.get(ENDED_BY_KEY)
+            dislike = ending.model_copy(
+                update={
+                    "memory_id": ended_by,
+                    "content": reason,
+                    "metadata": {"preference_key": by_key} if isinstance(by_key, str) else {},
+                }
+            )
+        dislike_key = dislike.metadata.get("preference_key") if dislike is not None else None
+        matches = ending_matcher(
+            ending.metadata, dislike_key if isinstance(dislike_key, str) else None
+        )
+        # LongTermMemory's own retirement, so the replayed ending is written, indexed and
+        # logged as the first one was.
         await self.longterm._retire_preference(
-            user_id, key, matches, provenance=ending.provenance, retired_by=dislike
+            user_id,
+            key,
+            matches,
+            provenance=ending.provenance,
+            retired_by=dislike,
+            reason=reason if dislike is None and isinstance(reason, str) else None,
         )
 
     async def _prepare(self, view: SessionView) -> HandoffContent:
@@ -722,10 +736,7 @@ def _current_stands(
         return True
     if _set_at(current) > (stated or content.ended_at):
         return True
-    ended = current.metadata.get("preference_value")
-    if not isinstance(current.metadata.get("retired_by"), str) or not isinstance(ended, str):
-        return False
-    if ended != value and not same_value(ended, value):
+    if not is_ending(current.metadata) or not ending_matcher(current.metadata)(value):
         return False
     ended_at = current.invalid_from or current.valid_from or current.created_at
     return stated is None or ended_at >= stated
@@ -735,7 +746,7 @@ def _set_at(record: MemoryRecord) -> datetime:
     """When ``record``'s value was said: a handoff's value when its turn was written, any
     other when it was written (a retirement: when the value was ended)."""
     said = record.metadata.get(STATED_AT)
-    if isinstance(said, str) and "retired_by" not in record.metadata:
+    if isinstance(said, str) and not is_ending(record.metadata):
         try:
             return datetime.fromisoformat(said)
         except ValueError:
