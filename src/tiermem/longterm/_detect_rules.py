@@ -167,6 +167,13 @@ EN_HEDGE_LEAD = re.compile(
 """Hedge words before a value ("my favorite language is probably python"): they say how
 sure the user is, not what the value is (:func:`~tiermem.longterm.detect.clean_object`
 drops them, as :data:`EN_TRAILING_FILLER` drops "python, I think")."""
+EN_HEDGE = re.compile(r"\b(?:probably|maybe|perhaps|possibly|might|may\s+not)\b")
+JA_HEDGE = re.compile(r"たぶん|多分|おそらく|恐らく|かも")
+"""A hedge anywhere in a dislike's clause ("I probably don't like horror", "maybe I don't
+like horror anymore", "I don't like horror, maybe", 「たぶんホラーは苦手かも」): the dislike
+drafts nothing (docs/memory-detection.md says why). Read only once a dislike matched. "I
+think" / "I guess" give an opinion, which a dislike is anyway, and "kind of" / "sort of"
+soften: "I think I don't like horror anymore", "I kind of hate horror" count."""
 SLUG = re.compile(r"[^\w]+")
 
 

@@ -115,6 +115,8 @@ upsert_preference`, with the old value kept in history):
 * Hedges as part of a value: "my favorite language is probably python" writes python (the
   hedge says how sure the user is; a tentative favourite is kept, a later statement
   replaces it).
+* A hedged dislike: "I probably don't like horror", 「たぶんホラーは苦手かも」 draft nothing
+  (a dislike ends a favourite and replaces a like; a doubt does neither).
 * "I'd like / I would like" (a wish, not a taste), "I prefer not to…", third persons ("my
   friend likes horror"), and long objects (over 8 words or 80 characters, where a rule is
   more likely to misread than to help).
@@ -587,6 +589,13 @@ class RuleMemoryDetector:
             head, replaced = _split_replaced(normal[start:end], folded[start:end])
             return _clean_en_value(head)
 
+        def disliked(obj: str, sentiment: str = "dislikes") -> list[DetectedMemory]:
+            # A hedged dislike drafts nothing: it would end a favourite, or replace a like
+            # of the thing (one opinion key), on a doubt.
+            if rules.EN_HEDGE.search(folded):
+                return []
+            return self._opinions(obj, sentiment, "dislike")
+
         if match := rules.EN_NAME.search(folded):
             obj = obj_of(match)
             if (
@@ -624,7 +633,7 @@ class RuleMemoryDetector:
             obj = obj_of(match)
             if obj is not None and _is_service(obj):  # "I don't like your suggestions"
                 return _as_feedback(normal, "complaint")
-            return self._opinions(obj, "dislikes", "dislike") if obj else []
+            return disliked(obj) if obj else []
         if (match := rules.EN_HATE.search(folded)) and not rules.EN_REPORTED.search(
             folded, 0, match.start()
         ):
@@ -632,24 +641,24 @@ class RuleMemoryDetector:
             if obj is not None and _is_service(obj):
                 return _as_feedback(normal, "complaint")
             verb = " ".join(match.group("verb").split())
-            return self._opinions(obj, rules.SENTIMENT_WORDS[verb], "dislike") if obj else []
+            return disliked(obj, rules.SENTIMENT_WORDS[verb]) if obj else []
         if match := rules.EN_NOT_FAN.match(folded):
             obj = obj_of(match)
-            return self._opinions(obj, "dislikes", "dislike") if obj else []
+            return disliked(obj) if obj else []
         if folded.startswith("no") and (match := rules.EN_NO_THING.match(folded)):
             # "no horror": only a known genre, format or edition, so "no spoilers" or "no
             # rush" (a request for now, not a taste) draft nothing.
             obj = obj_of(match)
             if obj is None or not (self._known(obj) or self._category(obj)):
                 return []
-            return self._opinions(obj, "dislikes", "dislike")
+            return disliked(obj)
         if match := rules.EN_FAN.search(folded):
             obj = obj_of(match)
             negative = bool(match.group("neg")) != bool(match.group("tired"))
             if obj is None:
                 return []
             if negative:
-                return self._opinions(obj, "dislikes", "dislike")
+                return disliked(obj)
             return self._opinions(obj, "likes", "like") + self._replaced_en(obj, replaced)
         if (match := rules.EN_LIKE.search(folded)) and not rules.EN_NEGATED.search(
             folded[max(0, match.start() - 12) : match.start()]
@@ -688,9 +697,11 @@ class RuleMemoryDetector:
             if _not_mine(body, match.end()):
                 return []
             obj = _clean_ja_object(match.group("obj"))
+            if rules.JA_HEDGE.search(body):
+                return []  # a hedged dislike (as in English)
             return self._opinions(obj, "dislikes", "dislike") if obj else []
         if match := rules.JA_DISLIKE.search(body):
-            if _not_mine(body, match.end()):
+            if _not_mine(body, match.end()) or rules.JA_HEDGE.search(body):
                 return []
             obj = _clean_ja_object(match.group("obj") or match.group("bare"))
             sentiment = rules.JA_SENTIMENT[match.group("verb")]
