@@ -20,6 +20,12 @@ rewritten when that changes.
 (:meth:`LongTermMemory.supersede`: hidden from recall, kept in history with
 ``superseded_by``), and so is a week's digest when its week joins a month. The roll-up
 is idempotent: run again with nothing new, it writes nothing.
+
+**Observed habits.** From the same session summaries, the roll-up keeps the user's
+observed behavioural patterns (a series or genre brought up, or an intent, in 3 sessions
+within 30 days: one ``behavioral_pattern`` memory each, lapsing 30 days after the topic's
+last session; :mod:`tiermem.summaries.patterns`). They are read in the same list call as
+the summaries.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from tiermem.clock import Clock
@@ -36,6 +42,12 @@ from tiermem.errors import ValidationError
 from tiermem.longterm.memory import LongTermMemory
 from tiermem.models import MemoryRecord, Provenance
 from tiermem.models.base import FrozenModel, JsonValue
+from tiermem.summaries.patterns import (
+    PATTERN_TYPE,
+    PatternPolicy,
+    observe_patterns,
+    write_patterns,
+)
 from tiermem.summaries.structured import states_value
 from tiermem.tokens import TokenCounter
 
@@ -52,7 +64,8 @@ _SESSION_PREFIX = re.compile(r"^Session on \d{4}-\d{2}-\d{2}:\s*")
 
 @dataclass(frozen=True, slots=True)
 class RollupPolicy:
-    """Ages and token budgets of the roll-up (seed 000: 7 days, 30 days; 500/200/100)."""
+    """Ages and token budgets of the roll-up (seed 000: 7 days, 30 days; 500/200/100), and
+    the observed patterns it keeps."""
 
     individual_days: int = 7
     monthly_after_days: int = 30
@@ -60,6 +73,10 @@ class RollupPolicy:
     weekly_tokens: int = 200
     monthly_tokens: int = 100
     min_digest_tokens: int = 16
+    patterns: PatternPolicy | None = field(default_factory=PatternPolicy)
+    """When topics of the sessions become observed behavioural patterns
+    (:class:`~tiermem.summaries.patterns.PatternPolicy`: 3 sessions within 30 days);
+    None: the roll-up keeps none."""
 
     def __post_init__(self) -> None:
         if not 0 < self.individual_days < self.monthly_after_days:
@@ -109,8 +126,8 @@ class ProgressiveRollup:
         self.policy = policy or RollupPolicy()
 
     async def roll_up(self, user_id: str) -> int:
-        """Roll the user's older session summaries up; returns how many records were
-        written (0 when everything was already rolled up).
+        """Roll the user's older session summaries up and bring their observed patterns up
+        to date; returns how many records were written (0 when nothing changed).
 
         Raises:
             ValidationError: a bad id.
@@ -118,9 +135,16 @@ class ProgressiveRollup:
             BackendError: the durable tier failed; run again (it is idempotent).
         """
         now = self.clock.now()
-        records = await self.longterm.list(
-            user_id, types=[SUMMARY_TYPE], include_superseded=True, limit=MAX_RECORDS
+        patterns = self.policy.patterns
+        if patterns is not None and PATTERN_TYPE not in self.longterm.types.names():
+            patterns = None  # a deployment whose registry has no such type keeps none
+        # One list call for both types (one Redis script; on DynamoDB one more query of
+        # the type index, run concurrently).
+        types = [SUMMARY_TYPE] if patterns is None else [SUMMARY_TYPE, PATTERN_TYPE]
+        listed = await self.longterm.list(
+            user_id, types=types, include_superseded=True, limit=MAX_RECORDS
         )
+        records = [r for r in listed if r.memory_type == SUMMARY_TYPE]
         sessions = sorted(_latest_per_session(r for r in records if not _is_rollup(r)), key=_when)
         live_rollups = {
             (str(r.metadata["rollup"]), str(r.metadata.get("period"))): r
@@ -134,6 +158,11 @@ class ProgressiveRollup:
         for digest in digests.values():
             text = self._digest_text(digest, current, stale)
             written += await self._write(user_id, digest, text, live_rollups, weeks, now)
+        if patterns is not None:
+            observed = observe_patterns(sessions, now, patterns, ended=_when)
+            held = [r for r in listed if r.memory_type == PATTERN_TYPE]
+            ids = {r.memory_id for r in records}
+            written += await write_patterns(self.longterm, user_id, observed, held, ids, now)
         return written
 
     def _plan(self, sessions: Sequence[MemoryRecord], now: datetime) -> dict[str, _Digest]:
