@@ -237,6 +237,19 @@ async def test_context_recalls_the_pattern_but_the_profile_does_not_hold_it(
     assert "Often asks about" not in profile
 
 
+async def test_a_pattern_rewritten_late_still_ends_30_days_after_its_last_session(
+    local: World,
+) -> None:
+    sessions = [await local.visit(line) for line in BERSERK[:4]]  # days 0-3
+    local.clock.advance(timedelta(days=16))  # day 20
+    await local.memory.longterm.forget_session(local.user, sessions[0])
+    await local.memory.roll_up(local.user)  # written again: its expiry counts from day 20
+    assert "3 sessions" in (await local.pattern()).content
+    local.clock.advance(timedelta(days=13))  # day 33: 30 days after the last session
+    await local.visit("Do you have Vagabond?")  # any roll-up ends it
+    assert await local.patterns() == []
+
+
 # ---------------------------------------------------------------- what counts
 
 
