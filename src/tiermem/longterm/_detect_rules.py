@@ -355,6 +355,11 @@ JA_NAME = Gated(
     ),
     ("名前は",),
 )
+JA_NAME_OWNER = re.compile(r"(?P<owner>\w+)の$")
+JA_FIRST_PERSON = ("私", "わたし", "僕", "ぼく", "俺", "おれ", "自分", "あたし")
+"""Whose name 「…の名前は」 gives: the user's only after a first person (「私の名前は」, or
+「名前は」 alone); 「娘の名前はハナです」「うちの猫の名前は」「私の友達の名前は」 name someone else,
+and write no ``name`` (as "my daughter's name is Hana" never matched ``EN_NAME``)."""
 JA_PREFER = Gated(
     re.compile(
         r"^(?P<obj>.+?)(?:の(?:ほう|方)が|が一番|がいちばん)(?:好き|いい|良い)(?!じゃない|ではない)"

@@ -108,7 +108,8 @@ upsert_preference`, with the old value kept in history):
   recalled later; objects that start with a pronoun or demonstrative are dropped.
 * Someone else's taste: a purpose naming another person ("seinen, not shojo, for my
   daughter", 「娘に」「息子のために」), a Japanese topic that is another person
-  (「妹はホラーが苦手」, 「娘の好きなジャンルは」).
+  (「妹はホラーが苦手」, 「娘の好きなジャンルは」). Someone else's name: 「娘の名前はハナです」
+  ("my daughter's name is Hana") is no ``name`` of the user's.
 * A comparison as a dislike: "I don't like horror as much as thrillers" ranks, it does not
   reject. And a dislike taken back by the clause after it: "I don't like horror but I love
   it", 「ホラーは苦手だけど好き」 write the like.
@@ -683,8 +684,14 @@ class RuleMemoryDetector:
             key, readable = _noun_key(match.group("noun"))
             favorite = _favorite_noun_key(key)
             return [_preference(favorite, obj, f"favorite {readable}: {obj}", "favorite")]
-        if match := rules.JA_NAME.search(body):
-            obj = _clean_ja_object(match.group("obj"))
+        if (
+            "名前は" in body  # JA_NAME's gate, before a call per clause
+            and (mine := _own_name_at(body)) is not None
+            and (match := rules.JA_NAME.search(body[mine:]))
+        ):
+            # The name is what follows 「名前は」, up to a comma: 「私の名前はハナ、よろしく」
+            # (the last part, as an object is read, gave name = よろしく).
+            obj = _clean_ja_object(rules.JA_OBJECT_SPLIT.split(match.group("obj"), 1)[0])
             return [_preference("name", obj, f"name: {obj}", "name")] if obj else []
         if match := rules.JA_PREFER.search(body):
             if _not_mine(body, match.end()):
@@ -857,6 +864,24 @@ class RuleMemoryDetector:
         if not slug:
             return []
         return [_preference(f"opinion:{slug}", sentiment, f"{sentiment} {obj}", reason)]
+
+
+def _own_name_at(body: str) -> int | None:
+    """Where the user's own 「名前は」 starts in ``body`` (at its first person: 「私の名前は」,
+    or bare: 「名前は」), or None: every 「…の名前は」 there names someone else
+    (「娘の名前はハナです」, 「夫の名前はケンです」; :data:`~tiermem.longterm._detect_rules.
+    JA_NAME_OWNER`)."""
+    at = body.find("名前は")
+    while at >= 0:
+        owner = rules.JA_NAME_OWNER.search(body, 0, at)
+        if owner is None:
+            return at
+        said = owner.group("owner")
+        if said.endswith(rules.JA_FIRST_PERSON):
+            person = max(said.rfind(p) for p in rules.JA_FIRST_PERSON if said.endswith(p))
+            return owner.start() + person
+        at = body.find("名前は", at + 3)
+    return None
 
 
 def _not_mine(body: str, end: int) -> bool:
