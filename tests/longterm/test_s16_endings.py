@@ -196,3 +196,30 @@ async def test_a_late_handoff_does_not_bring_back_a_retired_favourite(
         await session.close()
         await d.memory.drain()
         assert await d.favourite() is None
+
+
+@pytest.mark.parametrize("name", PAIRINGS)
+async def test_a_redaction_replays_an_ending_whose_dislike_was_forgotten(
+    name: str, tmp_path: Path
+) -> None:
+    # A guard (passes on fc45edb too): the replay builds the dislike's stand-in from the
+    # ending, and the one matcher from the opinion key the ending recorded.
+    async with deployment(name, tmp_path) as d:
+        await d.say(
+            [
+                "My favorite genre is comedy.",
+                "My favorite genre is horror.",
+                "I don't like horror anymore.",
+            ]
+        )
+        ended = await d.favourite(include_retired=True)
+        assert ended is not None
+        dislike_id = str(ended.metadata["retired_by"])
+        assert await d.memory.longterm.forget(d.user, dislike_id)
+        await d.redact(0)
+        assert await d.favourite() is None
+        again = await d.favourite(include_retired=True)
+        assert again is not None
+        assert again.metadata["preference_value"] == "horror"
+        assert again.metadata["retired_by"] == dislike_id
+        assert again.content == "no longer favorite_genre: horror (dislikes horror)"
