@@ -54,6 +54,8 @@ from tiermem.policies.turn_text import TurnText
 from tiermem.session_context import (
     OPENING_REACH,
     RECORD_KINDS,
+    UNKNOWN,
+    SummarySections,
     latest_opening,
     needs_opening,
     opening_message,
@@ -712,9 +714,12 @@ class Session:
         """Replace a turn's content in every tier, the recall index and the session's
         summaries (rebuilt without it on the next pass); its slot (index, timestamp) stays."""
         redacted = await self._tiers.redact(self.id, index)
-        await self._service.longterm.unindex_turns(self.user_id, self.id, [index])
         # Summaries derived from the turn are reset; the next pass rebuilds them without it.
+        # Right after the archive: rewriting the summary records is also what tells every
+        # process's context() that a turn it kept (the loop's opening, KnownOpenings) may
+        # have changed.
         await self._service.summaries.redacted(self.id, index)
+        await self._service.longterm.unindex_turns(self.user_id, self.id, [index])
         # ...and so is what the handoff derived from it (long-term memory, roll-ups).
         await self._service.handoff.redacted(self.user_id, self.id, index, self._tiers.durable_view)
         return redacted
@@ -943,8 +948,9 @@ class Session:
             turns, optimization = optimize_view(turns, policy, cache.tokens)
         opening = None
         if needs_opening(turns):
-            # Inside an agent loop longer than the hot window: the only case that reads more.
-            opening = await self._opening(view.turns, turns[0].index)
+            # Inside an agent loop longer than the hot window: the only case that may read
+            # more (once per loop; then what was read is kept with the records read here).
+            opening = await self._opening(view, built, turns[0].index)
         user_context: UserContext | None = None
         hits: Sequence[RecallHit] = ()
         if query is not None and query.strip():
@@ -986,21 +992,46 @@ class Session:
         )
         return window.model_copy(update={"stats": stats})
 
-    async def _opening(self, hot: Sequence[Turn], first_shown: int) -> Turn | Message:
+    async def _opening(
+        self, view: SessionView, built: SummarySections, first_shown: int
+    ) -> Turn | Message:
         """The user message to open a window whose turns start at ``first_shown`` with an
         assistant's turn or a tool result: the newest user turn before it, from the hot
         window, else from one range read of at most :data:`OPENING_REACH
         <tiermem.session_context.OPENING_REACH>` archived turns before the hot window
-        (:func:`~tiermem.session_context.opening_message`).
+        (:func:`~tiermem.session_context.opening_message`). What the read found and the
+        hot turns are kept (:class:`~tiermem.session_context.KnownOpenings`, valid while
+        the summary records read with them are: a redaction rewrites them), so the next
+        calls of the loop need no read.
 
         Raises:
             BackendError: the durable tier failed.
         """
+        hot = view.turns
         found = latest_opening(hot, first_shown)
         oldest = hot[0].index if hot else first_shown
+        known = self._service.context_cache.openings
+        created_at = view.stored_metadata.created_at
+        now = self._service.clock.now()
+        read = None
         if found is None and oldest > 0:
-            start = max(0, oldest - OPENING_REACH)
-            found = latest_opening(await self._tiers.get_turns(self.id, start, oldest), oldest)
+            held = known.before(self.id, built, created_at, view.next_index, oldest, now)
+            if held is UNKNOWN:
+                start = max(0, oldest - OPENING_REACH)
+                found = latest_opening(await self._tiers.get_turns(self.id, start, oldest), oldest)
+                read = (start, oldest, found)
+            else:
+                found = held
+        known.learn(
+            self.id,
+            built,
+            created_at,
+            view.next_index,
+            hot,
+            now,
+            self._tiers.config.durable_ttl,
+            read=read,
+        )
         return opening_message(found, first_shown)
 
     def _state_block(self, state: StateCoordinator, budget_tokens: int) -> str | None:

@@ -13,20 +13,27 @@ and counting the summary's tokens. The cache keeps
 * token counts per text (:class:`~tiermem.context.count_memo.MemoTokenCounter`), so the
   summary, structured memory and hot turns already counted are looked up, not counted.
 
-Both are bounded (least recently used dropped first) and :meth:`ContextCache.shrink` empties
+* what each agent loop opened with (:class:`KnownOpenings`).
+
+All are bounded (least recently used dropped first) and :meth:`ContextCache.shrink` empties
 them. One cache per :class:`~tiermem.service.MemoryService`, shared by its handles.
 
 It also owns which turn opens a window (:func:`opens_conversation`, :func:`needs_opening`,
-:func:`opening_message`): a conversation must start with a user's own turn.
+:func:`opening_message`): a conversation must start with a user's own turn. Inside an agent
+loop longer than the hot window that turn is older than the hot window; what was learnt of
+it (from the archive once, then from each hot window the loop shows) is kept in
+:class:`KnownOpenings`, so that the loop's later calls do not read the archive again.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -50,9 +57,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTEXT_SESSIONS",
+    "OPENING_BYTES",
     "OPENING_REACH",
+    "OPENING_SESSIONS",
+    "OPENING_TURNS",
     "RECORD_KINDS",
+    "UNKNOWN",
     "ContextCache",
+    "KnownOpenings",
     "SummarySections",
     "latest_opening",
     "needs_opening",
@@ -73,6 +85,11 @@ would start inside an agent loop whose request is older than the hot window
 (:func:`needs_opening`), to find that request. Turns of tool output can be large: the bound
 keeps that read to at most this many turns; an opening turn further back (or expired
 from the archive) gives way to :func:`opening_message`'s continuation line."""
+OPENING_SESSIONS = 1_024
+"""Sessions whose loop opening :class:`KnownOpenings` keeps (least recently used dropped)."""
+OPENING_BYTES = 8 * 1024 * 1024
+"""The most :class:`KnownOpenings` holds, in the kept turns' JSON bytes: a request with a
+pasted document is large; one larger than this is not kept (it is read each call)."""
 
 _Stamp = tuple[tuple[int, Any, Any] | None, ...]
 _HeldEntities = tuple[
@@ -174,6 +191,214 @@ def opening_message(found: Turn | None, first_shown: int) -> Turn | Message:
     return found.model_copy(update={"content": (*found.content, marker)})
 
 
+class _Unknown(enum.Enum):
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = _Unknown.UNKNOWN
+""":meth:`KnownOpenings.before`'s answer when what it knows does not settle it: read the
+archive."""
+
+
+@dataclass(slots=True)
+class _Known:
+    """Turns ``low`` to ``through - 1`` of a session were seen, and ``turns`` (oldest
+    first, at most :data:`OPENING_TURNS`) are all of them that may open a conversation.
+    Good while the session's summary records are those read with them (``records``: the
+    :class:`SummarySections` the cache built from them, a new object whenever they
+    change), the session is the one created at ``created_at`` and the turns are within
+    the archive's retention (``expires_at``). ``sizes``: the turns' JSON bytes."""
+
+    records: SummarySections
+    created_at: datetime
+    low: int
+    through: int
+    turns: tuple[Turn, ...]
+    sizes: tuple[int, ...]
+    expires_at: datetime | None
+
+
+OPENING_TURNS = 3
+"""Opening turns :class:`KnownOpenings` keeps per session: the loop's request and the
+user's turns after it, while the window still starts inside the loop."""
+
+
+class KnownOpenings:
+    """The turn that opened each session's agent loop, as far as this process has seen:
+    what :meth:`Session.context <tiermem.session.Session.context>` read from the archive
+    (:data:`OPENING_REACH` turns before the hot window), extended by the hot window of each
+    later call, so that a loop's second and later calls read nothing more than a plain
+    call. :meth:`before` answers what that archive read would find.
+
+    Redaction: :meth:`Session.redact_turn <tiermem.session.Session.redact_turn>` in any
+    process redacts the archived turn, then rewrites the session's summary records
+    (:meth:`SummaryJobs.redacted <tiermem.summaries.jobs.SummaryJobs.redacted>`: always,
+    also when no summary covers the turn), which every ``context()`` call reads anyway.
+    What is kept is used only with the records it was learnt with, so the first call
+    after a redaction returned reads the archive again (and sees the redacted turn); a
+    call running while a redaction is under way may show either. A session cleared and
+    created again under the same id has another creation time. A turn is dropped at its
+    timestamp (or when it was first seen, if that is earlier) plus the archive's
+    retention, when the archive may have dropped it.
+
+    Bounded: :data:`OPENING_SESSIONS` sessions and :data:`OPENING_BYTES` bytes of kept
+    turns (least recently used dropped first); :meth:`shrink` empties it."""
+
+    def __init__(self, *, sessions: int = OPENING_SESSIONS, max_bytes: int = OPENING_BYTES) -> None:
+        self.max_sessions = sessions
+        self.max_bytes = max_bytes
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    @property
+    def size_bytes(self) -> int:
+        """The kept turns' JSON bytes."""
+        return self._bytes
+
+    def before(
+        self,
+        session_id: str,
+        records: SummarySections,
+        created_at: datetime,
+        next_index: int,
+        oldest: int,
+        now: datetime,
+    ) -> Turn | _Unknown | None:
+        """The newest turn with an index in ``[oldest - OPENING_REACH, oldest)`` that may
+        open a conversation, None when there is none, or :data:`UNKNOWN`. ``records``:
+        the sections this call built from the records it read; ``created_at`` and
+        ``next_index``: the session's, as this call read them."""
+        with self._lock:
+            known = self._valid(session_id, records, created_at, next_index, now)
+            answer = UNKNOWN if known is None else _known_before(known, oldest)
+            if answer is UNKNOWN:
+                self.misses += 1
+            else:
+                self.hits += 1
+                self._known.move_to_end(session_id)
+            return answer
+
+    def learn(
+        self,
+        session_id: str,
+        records: SummarySections,
+        created_at: datetime,
+        next_index: int,
+        hot: Sequence[Turn],
+        now: datetime,
+        retention: timedelta | None,
+        *,
+        read: tuple[int, int, Turn | None] | None = None,
+    ) -> None:
+        """Keep what this call saw: ``read``, the archive read's ``(start, end, newest
+        opening turn found)`` if it read, then the hot turns (oldest first), which extend
+        what is known while they follow on from it. ``retention``: how long the archive
+        keeps a turn (None: forever)."""
+        with self._lock:
+            held = self._valid(session_id, records, created_at, next_index, now)
+            turns: tuple[Turn, ...]
+            if read is not None:
+                start, through, found = read
+                # Only the newest was kept: what is known starts there.
+                low, turns = (start, ()) if found is None else (found.index, (found,))
+            elif held is not None:
+                low, through, turns = held.low, held.through, held.turns
+            else:
+                low = through = hot[0].index if hot else 0
+                turns = ()
+            for hot_turn in hot:
+                index = hot_turn.index
+                if index < through:
+                    continue
+                if index > through:  # turns never seen in between: start again from here
+                    low = through = index
+                    turns = ()
+                through += 1
+                if opens_conversation(hot_turn):
+                    turns = (*turns, hot_turn)
+            if held is not None and read is None and turns is held.turns and low == held.low:
+                held.through = through  # the loop went on: only how far it was seen moves
+                self._known.move_to_end(session_id)
+                return
+            if len(turns) > OPENING_TURNS:
+                turns = turns[-OPENING_TURNS:]
+                low = turns[0].index
+            if held is not None and [t.index for t in turns] == [t.index for t in held.turns]:
+                turns, sizes, expires_at = held.turns, held.sizes, held.expires_at
+            else:
+                sizes = tuple(len(t.model_dump_json()) for t in turns)
+                seen = min((min(t.timestamp, now) for t in turns), default=None)
+                expires_at = None if retention is None or seen is None else seen + retention
+            self._drop(session_id)
+            size = sum(sizes)
+            if size > self.max_bytes:
+                return
+            self._known[session_id] = _Known(
+                records, created_at, low, through, turns, sizes, expires_at
+            )
+            self._bytes += size
+            while len(self._known) > self.max_sessions or self._bytes > self.max_bytes:
+                _, dropped = self._known.popitem(last=False)
+                self._bytes -= sum(dropped.sizes)
+
+    def drop(self, session_id: str) -> None:
+        """Forget a session's openings (it was cleared)."""
+        with self._lock:
+            self._drop(session_id)
+
+    def shrink(self) -> int:
+        """Empty it; returns how many sessions were dropped."""
+        with self._lock:
+            dropped = len(self._known)
+            self._known.clear()
+            self._bytes = 0
+        return dropped
+
+    def _valid(
+        self,
+        session_id: str,
+        records: SummarySections,
+        created_at: datetime,
+        next_index: int,
+        now: datetime,
+    ) -> _Known | None:
+        known = self._known.get(session_id)
+        if known is None:
+            return None
+        if (
+            known.records is records
+            and known.created_at == created_at
+            and known.through <= next_index
+            and (known.expires_at is None or now < known.expires_at)
+        ):
+            return known
+        self._drop(session_id)
+        return None
+
+    def _drop(self, session_id: str) -> None:
+        known = self._known.pop(session_id, None)
+        if known is not None:
+            self._bytes -= sum(known.sizes)
+
+
+def _known_before(known: _Known, oldest: int) -> Turn | _Unknown | None:
+    """What the archive read of ``[oldest - OPENING_REACH, oldest)`` finds, from ``known``."""
+    if known.through < oldest:
+        return UNKNOWN
+    floor = max(0, oldest - OPENING_REACH)
+    below = latest_opening(known.turns, oldest)
+    if below is None:
+        return None if known.low <= floor else UNKNOWN
+    # No turn after it below ``oldest`` may open: beyond the reach, none within it either.
+    return below if below.index >= floor else None
+
+
 def quality_metrics(quality: PassQuality | None) -> dict[str, float]:
     """A pass's quality as context stats (keys: :attr:`ContextStats.quality_metrics
     <tiermem.context.models.ContextStats.quality_metrics>`); empty with no pass."""
@@ -269,6 +494,8 @@ class ContextCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self.openings = KnownOpenings()
+        """What each session's agent loop opened with (:class:`KnownOpenings`)."""
 
     def __len__(self) -> int:
         return len(self._sections)
@@ -329,11 +556,13 @@ class ContextCache:
         with self._lock:
             self._sections.pop(session_id, None)
             self._entities.pop(session_id, None)
+        self.openings.drop(session_id)
 
     def shrink(self) -> int:
-        """Empty the cache (sections and counts); returns how many entries were dropped."""
+        """Empty the cache (sections, openings and counts); returns how many entries were
+        dropped."""
         with self._lock:
             dropped = len(self._sections) + len(self._entities)
             self._sections.clear()
             self._entities.clear()
-        return dropped + self.tokens.shrink()
+        return dropped + self.openings.shrink() + self.tokens.shrink()
