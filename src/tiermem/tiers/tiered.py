@@ -675,9 +675,11 @@ class TieredSessionStore:
         # Write-through, in this coroutine: the combined stores' write is awaited from here,
         # not through two more coroutines (this is every turn's path).
         sid = metadata.session_id
+        keyed_behind = False
         if idempotency_key and self.config.write_policy is WritePolicy.WRITE_BEHIND:
             # The durable tier numbers a keyed append: archive the turns the hot tier holds
             # unflushed (an expired copy's too) first, or they would be numbered over.
+            keyed_behind = True
             await self.flush(sid, include_expired=True)
         key = idempotency_key
         in_append = entities is not None and self._durable_takes_entities
@@ -750,10 +752,18 @@ class TieredSessionStore:
         if not stored:
             return stored  # a retry whose turns have expired since: nothing to show
         if combined is None:
-            await self._append_hot(metadata, stored, entities if in_append else None)
+            if keyed_behind:
+                await self._append_hot(metadata, stored, entities if in_append else None, True)
+            else:
+                await self._append_hot(metadata, stored, entities if in_append else None)
         elif version is None or version == 1:
-            # A retry, or the hot tier had lost turns or the session: rebuild it.
-            await self._resync(sid)
+            if keyed_behind:
+                # The hot half was skipped or re-created the session: a plain writer may
+                # hold the index the archive gave these turns (its turn must be kept).
+                await self._rejoin_behind(sid, stored)
+            else:
+                # A retry, or the hot tier had lost turns or the session: rebuild it.
+                await self._resync(sid)
         if entities is not None and not in_append:
             await self._merge_entities_after(metadata, entities, base, stored)
         return stored
@@ -793,11 +803,19 @@ class TieredSessionStore:
         )
 
     async def _append_hot(
-        self, metadata: SessionMetadata, stored: list[Turn], change: EntityChange | None
+        self,
+        metadata: SessionMetadata,
+        stored: list[Turn],
+        change: EntityChange | None,
+        keyed_behind: bool = False,
     ) -> None:
         """Give the hot tier the turns the durable tier numbered (and their entity change,
         already in the durable tier): hot appends are pinned to those indexes, so the
-        hot tier applies changes in the archive's order."""
+        hot tier applies changes in the archive's order.
+
+        ``keyed_behind``: a keyed append under write-behind, where the hot tier numbers
+        the other writers' turns: whatever it holds is not rebuilt over, but rejoined
+        (:meth:`_rejoin_behind`)."""
         sid = metadata.session_id
         turn_count = stored[-1].index + 1
         expires_at = self._write_expiry(metadata, turn_count)
@@ -825,6 +843,11 @@ class TieredSessionStore:
             except (BackendUnavailableError, BackendTimeoutError) as exc:
                 result = self._bypass(exc, "append")
             except ConflictError as exc:
+                if keyed_behind and isinstance(exc.actual, int) and exc.actual > stored[0].index:
+                    # The hot tier holds a turn at our first index: ours (a retry), or a
+                    # plain writer's that took it between our flush and our durable write.
+                    await self._rejoin_behind(sid, stored)
+                    return
                 if isinstance(exc.actual, int) and exc.actual > stored[-1].index:
                     return  # a retried append whose turns the hot tier already has
                 # Another writer's earlier index has not reached the hot tier yet.
@@ -834,7 +857,10 @@ class TieredSessionStore:
                 return
             if result.version == 1:
                 # The hot tier had lost the session (this write created it): rebuild it.
-                await self._resync(sid)
+                if keyed_behind:
+                    await self._rejoin_behind(sid, stored)
+                else:
+                    await self._resync(sid)
             elif change is not None and not with_change:
                 # A hot store that takes no entities in the append: its merge right after.
                 await self._hot(
@@ -844,7 +870,10 @@ class TieredSessionStore:
                     "entities",
                 )
             return
-        await self._resync(sid)
+        if keyed_behind:
+            await self._rejoin_behind(sid, stored)
+        else:
+            await self._resync(sid)
 
     async def _resync(self, session_id: str) -> None:
         """Make the hot session equal to the durable one, version-checked so that a writer
@@ -864,6 +893,96 @@ class TieredSessionStore:
                 return
             await pause(attempt)
         logger.warning("hot copy of session %s kept changing during resync", session_id)
+
+    async def _rejoin_behind(self, session_id: str, stored: Sequence[Turn]) -> None:
+        """Write-behind: the durable tier numbered a keyed append (``stored``), and the hot
+        tier did not take it as it stood. Between this writer's flush and its durable
+        write a plain writer may have appended to the hot tier, taking an index the
+        durable tier then gave to ``stored``: the archive holds another turn there, so no
+        flush would ever archive the plain one. Archive every hot turn from
+        ``stored[0].index`` on that the archive does not hold at its index, in their
+        order after the archive's last turn (an append conditional on the archive's next
+        index, as a flush's), then rebuild the hot session as the durable view
+        (compare-and-set on the hot version, as after a loss).
+
+        Archiving them here rather than leaving them to the next flush keeps a flush
+        that read the hot session before the rebuild from archiving them under their
+        old numbers (it would find its index taken). A hot session that holds ``stored``
+        at their indexes (a retry; a concurrent call with the same key) is left as it is
+        after one hot read. The writer whose turn moved got the index before
+        renumbering from its own append. A turn counts as archived when the archive's
+        turn at its index is equal to it, or it is one this call archived."""
+        first, last = stored[0].index, stored[-1].index
+        moved: list[Turn] = []  # the hot turns this call archived, as archived
+        for attempt in range(CAS_ATTEMPTS):
+            # Not include_expired: restore counts an expired session as absent (version 0).
+            snap = await self._hot(lambda: self.hot.load(session_id), "resync")
+            if isinstance(snap, _Bypassed):
+                return
+            if snap is not None and snap.metadata is not None and snap.next_index > last:
+                held = {t.index: t for t in snap.turns if first <= t.index <= last}
+                if all(held.get(t.index, t) == t for t in stored):
+                    return  # ours are there (or older than the hot window): nothing moved
+            view = await self.durable_view(session_id)
+            if view is None:
+                return  # the archive forgot the session: nothing to rejoin
+            later = [t for t in snap.turns if t.index >= first] if snap is not None else []
+            archived = {t.index: t for t in view.turns}
+            if later and later[0].index < view.next_index and later[0].index not in archived:
+                # The durable view's window starts after these hot turns: read the rest.
+                end = min(view.next_index, later[-1].index + 1)
+                for turn in await self.durable.get_turns(session_id, later[0].index, end):
+                    archived.setdefault(turn.index, turn)
+            # Not archived: past the archive's end, or the archive holds another turn at
+            # its index (an index the archive lacks below its end has expired there).
+            pending = [
+                t
+                for t in later
+                if (t.index >= view.next_index or archived.get(t.index, t) != t)
+                and not any(t == m.model_copy(update={"index": t.index}) for m in moved)
+            ]
+            rebuilt = _continued(view, pending)
+            if pending and not await self._archive_moved(
+                session_id, rebuilt.turns[len(view.turns) :], view.next_index, moved
+            ):
+                await pause(attempt)  # the archive moved meanwhile: look again
+                continue
+            if await self._restore(
+                rebuilt, expected_version=snap.version if snap is not None else 0
+            ):
+                self.metrics.hot_resyncs += 1
+                if moved:
+                    logger.info(
+                        "session %s: archived %d write-behind turns after a keyed turn that "
+                        "took the index of the first (renumbered)",
+                        session_id,
+                        len(moved),
+                    )
+                return
+            await pause(attempt)
+        logger.warning("hot copy of session %s kept changing during rejoin", session_id)
+
+    async def _archive_moved(
+        self, session_id: str, turns: Sequence[Turn], first_index: int, moved: list[Turn]
+    ) -> bool:
+        """Append ``turns`` (numbered from ``first_index``) to the archive, each batch
+        conditional on the archive's next index; those stored are added to ``moved``.
+        False if another writer moved the archive first (the rest not written)."""
+        for start in range(0, len(turns), MAX_TURNS_PER_APPEND):
+            batch = turns[start : start + MAX_TURNS_PER_APPEND]
+            try:
+                await self.durable.append_turns(
+                    session_id,
+                    batch,
+                    first_index=first_index + start,
+                    expires_at=self.durable_expiry(),
+                )
+            except ConflictError:
+                return False
+            moved.extend(batch)
+            self.metrics.flushes += 1
+            self.metrics.flushed_turns += len(batch)
+        return True
 
     async def _append_write_behind(
         self,
@@ -982,24 +1101,10 @@ class TieredSessionStore:
                 await self._resync(sid)
                 return await self._append_write_behind(metadata, turns, durable_next)
             self.metrics.hot_resyncs += 1
-            base = view.next_index
-            moved = [
-                t if t.index == base + i else t.model_copy(update={"index": base + i})
-                for i, t in enumerate(chain)
-            ]
-            all_turns = (*view.turns, *moved)
-            next_index = base + len(moved)
-            rebuilt = SessionView(
-                metadata=derive_metadata(view.metadata, all_turns, next_index),
-                turns=all_turns,
-                entities=view.entities,
-                state=view.state,
-                next_index=next_index,
-                expires_at=None,
-                source="durable",
-            )
+            rebuilt = _continued(view, chain)
             if await self._restore(rebuilt, expected_version=snap.version):
-                return moved[: len(ours)]
+                start = len(view.turns)  # ours lead the turns after the durable view's
+                return list(rebuilt.turns[start : start + len(ours)])
             await pause(attempt)
         logger.warning("hot copy of session %s kept changing during renumbering", sid)
         await self._resync(sid)
@@ -1306,6 +1411,28 @@ class TieredSessionStore:
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
         """A user's sessions, newest first."""
         return await self.durable.list_sessions(user_id, limit=limit)
+
+
+def _continued(view: SessionView, turns: Sequence[Turn]) -> SessionView:
+    """The durable ``view`` followed by ``turns`` (hot turns the archive does not hold, in
+    their order), renumbered to continue the archive: what a hot session is rebuilt to
+    when it holds turns not flushed yet under numbers the archive does not agree with."""
+    base = view.next_index
+    moved = [
+        t if t.index == base + i else t.model_copy(update={"index": base + i})
+        for i, t in enumerate(turns)
+    ]
+    all_turns = (*view.turns, *moved)
+    next_index = base + len(moved)
+    return SessionView(
+        metadata=derive_metadata(view.metadata, all_turns, next_index),
+        turns=all_turns,
+        entities=view.entities,
+        state=view.state,
+        next_index=next_index,
+        expires_at=None,
+        source="durable",
+    )
 
 
 def _check_owner(session_id: str, owner: str, user_id: str) -> None:
