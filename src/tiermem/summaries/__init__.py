@@ -12,7 +12,8 @@ See ``docs/summaries.md`` for the design. The parts:
 * :mod:`~tiermem.summaries.validate` -- the closed loop;
 * :mod:`~tiermem.summaries.jobs` -- records, watermarks, idempotent jobs;
 * :mod:`~tiermem.summaries.handoff` -- session handoff into long-term memory;
-* :mod:`~tiermem.summaries.rollup` -- progressive roll-up of session summaries.
+* :mod:`~tiermem.summaries.rollup` -- progressive roll-up of session summaries;
+* :mod:`~tiermem.summaries.patterns` -- habits observed across sessions, kept by the roll-up.
 """
 
 from tiermem.summaries.handoff import HANDOFF_RECORD, SessionHandoff
@@ -35,6 +36,7 @@ from tiermem.summaries.models import (
     SummaryText,
     SummaryTier,
 )
+from tiermem.summaries.patterns import PatternPolicy
 from tiermem.summaries.rolling import Compression, SummaryPolicy, TierTargets
 from tiermem.summaries.rollup import ProgressiveRollup, RollupPolicy, UserHistory
 from tiermem.summaries.validate import PassQuality
@@ -51,6 +53,7 @@ __all__ = [
     "LLMStructuredExtractor",
     "LLMSummarizer",
     "PassQuality",
+    "PatternPolicy",
     "ProgressiveRollup",
     "RollupPolicy",
     "SessionHandoff",
