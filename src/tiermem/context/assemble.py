@@ -290,6 +290,35 @@ def _profile_section(
     return section, overridden
 
 
+def _cut_from_profile(
+    b: _Builder, user_context: ContextSection | _UserContextLike, overridden: frozenset[str]
+) -> tuple[str, ...]:
+    """The memory ids of the profile's lines that the budget cut (the profile item cut
+    short, or left out), in the profile's order; the placed item's provenance then lists
+    only the lines it shows. Lines the conversation overrides were never in it; a profile
+    given as a section has no lines: nothing."""
+    if isinstance(user_context, ContextSection):
+        return ()
+    position = next((n for n, i in enumerate(b.items) if i.kind == "profile"), None)
+    if position is not None and not b.items[position].truncated:
+        return ()
+    lines = [
+        (memory_id, line)
+        for item in user_context.items
+        if isinstance(memory_id := getattr(item, "memory_id", None), str)
+        and memory_id not in overridden
+        and isinstance(line := getattr(item, "line", None), str)
+    ]
+    shown = "" if position is None else b.items[position].text
+    cut = tuple(memory_id for memory_id, line in lines if line not in shown)
+    if position is not None and cut:
+        placed = b.items[position]
+        kept = tuple(m for m in placed.provenance.memory_ids if m not in cut)
+        provenance = placed.provenance.model_copy(update={"memory_ids": kept})
+        b.items[position] = placed.model_copy(update={"provenance": provenance})
+    return cut
+
+
 def _merge_messages(messages: Sequence[tuple[str, tuple[ContentBlock, ...]]]) -> list[Message]:
     # Providers want alternating roles: adjacent messages of one role become one, with tool
     # results first (Anthropic requires them before any text of a user message).
@@ -322,9 +351,11 @@ class _Builder:
         *,
         name: str | None = None,
         room: int | None = None,
+        whole_lines: bool = False,
     ) -> int:
-        """Add a system-side item; with ``room``, cut or leave it out to fit. Returns its
-        tokens (0 when left out)."""
+        """Add a system-side item; with ``room``, cut or leave it out to fit (with
+        ``whole_lines``, cut after a line's end, never within a line). Returns its tokens
+        (0 when left out)."""
         blocks: tuple[ContentBlock, ...] = (TextBlock(text=text),)
         tokens = message_tokens(blocks, self.counter)
         truncated = False
@@ -336,6 +367,8 @@ class _Builder:
             keep = room - message_tokens((TextBlock(text=marker),), self.counter) - 2
             while True:
                 head = len(truncate_text(text, keep, self.counter))
+                if whole_lines and head < len(text) and text[head] != "\n":
+                    head = max(0, text.rfind("\n", 0, head))
                 blocks = (TextBlock(text=mark_cut(text, head=head, marker=marker)),)
                 tokens = message_tokens(blocks, self.counter)
                 if tokens <= room or keep <= 0:
@@ -507,6 +540,7 @@ def assemble_context(
     entity_list = list(entities.values()) if isinstance(entities, Mapping) else list(entities)
     profile: ContextSection | None = None
     profile_ids: set[str] = set()
+    overridden: frozenset[str] = frozenset()
     if user_context is not None:
         profile, overridden = _profile_section(user_context, entity_list, counter)
         profile_ids = {*profile.provenance.memory_ids, *overridden}
@@ -515,6 +549,9 @@ def assemble_context(
         hot_indexes.add(lead.index)
     seen: set[tuple[str, str]] = set()
     fresh_hits = []
+    # Hits of the profile's own lines: left out while the profile shows them; back in if
+    # the budget cuts them from it (not those the conversation overrides).
+    profile_hits: list[RecallHit] = []
     for hit in sorted(recall, key=lambda h: -h.score):
         in_hot = (
             hit.kind == "turn"
@@ -524,6 +561,8 @@ def assemble_context(
         )
         in_profile = hit.kind == "memory" and hit.doc_id in profile_ids
         if in_hot or in_profile or (hit.kind, hit.doc_id) in seen:
+            if in_profile and not in_hot and hit.doc_id not in overridden:
+                profile_hits.append(hit)
             continue
         seen.add((hit.kind, hit.doc_id))
         fresh_hits.append(hit)
@@ -551,8 +590,19 @@ def assemble_context(
             section.provenance,
             name=section.name,
             room=room() - reserved - recall_reserve,
+            # A preference cut within its line can say the opposite ("likes horror, not"):
+            # the profile loses whole lines, least important first.
+            whole_lines=section is profile,
         )
     slow_end = len(b.items) - 1
+    profile_cut: tuple[str, ...] = ()
+    if profile is not None and user_context is not None:
+        profile_cut = _cut_from_profile(b, user_context, overridden)
+        back = [h for h in profile_hits if h.doc_id in profile_cut]
+        if back:
+            for hit in back:
+                seen.add((hit.kind, hit.doc_id))
+            fresh_hits = sorted([*fresh_hits, *back], key=lambda h: -h.score)
     for section in structured:
         used += b.add(
             section.kind, section.text, section.provenance, name=section.name, room=room()
@@ -648,6 +698,7 @@ def assemble_context(
             "recall_hits": recall_kept,
             "recall_dropped": recall_dropped,
             "sections_dropped": b.sections_dropped,
+            "profile_cut": profile_cut,
             "structured_memory": _structured_counts(structured),
         },
     )

@@ -216,6 +216,12 @@ class ContextStats(FrozenModel):
     recall_hits: int = 0
     recall_dropped: int = 0
     sections_dropped: int = 0
+    profile_cut: tuple[str, ...] = ()
+    """Memory ids of the profile's lines (preferences, recalled memories) that the budget
+    cut: the profile item is then marked ``truncated`` (or left out, in
+    ``sections_dropped``) and lists only the lines it shows. A per-turn recall hit of one
+    of them is placed in the recall block, by its score, if it fits (it is left out while
+    the profile shows the line)."""
     quality_metrics: dict[str, float] = Field(default_factory=dict)
     """The latest summarization pass's quality for this session (seed 004's
     ``quality_metrics``); empty before the first pass. Keys, each present when the pass
