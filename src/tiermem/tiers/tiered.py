@@ -927,20 +927,8 @@ class TieredSessionStore:
             if view is None:
                 return  # the archive forgot the session: nothing to rejoin
             later = [t for t in snap.turns if t.index >= first] if snap is not None else []
-            archived = {t.index: t for t in view.turns}
-            if later and later[0].index < view.next_index and later[0].index not in archived:
-                # The durable view's window starts after these hot turns: read the rest.
-                end = min(view.next_index, later[-1].index + 1)
-                for turn in await self.durable.get_turns(session_id, later[0].index, end):
-                    archived.setdefault(turn.index, turn)
-            # Not archived: past the archive's end, or the archive holds another turn at
-            # its index (an index the archive lacks below its end has expired there).
-            pending = [
-                t
-                for t in later
-                if (t.index >= view.next_index or archived.get(t.index, t) != t)
-                and not any(t == m.model_copy(update={"index": t.index}) for m in moved)
-            ]
+            # An index the archive lacks below its end has expired there: archived.
+            pending = await self._unarchived(view, later, moved, lacking_is_archived=True)
             rebuilt = _continued(view, pending)
             if pending and not await self._archive_moved(
                 session_id, rebuilt.turns[len(view.turns) :], view.next_index, moved
@@ -961,6 +949,41 @@ class TieredSessionStore:
                 return
             await pause(attempt)
         logger.warning("hot copy of session %s kept changing during rejoin", session_id)
+
+    async def _unarchived(
+        self,
+        view: SessionView,
+        turns: Sequence[Turn],
+        moved: Sequence[Turn],
+        *,
+        lacking_is_archived: bool,
+    ) -> list[Turn]:
+        """Of hot ``turns`` (in index order), those the archive does not hold: past the
+        archive's end (``view``), or the archive holds another turn at its index, and not
+        one of ``moved`` (archived under another index by this caller). An index below
+        the archive's end that it lacks counts as archived when ``lacking_is_archived``
+        (the hot numbering is the archive's: the turn expired there), as not archived
+        otherwise (a re-created hot session numbers from 0: nothing of it is there)."""
+        sid = view.metadata.session_id
+        archived = {t.index: t for t in view.turns}
+        if turns and turns[0].index < view.next_index and turns[0].index not in archived:
+            # The durable view's window starts after these hot turns: read the rest.
+            end = min(view.next_index, turns[-1].index + 1)
+            for turn in await self.durable.get_turns(sid, turns[0].index, end):
+                archived.setdefault(turn.index, turn)
+
+        def held_there(turn: Turn) -> bool:
+            held = archived.get(turn.index)
+            if held is None:
+                return lacking_is_archived and turn.index < view.next_index
+            return held == turn
+
+        return [
+            t
+            for t in turns
+            if not held_there(t)
+            and not any(t == m.model_copy(update={"index": t.index}) for m in moved)
+        ]
 
     async def _archive_moved(
         self, session_id: str, turns: Sequence[Turn], first_index: int, moved: list[Turn]
@@ -1077,14 +1100,18 @@ class TieredSessionStore:
         metadata (a half-built session, which the next read would replace with the durable
         view, dropping our turns) and numbered from where the hot tier restarted rather
         than where the archive stands. Writers may have appended on top of it in the
-        meantime; rebuild the hot session as the durable view followed by every turn
-        written since the re-creation (ours first), renumbered to continue the archive, so
-        none of them is dropped.
+        meantime; archive every turn written since the re-creation (ours first) that the
+        archive does not hold at its index, renumbered to continue the archive, then
+        rebuild the hot session as the durable view, so none of them is dropped. Archived
+        here, not left to the next flush: a flush racing the rebuild reads the re-created
+        numbering, which the archive shares only past its end (a turn archived there
+        stays, the rest of them follow it).
 
         Turns another writer added in that window keep their content and order, but the
         indexes their own append returned are the ones before renumbering."""
         sid = metadata.session_id
         first = ours[0].index
+        moved: list[Turn] = []  # the hot turns this call archived, as archived
         for attempt in range(CAS_ATTEMPTS):
             # Not include_expired: restore counts an expired session as absent (version 0),
             # so checking against an expired session's own version could never succeed.
@@ -1100,11 +1127,22 @@ class TieredSessionStore:
                 # ours is not in it under the old numbering, so write it again.
                 await self._resync(sid)
                 return await self._append_write_behind(metadata, turns, durable_next)
-            self.metrics.hot_resyncs += 1
-            rebuilt = _continued(view, chain)
+            # A flush may have archived some of these turns under the re-created numbers
+            # meanwhile (they stay where they are), and one that read the hot session
+            # before the rebuild may still: archive the rest here, after the archive's
+            # last turn (conditional on its next index), before the hot session is
+            # rebuilt, so that such a flush finds its index taken instead of archiving a
+            # turn a second time, or over the index the rebuild gave another.
+            pending = await self._unarchived(view, chain, moved, lacking_is_archived=False)
+            rebuilt = _continued(view, pending)
+            if pending and not await self._archive_moved(
+                sid, rebuilt.turns[len(view.turns) :], view.next_index, moved
+            ):
+                await pause(attempt)  # the archive moved meanwhile: look again
+                continue
             if await self._restore(rebuilt, expected_version=snap.version):
-                start = len(view.turns)  # ours lead the turns after the durable view's
-                return list(rebuilt.turns[start : start + len(ours)])
+                self.metrics.hot_resyncs += 1
+                return [_placed(t, moved) for t in ours]
             await pause(attempt)
         logger.warning("hot copy of session %s kept changing during renumbering", sid)
         await self._resync(sid)
@@ -1411,6 +1449,15 @@ class TieredSessionStore:
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
         """A user's sessions, newest first."""
         return await self.durable.list_sessions(user_id, limit=limit)
+
+
+def _placed(turn: Turn, moved: Sequence[Turn]) -> Turn:
+    """``turn`` as the archive holds it: renumbered if it is one of ``moved``, else where a
+    flush archived it (its own index)."""
+    for m in moved:
+        if turn == m.model_copy(update={"index": turn.index}):
+            return m
+    return turn
 
 
 def _continued(view: SessionView, turns: Sequence[Turn]) -> SessionView:

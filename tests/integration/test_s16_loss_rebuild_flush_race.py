@@ -1,0 +1,197 @@
+"""Write-behind: a flush racing the rebuild after a hot loss archives no turn twice.
+
+After the hot tier lost a session, the next write-behind append re-creates it numbered
+from 0 (not from the archive's next index) and without metadata; its writer then rebuilds
+the hot session as the durable view followed by the re-created turns, renumbered to
+continue the archive. Until then other writers append on top of the re-created session,
+and any of them (or a keyed writer, or a closing one) may flush it: the flush archives the
+re-created turns at the hot tier's numbers wherever they are past the archive's end.
+
+Before this change (fc45edb) the rebuild left its renumbered turns to the next flush and
+counted none of them as archived, so:
+
+* a flush between the re-creation and the rebuild archived turns that the rebuild then
+  renumbered after them: the next flush archived them a second time (a new session:
+  ``[a, b, a, b]``; a longer one: the turns past the archive's end twice);
+* a flush that read the re-created session before the rebuild and wrote after it
+  archived a turn under an index the rebuild had given another: the rebuilding writer's
+  turn was never archived (acknowledged, then lost) and the flushed one was archived
+  twice.
+
+Now the rebuild counts a turn the archive holds at its index as archived, and archives the
+rest itself (conditional on the archive's next index) before it rebuilds the hot session,
+so a stale flush finds its index taken. All three tests fail on fc45edb on every pairing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Pairing, open_pairing
+from tests.integration.test_session_integrity import SAME_BACKEND_PAIRINGS
+from tiermem.models import Turn
+from tiermem.service import MemoryService
+from tiermem.testing.backend import fresh_id
+from tiermem.tiers import SessionTierConfig, WritePolicy
+
+PAIRINGS = [*SAME_BACKEND_PAIRINGS, "memory+sqlite"]
+
+
+@pytest.fixture(params=PAIRINGS)
+async def every(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
+    async with open_pairing(request.param, tmp_path) as opened:
+        yield opened
+
+
+def _write_behind(pairing: Pairing) -> MemoryService:
+    config = SessionTierConfig(
+        window=20, write_policy=WritePolicy.WRITE_BEHIND, write_behind_every=5
+    )
+    return pairing.service(config, auto_detect=False, index_turns=False)
+
+
+def _texts(turns: list[Turn] | tuple[Turn, ...]) -> list[str]:
+    return [t.text for t in turns]
+
+
+def _on_recreation(pairing: Pairing, monkeypatch: pytest.MonkeyPatch, then: Any) -> list[bool]:
+    """Run ``then()`` once, right after a hot append re-creates the lost session (before
+    its writer rebuilds it)."""
+    real = pairing.hot.append_turns
+    ran: list[bool] = []
+
+    async def append(*args: Any, **kwargs: Any) -> Any:
+        result = await real(*args, **kwargs)
+        if result.version == 1 and not ran:
+            ran.append(True)
+            await then()
+        return result
+
+    monkeypatch.setattr(pairing.hot, "append_turns", append)
+    return ran
+
+
+async def _archived_and_shown(memory: MemoryService, sid: str) -> tuple[list[Turn], list[Turn]]:
+    await memory.tiers.flush(sid)
+    archived = await memory.tiers.durable.get_turns(sid)
+    view = await memory.tiers.view(sid)
+    assert view is not None
+    return archived, list(view.turns)
+
+
+async def test_a_flush_before_the_rebuild_of_a_new_session_archives_each_turn_once(
+    every: Pairing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory, other = _write_behind(every), _write_behind(every)
+    sid, uid = fresh_id("s"), fresh_id("u")
+    a = await memory.session(sid, user_id=uid)
+    b = await other.session(sid, user_id=uid)
+    await every.hot.delete(sid)  # the hot tier lost the session before any turn
+
+    async def pile() -> None:
+        await b.add_turn("user", "b")  # on the re-created session
+        await other.tiers.flush(sid)  # another process's flush (a keyed turn's, a close's)
+
+    ran = _on_recreation(every, monkeypatch, pile)
+    stored = await a.add_turn("user", "a")
+    monkeypatch.undo()
+    assert ran == [True]
+
+    archived, shown = await _archived_and_shown(memory, sid)
+    assert _texts(archived) == ["a", "b"]  # fc45edb: ['a', 'b', 'a', 'b']
+    assert [t.index for t in archived] == [0, 1]
+    assert stored.index == 0
+    assert shown == archived
+
+
+async def test_a_flush_before_the_rebuild_keeps_the_turns_it_archived_where_they_are(
+    every: Pairing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory, other = _write_behind(every), _write_behind(every)
+    sid, uid = fresh_id("s"), fresh_id("u")
+    a = await memory.session(sid, user_id=uid)
+    for i in range(5):  # crosses write_behind_every: archived at 0..4
+        await a.add_turn("user", f"before {i}")
+    b = await other.session(sid, user_id=uid)
+    assert await every.durable.next_index(sid) == 5
+    await every.hot.delete(sid)
+
+    async def pile() -> None:
+        for i in range(5):  # at 1..5 of the re-created session: b4 past the archive's end
+            await b.add_turn("user", f"b{i}")
+        await other.tiers.flush(sid)  # archives b4 at 5
+
+    ran = _on_recreation(every, monkeypatch, pile)
+    stored = await a.add_turn("user", "a")
+    monkeypatch.undo()
+    assert ran == [True]
+
+    archived, shown = await _archived_and_shown(memory, sid)
+    texts = _texts(archived)
+    assert Counter(texts) == Counter(
+        [*(f"before {i}" for i in range(5)), "a", *(f"b{i}" for i in range(5))]
+    )
+    assert texts[:6] == [*(f"before {i}" for i in range(5)), "b4"]  # the flushed one stays
+    assert [t.index for t in archived] == list(range(11))
+    assert archived[stored.index] == stored
+    assert shown == archived
+    assert memory.metrics.lost_turns == other.metrics.lost_turns == 0
+
+
+async def test_a_flush_that_read_the_recreated_session_cannot_archive_after_the_rebuild(
+    every: Pairing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory, other = _write_behind(every), _write_behind(every)
+    sid, uid = fresh_id("s"), fresh_id("u")
+    a = await memory.session(sid, user_id=uid)
+    for i in range(5):
+        await a.add_turn("user", f"before {i}")
+    b = await other.session(sid, user_id=uid)
+    await every.hot.delete(sid)
+
+    flushing: list[asyncio.Task[int]] = []
+    waiting, rebuilt = asyncio.Event(), asyncio.Event()
+    real_archive = every.durable.append_turns
+    real_restore = every.hot.restore
+
+    async def archive(*args: Any, **kwargs: Any) -> Any:
+        if flushing and asyncio.current_task() is flushing[0]:
+            waiting.set()  # read the re-created session and the archive's next index
+            await rebuilt.wait()
+        return await real_archive(*args, **kwargs)
+
+    async def restore(*args: Any, **kwargs: Any) -> Any:
+        done = await real_restore(*args, **kwargs)
+        rebuilt.set()
+        return done
+
+    async def pile() -> None:
+        for i in range(5):
+            await b.add_turn("user", f"b{i}")
+        flushing.append(asyncio.create_task(other.tiers.flush(sid)))
+        await waiting.wait()
+
+    monkeypatch.setattr(every.durable, "append_turns", archive)
+    monkeypatch.setattr(every.hot, "restore", restore)
+    ran = _on_recreation(every, monkeypatch, pile)
+    stored = await a.add_turn("user", "a")
+    await flushing[0]
+    monkeypatch.undo()
+    assert ran == [True]
+
+    archived, shown = await _archived_and_shown(memory, sid)
+    texts = _texts(archived)
+    # fc45edb: 'a' missing, 'b4' twice (the stale flush wrote it over a's index)
+    assert Counter(texts) == Counter(
+        [*(f"before {i}" for i in range(5)), "a", *(f"b{i}" for i in range(5))]
+    )
+    assert texts[5:] == ["a", *(f"b{i}" for i in range(5))]
+    assert [t.index for t in archived] == list(range(11))
+    assert archived[stored.index] == stored
+    assert shown == archived
