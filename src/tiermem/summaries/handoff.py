@@ -79,6 +79,7 @@ from tiermem.models import MemoryRecord, Provenance, SessionRecord, Turn
 from tiermem.models.base import FrozenModel, JsonValue, UtcDatetime
 from tiermem.store.contract import DurableStore
 from tiermem.summaries.jobs import SummaryJobs
+from tiermem.summaries.patterns import PATTERN_KEY
 from tiermem.summaries.rolling import cut_to_tokens
 from tiermem.summaries.structured import render_structured
 from tiermem.tiers.tiered import SessionView
@@ -767,14 +768,16 @@ def _cites(record: MemoryRecord, session_id: str, index: int) -> bool:
 
 def _derived(records: Sequence[MemoryRecord], roots: set[str]) -> set[str]:
     """The summaries built, directly or not, from the memories ``roots`` (roll-up digests
-    and their later versions: ``provenance.memory_ids``)."""
+    and their later versions: ``provenance.memory_ids``), and the observed patterns counted
+    from them (:mod:`tiermem.summaries.patterns`). Deleted here, not left to the roll-up
+    the redaction runs next: that roll-up may fail, or keep no patterns any more."""
     found: set[str] = set()
     frontier = set(roots)
     while frontier:
         step = {
             r.memory_id
             for r in records
-            if r.memory_type == SUMMARY_TYPE
+            if (r.memory_type == SUMMARY_TYPE or PATTERN_KEY in r.metadata)
             and r.memory_id not in roots
             and r.memory_id not in found
             and frontier & set(r.provenance.memory_ids)
