@@ -689,9 +689,7 @@ class RuleMemoryDetector:
             and (mine := _own_name_at(body)) is not None
             and (match := rules.JA_NAME.search(body[mine:]))
         ):
-            # The name is what follows 「名前は」, up to a comma: 「私の名前はハナ、よろしく」
-            # (the last part, as an object is read, gave name = よろしく).
-            obj = _clean_ja_object(rules.JA_OBJECT_SPLIT.split(match.group("obj"), 1)[0])
+            obj = _ja_name(match.group("obj"))
             return [_preference("name", obj, f"name: {obj}", "name")] if obj else []
         if match := rules.JA_PREFER.search(body):
             if _not_mine(body, match.end()):
@@ -864,6 +862,18 @@ class RuleMemoryDetector:
         if not slug:
             return []
         return [_preference(f"opinion:{slug}", sentiment, f"{sentiment} {obj}", reason)]
+
+
+def _ja_name(said: str) -> str | None:
+    """The name in what follows 「名前は」: its first part up to a comma, without the copula
+    (「ハナです、よろしく」: ハナ; the last part, as an object is read, gave よろしく), the
+    first that is not empty (「私の名前は、ハナです」)."""
+    for part in rules.JA_OBJECT_SPLIT.split(said):
+        if part.strip(rules.END_PUNCT):
+            # JA_NAME again on the part alone: its copula (です, といいます) now ends it.
+            named = rules.JA_NAME.regex.match("名前は" + part.strip())
+            return _clean_ja_object(named.group("obj")) if named else None
+    return None
 
 
 def _own_name_at(body: str) -> int | None:
