@@ -195,3 +195,43 @@ async def test_a_flush_that_read_the_recreated_session_cannot_archive_after_the_
     assert [t.index for t in archived] == list(range(11))
     assert archived[stored.index] == stored
     assert shown == archived
+
+
+async def test_a_rebuild_whose_turns_a_reader_reloaded_first_writes_them_once(
+    every: Pairing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild archived the re-created turns, then lost the hot compare-and-set to a
+    reader that replaced the half-built session with the durable view (which now holds
+    them): its next attempt no longer finds its turn under the old numbering. It must
+    not write the turn again (the first version of this fix did: 'a' archived twice)."""
+    memory, other = _write_behind(every), _write_behind(every)
+    sid, uid = fresh_id("s"), fresh_id("u")
+    a = await memory.session(sid, user_id=uid)
+    for i in range(5):
+        await a.add_turn("user", f"before {i}")
+    b = await other.session(sid, user_id=uid)
+    await every.hot.delete(sid)
+
+    real_restore = every.hot.restore
+    read: list[bool] = []
+
+    async def restore(*args: Any, **kwargs: Any) -> Any:
+        if not read:
+            read.append(True)
+            await other.tiers.view(sid)  # another process reads the half-built session
+        return await real_restore(*args, **kwargs)
+
+    async def pile() -> None:
+        await b.add_turn("user", "b")
+        monkeypatch.setattr(every.hot, "restore", restore)
+
+    ran = _on_recreation(every, monkeypatch, pile)
+    stored = await a.add_turn("user", "a")
+    monkeypatch.undo()
+    assert ran == read == [True]
+
+    archived, shown = await _archived_and_shown(memory, sid)
+    assert _texts(archived) == [*(f"before {i}" for i in range(5)), "a", "b"]
+    assert [t.index for t in archived] == list(range(7))
+    assert archived[stored.index] == stored
+    assert shown == archived

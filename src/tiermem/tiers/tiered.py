@@ -1124,7 +1124,12 @@ class TieredSessionStore:
                 return list(ours)  # the durable tier does not know the session: nothing to add
             if snap is None or chain[: len(ours)] != list(ours):
                 # Another writer rebuilt the session meanwhile (or it is gone or expired):
-                # ours is not in it under the old numbering, so write it again.
+                # ours is not in it under the old numbering. Archived already (by an
+                # earlier attempt of this call, whose hot rebuild lost the race): they
+                # are where the archive has them; else write them again.
+                placed = _found(ours, (*moved, *view.turns))
+                if placed is not None:
+                    return placed
                 await self._resync(sid)
                 return await self._append_write_behind(metadata, turns, durable_next)
             # A flush may have archived some of these turns under the re-created numbers
@@ -1146,6 +1151,9 @@ class TieredSessionStore:
             await pause(attempt)
         logger.warning("hot copy of session %s kept changing during renumbering", sid)
         await self._resync(sid)
+        placed = _found(ours, moved)
+        if placed is not None:
+            return placed  # archived by this call: not written a second time
         return await self._append_write_behind(metadata, turns, durable_next)
 
     async def flush(self, session_id: str, *, include_expired: bool = False) -> int:
@@ -1449,6 +1457,18 @@ class TieredSessionStore:
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
         """A user's sessions, newest first."""
         return await self.durable.list_sessions(user_id, limit=limit)
+
+
+def _found(ours: Sequence[Turn], archived: Sequence[Turn]) -> list[Turn] | None:
+    """``ours`` as ``archived`` holds them (equal but for the index), or None if it lacks
+    one of them."""
+    placed = []
+    for turn in ours:
+        match = next((a for a in archived if a == turn.model_copy(update={"index": a.index})), None)
+        if match is None:
+            return None
+        placed.append(match)
+    return placed
 
 
 def _placed(turn: Turn, moved: Sequence[Turn]) -> Turn:
