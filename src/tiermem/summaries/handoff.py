@@ -745,13 +745,20 @@ def _current_stands(
 
 def _set_at(record: MemoryRecord) -> datetime:
     """When ``record``'s value was said: a handoff's value when its turn was written, any
-    other when it was written (a retirement: when the value was ended)."""
+    other when it was written (a retirement: when the value was ended). ``stated_at`` of
+    a value the application set is its own metadata, not ours: not read."""
     said = record.metadata.get(STATED_AT)
-    if isinstance(said, str) and not is_ending(record.metadata):
+    if (
+        isinstance(said, str)
+        and record.provenance.source == "handoff"
+        and not is_ending(record.metadata)
+    ):
         try:
-            return datetime.fromisoformat(said)
+            when = datetime.fromisoformat(said)
         except ValueError:
-            pass  # not ours: fall back to the record's own time
+            when = None  # not ours: fall back to the record's own time
+        if when is not None and when.tzinfo is not None:
+            return when
     return record.valid_from or record.created_at
 
 
