@@ -66,6 +66,8 @@ PATTERN_KEY = "observed_pattern"
 PATTERN_SOURCE = "observed"
 MAX_SUPPORT_IDS = 50
 """Most supporting session summaries one pattern's provenance lists (the newest)."""
+MAX_DAYS = 3_650
+"""Longest window a policy may set (ten years; a longer one is a mistake, not a habit)."""
 MAX_TOPIC_CHARS = 64
 """Longest topic counted (a tag's limit); a longer "topic" is a sentence, not a name."""
 _PREFERENCE_PREFIX = "preference:"
@@ -92,8 +94,12 @@ class PatternPolicy:
     stands after it (30: seed 000's retention of the type). ``kinds``: the entity kinds
     whose values are topics (a series, a genre; ids, emails, amounts, dates and
     languages are details, not interests). ``intents``: the turns' intents count too.
-    ``ignored``: topics never made a pattern. ``max_patterns``: most observed patterns
-    kept per user (the best supported).
+    ``ignored``: topics never made a pattern (compared case-folded). ``max_patterns``:
+    most observed patterns kept per user (the best supported).
+
+    Raises:
+        ValidationError: ``min_sessions`` < 2, ``days`` outside 1..3650, ``max_patterns``
+            outside 1..100, ``ignored`` not a collection of strings.
     """
 
     min_sessions: int = 3
@@ -106,10 +112,14 @@ class PatternPolicy:
     def __post_init__(self) -> None:
         if self.min_sessions < 2:
             raise ValidationError("min_sessions must be at least 2: one session is no pattern")
-        if self.days < 1:
-            raise ValidationError("days must be at least 1")
+        if not 1 <= self.days <= MAX_DAYS:
+            raise ValidationError(f"days must be between 1 and {MAX_DAYS}")
         if not 1 <= self.max_patterns <= 100:
             raise ValidationError("max_patterns must be between 1 and 100")
+        if isinstance(self.ignored, str) or not all(isinstance(w, str) for w in self.ignored):
+            raise ValidationError("ignored must be a set of words (strings)")
+        # Topics are compared case-folded: so are the words given ("Manga" ignores manga).
+        object.__setattr__(self, "ignored", frozenset(w.casefold() for w in self.ignored))
 
     @property
     def window(self) -> timedelta:
