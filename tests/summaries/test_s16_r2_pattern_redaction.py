@@ -3,7 +3,8 @@ redacted session itself, as it does the roll-up digests built from it, not only 
 the roll-up it runs afterwards. When that roll-up failed (logged and counted, the redaction
 still returns) or the deployment turned observed patterns off since they were written,
 "Often asks about Berserk (3 sessions ...)" stayed recallable, counted from the redacted
-turn. Both cases fail on 5d94d0d (the redaction forgot only summaries)."""
+turn. The first two fail on 5d94d0d (the redaction forgot only summaries); the third, a
+redacted turn's intent counted again by the rebuilt summary, too."""
 
 from __future__ import annotations
 
@@ -109,3 +110,29 @@ async def test_a_redaction_after_patterns_were_turned_off_leaves_none_counted_fr
         assert await world.pattern_texts(off) == []
     finally:
         await off.aclose()
+
+
+async def test_a_redacted_turns_intent_no_longer_counts(world: World) -> None:
+    # Redaction drops a turn's content, entities and metadata but keeps its intent (the
+    # slot stays); the summary the redaction builds again listed it among the topics, and
+    # the roll-up then wrote "Recurring request: ..." counted from the redacted turn.
+    for at in range(3):
+        session = await world.memory.session(f"s-i{at}", user_id=USER)
+        await session.add_turn("user", "Where is my parcel?", intent="order_tracking")
+        await session.add_turn("assistant", "It ships tomorrow.")
+        await session.add_turn("user", "Great, thanks!")
+        await session.close()
+        await world.memory.drain()
+        if at < 2:
+            world.clock.advance(timedelta(days=1))
+    assert [t[:26] for t in await world.pattern_texts(world.memory)] == [
+        "Recurring request: order t"
+    ]
+    session = await world.memory.session("s-i2", user_id=USER)
+    await session.redact_turn(0)
+    await world.memory.drain()
+    assert world.memory.handoff.failures == 0
+    assert await world.pattern_texts(world.memory) == []
+    summaries = await world.memory.longterm.list(USER, types=["interaction_summary"])
+    redacted = [s for s in summaries if s.provenance.session_id == "s-i2"]
+    assert all("order_tracking" not in s.metadata.get("topics", []) for s in redacted)

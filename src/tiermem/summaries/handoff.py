@@ -581,7 +581,9 @@ class SessionHandoff:
         summary = f"Session on {day}: {text.strip()}" if text.strip() else ""
         topics: list[str] = []
         for turn in turns:
-            if turn.intent and turn.intent not in topics:
+            # A redacted turn keeps its intent (Turn.redact), which its content gave: no
+            # topic of the summary, nor of an observed pattern counted from it.
+            if turn.intent and not turn.redacted and turn.intent not in topics:
                 topics.append(turn.intent)
         for kind, fact in structured.entities.items():
             named = kind not in _NOT_TOPICS and any(c.isalpha() for c in fact.value)
