@@ -25,7 +25,7 @@ is idempotent: run again with nothing new, it writes nothing.
 observed behavioural patterns (a series or genre brought up, or an intent, in 3 sessions
 within 30 days: one ``behavioral_pattern`` memory each, lapsing 30 days after the topic's
 last session; :mod:`tiermem.summaries.patterns`). They are read in the same list call as
-the summaries.
+the summaries (and the summaries again on their own when that call is full).
 """
 
 from __future__ import annotations
@@ -145,6 +145,12 @@ class ProgressiveRollup:
             user_id, types=types, include_superseded=True, limit=MAX_RECORDS
         )
         records = [r for r in listed if r.memory_type == SUMMARY_TYPE]
+        if patterns is not None and len(listed) >= MAX_RECORDS:
+            # Full: the patterns' versions (newer than most summaries) may have pushed the
+            # oldest summaries out. Read those on their own (one more call, for such users).
+            records = await self.longterm.list(
+                user_id, types=[SUMMARY_TYPE], include_superseded=True, limit=MAX_RECORDS
+            )
         sessions = sorted(_latest_per_session(r for r in records if not _is_rollup(r)), key=_when)
         live_rollups = {
             (str(r.metadata["rollup"]), str(r.metadata.get("period"))): r
