@@ -235,3 +235,79 @@ async def test_a_rebuild_whose_turns_a_reader_reloaded_first_writes_them_once(
     assert [t.index for t in archived] == list(range(7))
     assert archived[stored.index] == stored
     assert shown == archived
+
+
+async def test_a_reader_of_the_recreated_session_before_its_rebuild_drops_no_turn(
+    every: Pairing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process reads the re-created (half-built) session before its writer has
+    rebuilt it: the read replaced it with the durable view, and the turn another writer
+    had added on top was gone (fc45edb and 51ffeea: 'b' lost). Now the read archives the
+    re-created turns first, and the writer's rebuild finds its own archived."""
+    memory, other, reader = _write_behind(every), _write_behind(every), _write_behind(every)
+    sid, uid = fresh_id("s"), fresh_id("u")
+    a = await memory.session(sid, user_id=uid)
+    for i in range(5):
+        await a.add_turn("user", f"before {i}")
+    b = await other.session(sid, user_id=uid)
+    await every.hot.delete(sid)
+    seen: list[list[str]] = []
+
+    async def pile() -> None:
+        await b.add_turn("user", "b")
+        view = await reader.tiers.view(sid)
+        assert view is not None
+        seen.append(_texts(view.turns))
+
+    ran = _on_recreation(every, monkeypatch, pile)
+    stored = await a.add_turn("user", "a")
+    monkeypatch.undo()
+    assert ran == [True]
+
+    expected = [*(f"before {i}" for i in range(5)), "a", "b"]
+    assert seen == [expected]  # the reader saw both re-created turns
+    archived, shown = await _archived_and_shown(memory, sid)
+    assert _texts(archived) == expected
+    assert [t.index for t in archived] == list(range(7))
+    assert archived[stored.index] == stored
+    assert shown == archived
+    assert _texts(await b.history()) == expected
+
+
+async def test_a_reader_and_the_rebuild_archiving_at_once_archive_each_turn_once(
+    every: Pairing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader archives the re-created turns right before the rebuild's own archive
+    write, which then finds the archive moved: its next look counts them archived
+    (equal but for the index), not pending."""
+    memory, other, reader = _write_behind(every), _write_behind(every), _write_behind(every)
+    sid, uid = fresh_id("s"), fresh_id("u")
+    a = await memory.session(sid, user_id=uid)
+    for i in range(5):
+        await a.add_turn("user", f"before {i}")
+    b = await other.session(sid, user_id=uid)
+    await every.hot.delete(sid)
+    real_archive = every.durable.append_turns
+    read: list[bool] = []
+
+    async def archive(*args: Any, **kwargs: Any) -> Any:
+        if not read:
+            read.append(True)
+            await reader.tiers.view(sid)  # archives 'a' and 'b' first
+        return await real_archive(*args, **kwargs)
+
+    async def pile() -> None:
+        await b.add_turn("user", "b")
+        monkeypatch.setattr(every.durable, "append_turns", archive)
+
+    ran = _on_recreation(every, monkeypatch, pile)
+    stored = await a.add_turn("user", "a")
+    monkeypatch.undo()
+    assert ran == read == [True]
+
+    expected = [*(f"before {i}" for i in range(5)), "a", "b"]
+    archived, shown = await _archived_and_shown(memory, sid)
+    assert _texts(archived) == expected
+    assert [t.index for t in archived] == list(range(7))
+    assert archived[stored.index] == stored
+    assert shown == archived

@@ -473,7 +473,13 @@ class TieredSessionStore:
             # An expired hot session is held a while before it is collected, with the turns
             # not flushed yet: archive them before the reload replaces it.
             await self.flush(session_id, include_expired=True)
-        rebuilt = await self.durable_view(session_id)
+        if isinstance(snap, SessionSnapshot) and snap.turns:
+            # A half-built session (no metadata): a write-behind append re-created it after
+            # a loss, and other writers may have appended on top. Its writer rebuilds it,
+            # but replaced now its turns would be gone: archive them first.
+            rebuilt = await self._adopted(session_id, snap.turns)
+        else:
+            rebuilt = await self.durable_view(session_id)
         if rebuilt is None or snap is BYPASSED:
             return rebuilt
         self.metrics.reloads += 1
@@ -491,6 +497,27 @@ class TieredSessionStore:
             if isinstance(fresher, SessionSnapshot) and fresher.metadata is not None:
                 return self._from_snapshot(fresher, "reload")
         return replace(rebuilt, source="reload")
+
+    async def _adopted(self, session_id: str, turns: Sequence[Turn]) -> SessionView | None:
+        """The durable view followed by the ``turns`` of a half-built hot session that the
+        archive does not hold, renumbered to continue it and archived first (conditional
+        on the archive's next index, as the session's writer does in
+        :meth:`_rebuild_after_loss`, which then finds its own turns archived), so that a
+        read replacing the session drops none of them. None if the archive does not
+        know the session."""
+        moved: list[Turn] = []
+        for attempt in range(CAS_ATTEMPTS):
+            view = await self.durable_view(session_id)
+            if view is None:
+                return None
+            pending = await self._unarchived(view, turns, moved, lacking_is_archived=False)
+            rebuilt = _continued(view, pending)
+            if not pending or await self._archive_moved(
+                session_id, rebuilt.turns[len(view.turns) :], view.next_index, moved
+            ):
+                return rebuilt
+            await pause(attempt)  # the archive moved meanwhile: look again
+        return await self.durable_view(session_id)
 
     def view_now(self, session_id: str) -> SessionView | None:
         """:meth:`view` answered without awaiting, when it can be: a hot hit on a store
@@ -962,8 +989,11 @@ class TieredSessionStore:
         archive's end (``view``), or the archive holds another turn at its index, and not
         one of ``moved`` (archived under another index by this caller). An index below
         the archive's end that it lacks counts as archived when ``lacking_is_archived``
-        (the hot numbering is the archive's: the turn expired there), as not archived
-        otherwise (a re-created hot session numbers from 0: nothing of it is there)."""
+        (the hot numbering is the archive's: the turn expired there). Otherwise the hot
+        turns are a re-created session's, numbered from 0, which its writer and any
+        reader archive renumbered: one equal but for its index to a turn of the durable
+        view counts as archived too (two turns are equal only with the same time,
+        role and content)."""
         sid = view.metadata.session_id
         archived = {t.index: t for t in view.turns}
         if turns and turns[0].index < view.next_index and turns[0].index not in archived:
@@ -971,12 +1001,20 @@ class TieredSessionStore:
             end = min(view.next_index, turns[-1].index + 1)
             for turn in await self.durable.get_turns(sid, turns[0].index, end):
                 archived.setdefault(turn.index, turn)
+        by_time: dict[datetime, list[Turn]] = {}
+        if not lacking_is_archived:
+            for turn in view.turns:
+                by_time.setdefault(turn.timestamp, []).append(turn)
 
         def held_there(turn: Turn) -> bool:
             held = archived.get(turn.index)
             if held is None:
-                return lacking_is_archived and turn.index < view.next_index
-            return held == turn
+                if lacking_is_archived and turn.index < view.next_index:
+                    return True
+            elif held == turn:
+                return True
+            same_time = by_time.get(turn.timestamp, ())
+            return any(a == turn.model_copy(update={"index": a.index}) for a in same_time)
 
         return [
             t
