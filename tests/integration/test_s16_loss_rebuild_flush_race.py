@@ -20,7 +20,14 @@ counted none of them as archived, so:
 
 Now the rebuild counts a turn the archive holds at its index as archived, and archives the
 rest itself (conditional on the archive's next index) before it rebuilds the hot session,
-so a stale flush finds its index taken. All three tests fail on fc45edb on every pairing.
+so a stale flush finds its index taken. The three flush tests fail on fc45edb on every
+pairing.
+
+A read of the half-built session (another process's ``view()``) replaced it with the
+durable view, dropping the turns other writers had added on top (fc45edb). Now the read
+archives them the same way first, and the writer's rebuild finds its own archived; the
+reader tests fail on fc45edb (a turn lost) or on the first version of this fix (6fecbd8,
+51ffeea: a turn archived twice, or lost).
 """
 
 from __future__ import annotations
