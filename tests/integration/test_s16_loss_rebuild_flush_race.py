@@ -318,3 +318,40 @@ async def test_a_reader_and_the_rebuild_archiving_at_once_archive_each_turn_once
     assert [t.index for t in archived] == list(range(7))
     assert archived[stored.index] == stored
     assert shown == archived
+
+
+async def test_a_keyed_turn_meeting_the_recreated_session_drops_no_turn(
+    every: Pairing, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyed (written-through) turn after the loss, before the plain writer's rebuild:
+    its hot append finds the re-created session at another index, and its rejoin
+    replaced the session with the durable view, dropping the other writer's turn on top
+    ('b'; fc45edb and 82b6907). Now the rejoin archives every turn of a half-built
+    session, as a read does."""
+    memory, other, third = _write_behind(every), _write_behind(every), _write_behind(every)
+    sid, uid = fresh_id("s"), fresh_id("u")
+    a = await memory.session(sid, user_id=uid)
+    for i in range(5):
+        await a.add_turn("user", f"before {i}")
+    b = await other.session(sid, user_id=uid)
+    k = await third.session(sid, user_id=uid)
+    await every.hot.delete(sid)
+    keyed: list[Turn] = []
+
+    async def pile() -> None:
+        await b.add_turn("user", "b")
+        keyed.append(await k.add_turn("assistant", "keyed", idempotency_key="k-1"))
+
+    ran = _on_recreation(every, monkeypatch, pile)
+    stored = await a.add_turn("user", "a")
+    monkeypatch.undo()
+    assert ran == [True]
+
+    archived, shown = await _archived_and_shown(memory, sid)
+    assert Counter(_texts(archived)) == Counter(
+        [*(f"before {i}" for i in range(5)), "keyed", "a", "b"]
+    )
+    assert [t.index for t in archived] == list(range(8))
+    assert archived[keyed[0].index] == keyed[0]
+    assert archived[stored.index] == stored
+    assert shown == archived

@@ -953,9 +953,15 @@ class TieredSessionStore:
             view = await self.durable_view(session_id)
             if view is None:
                 return  # the archive forgot the session: nothing to rejoin
-            later = [t for t in snap.turns if t.index >= first] if snap is not None else []
-            # An index the archive lacks below its end has expired there: archived.
-            pending = await self._unarchived(view, later, moved, lacking_is_archived=True)
+            # A half-built session (no metadata: a write-behind append re-created it after
+            # a loss, numbered from 0) is replaced only with every turn of it archived, as
+            # a read does (_adopted); else the turns from ours on, and an index the
+            # archive lacks below its end has expired there: archived.
+            recreated = snap is not None and snap.metadata is None
+            later = []
+            if snap is not None:
+                later = [t for t in snap.turns if recreated or t.index >= first]
+            pending = await self._unarchived(view, later, moved, lacking_is_archived=not recreated)
             rebuilt = _continued(view, pending)
             if pending and not await self._archive_moved(
                 session_id, rebuilt.turns[len(view.turns) :], view.next_index, moved
