@@ -96,12 +96,15 @@ class Turn(NewTurn):
     index: int = Field(ge=0)
 
     def redact(self) -> Self:
-        """This turn with its content replaced; the slot and its timestamp stay."""
+        """This turn with its content replaced; the slot and its timestamp stay. What was
+        derived from its words goes with them: entities, metadata and the intent (a label
+        such as "report_fraud" says what the turn was about)."""
         return self.model_copy(
             update={
                 "content": (TextBlock(text=REDACTED_TEXT),),
                 "redacted": True,
                 "entities": (),
                 "metadata": {},
+                "intent": None,
             }
         )
