@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Iterable
 
 from tiermem.errors import ConflictError, ValidationError
+from tiermem.longterm.endings import is_ending
 from tiermem.longterm.memory_core import _PAGE, MemoryCore
 from tiermem.longterm.recall import turn_doc_id
 from tiermem.longterm.records import (
@@ -120,10 +121,17 @@ class MemoryForgetting(MemoryCore):
 
     async def _roll_back(self, slot: MemoryRecord, history: MemoryRecord, session_id: str) -> bool:
         """Make ``history``'s value the slot's current one again. False if the slot got a
-        value from elsewhere meanwhile (that value stands)."""
+        value from elsewhere meanwhile (that value stands). The slot is this session's
+        value, or an ending of a value only this session stated (``plan_forget_session``),
+        which another session or ``retire_preference`` wrote: that ending, unchanged."""
         current: MemoryRecord | None = slot
         for attempt in range(CAS_ATTEMPTS):
-            if current is None or current.provenance.session_id != session_id:
+            if current is None:
+                return False
+            if current.provenance.session_id != session_id and (
+                not is_ending(slot.metadata)
+                or (current.content, current.metadata) != (slot.content, slot.metadata)
+            ):
                 return False
             restored = history.model_copy(
                 update={

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from tiermem.errors import ValidationError
+from tiermem.longterm.endings import is_ending
 from tiermem.longterm.types import is_internal_type
 from tiermem.models import FrozenModel, JsonValue, MemoryRecord, Provenance
 from tiermem.store.keys import validate_id
@@ -384,6 +385,9 @@ def plan_forget_session(records: Mapping[str, MemoryRecord], session_id: str) ->
     * A memory merely repeated in the session loses that source.
     * Every memory derived from a forgotten one (``provenance.memory_ids``) is forgotten,
       transitively.
+    * An ending (a favourite retired by a dislike or by ``retire_preference``), current or
+      in history, whose ended value was stated only in forgotten versions is forgotten
+      too: "no longer favorite_genre: horror" would still say what the session said.
     * A forgotten preference slot rolls back to its newest history value that is not
       forgotten, if there is one.
     """
@@ -410,6 +414,7 @@ def plan_forget_session(records: Mapping[str, MemoryRecord], session_id: str) ->
                 plan.forgotten.add(record.memory_id)
                 plan.rewrites.pop(record.memory_id, None)
                 changed = True
+    _forget_orphan_endings(records, plan)
     for slot_id in sorted(plan.forgotten):
         slot = records[slot_id]
         if not is_preference_slot(slot):
@@ -422,3 +427,25 @@ def plan_forget_session(records: Mapping[str, MemoryRecord], session_id: str) ->
         if history:
             plan.rollbacks[slot_id] = max(history, key=slot_version).memory_id
     return plan
+
+
+def _forget_orphan_endings(records: Mapping[str, MemoryRecord], plan: ForgetPlan) -> None:
+    """Add to ``plan.forgotten`` every ending whose ended value only forgotten versions of
+    its slot stated (an ending with no stated version on record is left alone)."""
+    stated: dict[tuple[str, str], list[str]] = {}
+    for record in records.values():
+        slot_id, value = record.metadata.get("history_of"), record.metadata.get("preference_value")
+        if isinstance(slot_id, str) and isinstance(value, str) and not is_ending(record.metadata):
+            stated.setdefault((slot_id, value), []).append(record.memory_id)
+    for record in records.values():
+        value = record.metadata.get("preference_value")
+        if record.memory_id in plan.forgotten or not isinstance(value, str):
+            continue
+        if not is_ending(record.metadata):
+            continue
+        history_of = record.metadata.get("history_of")
+        slot_id = history_of if isinstance(history_of, str) else record.memory_id
+        versions = stated.get((slot_id, value), [])
+        if versions and all(v in plan.forgotten for v in versions):
+            plan.forgotten.add(record.memory_id)
+            plan.rewrites.pop(record.memory_id, None)
