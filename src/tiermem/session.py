@@ -718,8 +718,11 @@ class Session:
         # Right after the archive: rewriting the summary records is also what tells every
         # process's context() that a turn it kept (the loop's opening, KnownOpenings) may
         # have changed.
-        await self._service.summaries.redacted(self.id, index)
-        await self._service.longterm.unindex_turns(self.user_id, self.id, [index])
+        try:
+            await self._service.summaries.redacted(self.id, index)
+        finally:
+            # Even when the reset failed ("redact again"): the index forgets the words now.
+            await self._service.longterm.unindex_turns(self.user_id, self.id, [index])
         # ...and so is what the handoff derived from it (long-term memory, roll-ups).
         await self._service.handoff.redacted(self.user_id, self.id, index, self._tiers.durable_view)
         return redacted
