@@ -168,12 +168,41 @@ EN_HEDGE_LEAD = re.compile(
 sure the user is, not what the value is (:func:`~tiermem.longterm.detect.clean_object`
 drops them, as :data:`EN_TRAILING_FILLER` drops "python, I think")."""
 EN_HEDGE = re.compile(r"\b(?:probably|maybe|perhaps|possibly|might|may\s+not)\b")
-JA_HEDGE = re.compile(r"たぶん|多分|おそらく|恐らく|かも")
-"""A hedge anywhere in a dislike's clause ("I probably don't like horror", "maybe I don't
-like horror anymore", "I don't like horror, maybe", 「たぶんホラーは苦手かも」): the dislike
-drafts nothing (docs/memory-detection.md says why). Read only once a dislike matched. "I
-think" / "I guess" give an opinion, which a dislike is anyway, and "kind of" / "sort of"
-soften: "I think I don't like horror anymore", "I kind of hate horror" count."""
+JA_HEDGE = re.compile(
+    r"たぶん|多分|おそらく|恐らく|かも(?=しれ|ね|な|よ|です|[\s.,;:!?。、…~〜・！？]|$)"
+)
+"""A hedge in a dislike's clause, up to its object ("I probably don't like horror", "maybe
+I don't like horror anymore", 「たぶんホラーは苦手かも」): the dislike drafts nothing
+(docs/memory-detection.md says why). Read only once a dislike matched. "I think" / "I
+guess" give an opinion, which a dislike is anyway, and "kind of" / "sort of" soften: "I
+think I don't like horror anymore", "I kind of hate horror" count. かも is a word only
+before しれない, ね, な, よ, です or the end: 「かもめも苦手」 is a gull, not a doubt."""
+EN_HEDGE_AFTER = re.compile(
+    r"\W*(?:or\s+(?:probably|maybe|perhaps|possibly)\b|(?:probably|maybe|perhaps|possibly)"
+    r"(?:\s+not|\s+i\s+do(?:n't|nt|\s+not)?)?\W*$)"
+)
+JA_HEDGE_AFTER = re.compile(
+    r"(?:です|だ|なの|なん)?(?:かも(?=しれ|ね|な|よ|です|[\s.,;:!?。、…~〜・！？]|$)|"
+    r"[、,\s]*(?:たぶん|多分|おそらく|恐らく)[\s.,;:!?。、…~〜・！？]*$)"
+)
+"""What follows a dislike's object that still hedges it: a hedge alone ("I don't like
+horror, maybe", "…, probably not") or offered as the other answer ("…, or maybe I do");
+かも right after the verb (「ホラーは苦手かもしれない」) or たぶん alone after it. A hedge in a
+clause of its own modifies that clause, not the dislike: "I don't like horror, it might
+scare me", 「ホラーは嫌い、怖いかも」 are dislikes."""
+JA_NAME_END = re.compile(
+    r"(?:(?:でございます|でござる|です|なんです|なんだ|だ|っす|といいます|と言います|と申します|"
+    r"っていいます|って言います|っていう|って)(?:よね|よ|ね|な|わ|さ)?|(?<![ぁ-ゖ])(?:よね|よ|ね|わ|さ))$"
+)
+"""The end of a stated name that is not part of it: a copula and a sentence-final particle
+(「田中です」, 「田中だよ」, 「田中でございます」, 「田中っす」) or a particle alone after a name
+not written in hiragana (「田中よ」, 「ハナね」): 「あかね」 keeps its ね."""
+JA_NO_NAME = re.compile(
+    r"^(?:まだ|特に|別に|今は)?(?:秘密|ひみつ|内緒|ないしょ|未定|なし|無し|ナシ|ない|無い)$|"
+    r"(?:ない|無い|ません|なかった|ねえ|ねぇ)$"
+)
+"""A name that says there is none, or none to tell: 「名前はまだない」, 「まだ決めていない」,
+「ないです」, 「秘密です」, 「教えたくありません」 write no ``name``."""
 SLUG = re.compile(r"[^\w]+")
 
 

@@ -590,11 +590,18 @@ class RuleMemoryDetector:
             head, replaced = _split_replaced(normal[start:end], folded[start:end])
             return _clean_en_value(head)
 
-        def disliked(obj: str, sentiment: str = "dislikes") -> list[DetectedMemory]:
+        def disliked(
+            match: re.Match[str], obj: str, sentiment: str = "dislikes"
+        ) -> list[DetectedMemory]:
             # A hedged dislike drafts nothing: it would end a favourite, or replace a like
-            # of the thing (one opinion key), on a doubt.
+            # of the thing (one opinion key), on a doubt. The hedge must be the dislike's:
+            # up to its object's end, or alone after it ("I don't like horror, maybe"); in
+            # a clause of its own ("…, it might scare me") it hedges that clause.
             if rules.EN_HEDGE.search(folded):
-                return []
+                cut = rules.EN_CUT.search(folded, match.start("obj"))
+                end = cut.start() if cut else len(folded)
+                if rules.EN_HEDGE.search(folded, 0, end) or rules.EN_HEDGE_AFTER.match(folded, end):
+                    return []
             return self._opinions(obj, sentiment, "dislike")
 
         if match := rules.EN_NAME.search(folded):
@@ -634,7 +641,7 @@ class RuleMemoryDetector:
             obj = obj_of(match)
             if obj is not None and _is_service(obj):  # "I don't like your suggestions"
                 return _as_feedback(normal, "complaint")
-            return disliked(obj) if obj else []
+            return disliked(match, obj) if obj else []
         if (match := rules.EN_HATE.search(folded)) and not rules.EN_REPORTED.search(
             folded, 0, match.start()
         ):
@@ -642,24 +649,24 @@ class RuleMemoryDetector:
             if obj is not None and _is_service(obj):
                 return _as_feedback(normal, "complaint")
             verb = " ".join(match.group("verb").split())
-            return disliked(obj, rules.SENTIMENT_WORDS[verb]) if obj else []
+            return disliked(match, obj, rules.SENTIMENT_WORDS[verb]) if obj else []
         if match := rules.EN_NOT_FAN.match(folded):
             obj = obj_of(match)
-            return disliked(obj) if obj else []
+            return disliked(match, obj) if obj else []
         if folded.startswith("no") and (match := rules.EN_NO_THING.match(folded)):
             # "no horror": only a known genre, format or edition, so "no spoilers" or "no
             # rush" (a request for now, not a taste) draft nothing.
             obj = obj_of(match)
             if obj is None or not (self._known(obj) or self._category(obj)):
                 return []
-            return disliked(obj)
+            return disliked(match, obj)
         if match := rules.EN_FAN.search(folded):
             obj = obj_of(match)
             negative = bool(match.group("neg")) != bool(match.group("tired"))
             if obj is None:
                 return []
             if negative:
-                return disliked(obj)
+                return disliked(match, obj)
             return self._opinions(obj, "likes", "like") + self._replaced_en(obj, replaced)
         if (match := rules.EN_LIKE.search(folded)) and not rules.EN_NEGATED.search(
             folded[max(0, match.start() - 12) : match.start()]
@@ -702,11 +709,11 @@ class RuleMemoryDetector:
             if _not_mine(body, match.end()):
                 return []
             obj = _clean_ja_object(match.group("obj"))
-            if rules.JA_HEDGE.search(body):
+            if _ja_hedged(body, match.end()):
                 return []  # a hedged dislike (as in English)
             return self._opinions(obj, "dislikes", "dislike") if obj else []
         if match := rules.JA_DISLIKE.search(body):
-            if _not_mine(body, match.end()) or rules.JA_HEDGE.search(body):
+            if _not_mine(body, match.end()) or _ja_hedged(body, match.end()):
                 return []
             obj = _clean_ja_object(match.group("obj") or match.group("bare"))
             sentiment = rules.JA_SENTIMENT[match.group("verb")]
@@ -865,15 +872,29 @@ class RuleMemoryDetector:
 
 
 def _ja_name(said: str) -> str | None:
-    """The name in what follows 「名前は」: its first part up to a comma, without the copula
-    (「ハナです、よろしく」: ハナ; the last part, as an object is read, gave よろしく), the
-    first that is not empty (「私の名前は、ハナです」)."""
+    """The name in what follows 「名前は」: its first part up to a comma, without the
+    copula and sentence-final particles (「ハナです、よろしく」: ハナ; the last part, as an
+    object is read, gave よろしく; 「田中だよ」: 田中), the first that is not empty
+    (「私の名前は、ハナです」); None when it says there is no name (「まだない」, 「秘密です」)."""
     for part in rules.JA_OBJECT_SPLIT.split(said):
         if part.strip(rules.END_PUNCT):
             # JA_NAME again on the part alone: its copula (です, といいます) now ends it.
             named = rules.JA_NAME.regex.match("名前は" + part.strip())
-            return _clean_ja_object(named.group("obj")) if named else None
+            if named is None:
+                return None
+            name = _clean_ja_object(rules.JA_NAME_END.sub("", named.group("obj")))
+            # 「名前はまだない」, 「秘密です」: no name, or none to tell.
+            return None if name is None or rules.JA_NO_NAME.search(name) else name
     return None
+
+
+def _ja_hedged(body: str, verb_end: int) -> bool:
+    """A hedge on the dislike whose verb ends at ``verb_end``: before it
+    (「たぶんホラーは苦手」) or right after it (「苦手かもしれない」); not in a clause of its
+    own (「ホラーは嫌い、怖いかも」) nor inside a word (「かもめも苦手」)."""
+    return bool(
+        rules.JA_HEDGE.search(body, 0, verb_end) or rules.JA_HEDGE_AFTER.match(body, verb_end)
+    )
 
 
 def _own_name_at(body: str) -> int | None:
