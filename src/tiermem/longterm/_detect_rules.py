@@ -190,13 +190,23 @@ horror, maybe", "…, probably not") or offered as the other answer ("…, or ma
 かも right after the verb (「ホラーは苦手かもしれない」) or たぶん alone after it. A hedge in a
 clause of its own modifies that clause, not the dislike: "I don't like horror, it might
 scare me", 「ホラーは嫌い、怖いかも」 are dislikes."""
+EN_HEDGE_SCOPE = re.compile(r"\b(?:but|yet)\b|[;.!?](?=\s|$)")
+JA_HEDGE_SCOPE = re.compile(r"けど|けれど|ですが|が[、,]|[。!?]")
+"""A clause break that ends a hedge's scope: a hedge before it is not the dislike's after
+it ("It might rain, but honestly I don't like horror", "Maybe so, yet I don't like
+horror", 「雨かもしれないが、ホラーは苦手」 are dislikes). A comma alone is no break: "Maybe,
+I don't like horror" stays hedged."""
 JA_NAME_END = re.compile(
-    r"(?:(?:でございます|でござる|です|なんです|なんだ|だ|っす|といいます|と言います|と申します|"
-    r"っていいます|って言います|っていう|って)(?:よね|よ|ね|な|わ|さ)?|(?<![ぁ-ゖ])(?:よね|よ|ね|わ|さ))$"
+    r"(?:(?:でございます|でござる|です|なんです|なんだ|っす|といいます|と言います|と申します|"
+    r"っていいます|って言います|っていう|って)(?:よね|よ|ね|な|わ|さ)?|だ(?:よね|よ|ね|な|わ|さ)|"
+    r"(?:(?<![ぁ-ゖ])|(?<=だ))だ|(?<![ぁ-ゖ])(?:よね|よ|ね|わ|さ))$"
 )
 """The end of a stated name that is not part of it: a copula and a sentence-final particle
 (「田中です」, 「田中だよ」, 「田中でございます」, 「田中っす」) or a particle alone after a name
-not written in hiragana (「田中よ」, 「ハナね」): 「あかね」 keeps its ね."""
+not written in hiragana (「田中よ」, 「ハナね」): 「あかね」 keeps its ね. A bare だ after
+hiragana is the name's (「やまだ」, 「よしだ」, 「しまだ」: surnames end in だ) unless a second
+だ follows it (「やまだだ」); だよ, だね, です come off it (「よしだだよ」, 「やまだです」: よしだ,
+やまだ; 「はなだよ」: はな, and so 「やまだよ」 reads as やま + だよ)."""
 JA_NO_NAME = re.compile(
     r"^(?:まだ|特に|別に|今は)?(?:秘密|ひみつ|内緒|ないしょ|未定|なし|無し|ナシ|ない|無い)$|"
     r"(?:ない|無い|ません|なかった|ねえ|ねぇ)$"
@@ -380,7 +390,8 @@ JA_CALL_ME = Gated(
 )
 JA_NAME = Gated(
     re.compile(
-        r"(?:私|わたし|僕|ぼく|俺|おれ)?の?名前は(?P<obj>.+?)(?:です|だ|といいます|と申します)?$"
+        r"(?:私|わたし|僕|ぼく|俺|おれ)?の?名前は(?P<obj>.+?)"
+        r"(?:です|(?:(?<![ぁ-ゖ])|(?<=だ))だ|といいます|と申します)?$"
     ),
     ("名前は",),
 )

@@ -596,11 +596,15 @@ class RuleMemoryDetector:
             # A hedged dislike drafts nothing: it would end a favourite, or replace a like
             # of the thing (one opinion key), on a doubt. The hedge must be the dislike's:
             # up to its object's end, or alone after it ("I don't like horror, maybe"); in
-            # a clause of its own ("…, it might scare me") it hedges that clause.
+            # a clause of its own ("…, it might scare me", "it might rain, but honestly I
+            # don't like horror") it hedges that clause.
             if rules.EN_HEDGE.search(folded):
                 cut = rules.EN_CUT.search(folded, match.start("obj"))
                 end = cut.start() if cut else len(folded)
-                if rules.EN_HEDGE.search(folded, 0, end) or rules.EN_HEDGE_AFTER.match(folded, end):
+                begin = _scope_start(rules.EN_HEDGE_SCOPE, folded, match.start())
+                if rules.EN_HEDGE.search(folded, begin, end) or rules.EN_HEDGE_AFTER.match(
+                    folded, end
+                ):
                     return []
             return self._opinions(obj, sentiment, "dislike")
 
@@ -891,10 +895,23 @@ def _ja_name(said: str) -> str | None:
 def _ja_hedged(body: str, verb_end: int) -> bool:
     """A hedge on the dislike whose verb ends at ``verb_end``: before it
     (「たぶんホラーは苦手」) or right after it (「苦手かもしれない」); not in a clause of its
-    own (「ホラーは嫌い、怖いかも」) nor inside a word (「かもめも苦手」)."""
-    return bool(
-        rules.JA_HEDGE.search(body, 0, verb_end) or rules.JA_HEDGE_AFTER.match(body, verb_end)
-    )
+    own (「ホラーは嫌い、怖いかも」, 「雨かもしれないが、ホラーは苦手」) nor inside a word
+    (「かもめも苦手」)."""
+    if rules.JA_HEDGE_AFTER.match(body, verb_end):
+        return True
+    if rules.JA_HEDGE.search(body, 0, verb_end) is None:
+        return False
+    begin = _scope_start(rules.JA_HEDGE_SCOPE, body, verb_end)
+    return rules.JA_HEDGE.search(body, begin, verb_end) is not None
+
+
+def _scope_start(breaks: re.Pattern[str], text: str, at: int) -> int:
+    """Where the clause holding ``at`` starts: after the last clause break before ``at``
+    (0 without one). A hedge before it is another clause's."""
+    start = 0
+    for found in breaks.finditer(text, 0, at):
+        start = found.end()
+    return start
 
 
 def _own_name_at(body: str) -> int | None:
