@@ -902,24 +902,33 @@ class TieredSessionStore:
         else:
             await self._resync(sid)
 
-    async def _resync(self, session_id: str) -> None:
+    async def _resync(self, session_id: str) -> SessionView | None:
         """Make the hot session equal to the durable one, version-checked so that a writer
-        who reached the hot tier meanwhile is never overwritten with an older view."""
+        who reached the hot tier meanwhile is never overwritten with an older view.
+
+        A half-built session (no metadata: a write-behind append re-created it after a
+        loss, and other writers may have appended on top) is replaced only with its
+        turns archived first, as a read does (:meth:`_adopted`). Returns the view the
+        hot session was rebuilt to (None if it was not)."""
         self.metrics.hot_resyncs += 1
         for attempt in range(CAS_ATTEMPTS):
             # Not include_expired: restore counts an expired session as absent (version 0),
             # so checking against an expired session's own version could never succeed.
             snap = await self._hot(lambda: self.hot.load(session_id), "resync")
             if isinstance(snap, _Bypassed):
-                return
-            view = await self.durable_view(session_id)
+                return None
+            if snap is not None and snap.metadata is None and snap.turns:
+                view = await self._adopted(session_id, snap.turns)
+            else:
+                view = await self.durable_view(session_id)
             if view is None:
-                return
+                return None
             seen = snap.version if snap is not None else 0
             if await self._restore(view, expected_version=seen):
-                return
+                return view
             await pause(attempt)
         logger.warning("hot copy of session %s kept changing during resync", session_id)
+        return None
 
     async def _rejoin_behind(self, session_id: str, stored: Sequence[Turn]) -> None:
         """Write-behind: the durable tier numbered a keyed append (``stored``), and the hot
@@ -1017,7 +1026,7 @@ class TieredSessionStore:
             if held is None:
                 if lacking_is_archived and turn.index < view.next_index:
                     return True
-            elif held == turn:
+            elif _archived_as(turn, held):
                 return True
             same_time = by_time.get(turn.timestamp, ())
             return any(a == turn.model_copy(update={"index": a.index}) for a in same_time)
@@ -1174,7 +1183,12 @@ class TieredSessionStore:
                 placed = _found(ours, (*moved, *view.turns))
                 if placed is not None:
                     return placed
-                await self._resync(sid)
+                # The resync archives the turns of a half-built session it replaces:
+                # ours are not written again if it archived them.
+                resynced = await self._resync(sid)
+                placed = _found(ours, resynced.turns) if resynced is not None else None
+                if placed is not None:
+                    return placed
                 return await self._append_write_behind(metadata, turns, durable_next)
             # A flush may have archived some of these turns under the re-created numbers
             # meanwhile (they stay where they are), and one that read the hot session
@@ -1194,8 +1208,8 @@ class TieredSessionStore:
                 return [_placed(t, moved) for t in ours]
             await pause(attempt)
         logger.warning("hot copy of session %s kept changing during renumbering", sid)
-        await self._resync(sid)
-        placed = _found(ours, moved)
+        resynced = await self._resync(sid)  # archives what the half-built session still holds
+        placed = _found(ours, (*moved, *(resynced.turns if resynced is not None else ())))
         if placed is not None:
             return placed  # archived by this call: not written a second time
         return await self._append_write_behind(metadata, turns, durable_next)
@@ -1501,6 +1515,15 @@ class TieredSessionStore:
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
         """A user's sessions, newest first."""
         return await self.durable.list_sessions(user_id, limit=limit)
+
+
+def _archived_as(turn: Turn, held: Turn) -> bool:
+    """Whether the archive's ``held`` (at ``turn``'s index) is ``turn``: equal, or its
+    redaction (a flush archived it at its hot index, then it was redacted there:
+    archiving the hot copy again would undo the redaction). Only at the same index: a
+    redaction keeps no content, so elsewhere any turn of the same time, role and size
+    would match."""
+    return held == turn or (held.redacted and held == turn.redact())
 
 
 def _found(ours: Sequence[Turn], archived: Sequence[Turn]) -> list[Turn] | None:
