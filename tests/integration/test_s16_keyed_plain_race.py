@@ -34,8 +34,8 @@ from typing import Any, Literal
 import pytest
 
 from tests.integration.conftest import Pairing, open_composed_pairing
+from tests.integration.write_behind_races import texts_of, write_behind
 from tiermem.models import Turn
-from tiermem.service import MemoryService
 from tiermem.testing.backend import fresh_id
 from tiermem.testing.round_trips import RoundTrips
 from tiermem.tiers import SessionTierConfig, WritePolicy
@@ -68,13 +68,6 @@ async def every(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 async def counted(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
     async with open_composed_pairing(request.param, tmp_path) as opened:
         yield opened
-
-
-def _write_behind(pairing: Pairing) -> MemoryService:
-    config = SessionTierConfig(
-        window=10, write_policy=WritePolicy.WRITE_BEHIND, write_behind_every=5
-    )
-    return pairing.service(config, auto_detect=False, index_turns=False)
 
 
 def _race_at_keyed_write(
@@ -118,15 +111,11 @@ def _race_at_keyed_write(
     return ran
 
 
-def _texts(turns: list[Turn] | tuple[Turn, ...]) -> list[str]:
-    return [t.text for t in turns]
-
-
 @pytest.mark.parametrize("when", ["before", "after"])
 async def test_a_plain_turn_racing_a_keyed_turn_is_archived(
     every: Pairing, monkeypatch: pytest.MonkeyPatch, when: When
 ) -> None:
-    memory, other = _write_behind(every), _write_behind(every)
+    memory, other = write_behind(every, window=10), write_behind(every, window=10)
     sid, uid = fresh_id("s"), fresh_id("u")
     session = await memory.session(sid, user_id=uid)
     for i in range(2):  # hot only (write_behind_every=5): the keyed append flushes them
@@ -147,21 +136,21 @@ async def test_a_plain_turn_racing_a_keyed_turn_is_archived(
     # Both writers' turns are readable, each once, with consecutive indexes: the keyed
     # turn has the index the archive gave it, the plain turn the next one.
     seen = await session.history()
-    assert _texts(seen) == ["a0", "a1", "keyed", "plain"]
+    assert texts_of(seen) == ["a0", "a1", "keyed", "plain"]
     assert [t.index for t in seen] == [0, 1, 2, 3]
-    assert _texts(await racer.history()) == _texts(seen)
+    assert texts_of(await racer.history()) == texts_of(seen)
     assert keyed.index == 2
 
     # A retry of the keyed call returns the keyed turn and stores nothing.
     again = await session.add_turn("assistant", "keyed", idempotency_key=KEY)
     assert (again.index, again.text) == (2, "keyed")
-    assert _texts(await session.history()) == _texts(seen)
+    assert texts_of(await session.history()) == texts_of(seen)
 
     await session.close()  # flushes
     archived = await every.durable.get_turns(sid)
-    assert _texts(archived) == _texts(seen)
+    assert texts_of(archived) == texts_of(seen)
     assert [t.index for t in archived] == [0, 1, 2, 3]
-    assert _texts(await session.history()) == _texts(archived)
+    assert texts_of(await session.history()) == texts_of(archived)
 
 
 async def test_a_plain_turn_racing_a_keyed_batch_is_archived(
@@ -169,7 +158,7 @@ async def test_a_plain_turn_racing_a_keyed_batch_is_archived(
 ) -> None:
     """A keyed ``add_turns`` of three turns: the plain turn took the first of their
     indexes (the hot tier's next index falls inside the batch's range)."""
-    memory, other = _write_behind(every), _write_behind(every)
+    memory, other = write_behind(every, window=10), write_behind(every, window=10)
     sid, uid = fresh_id("s"), fresh_id("u")
     session = await memory.session(sid, user_id=uid)
     await session.add_turn("user", "a0")
@@ -189,9 +178,9 @@ async def test_a_plain_turn_racing_a_keyed_batch_is_archived(
     assert [(t.index, t.text) for t in again] == [(t.index, t.text) for t in stored]
     await session.close()
     archived = await every.durable.get_turns(sid)
-    assert _texts(archived) == ["a0", "k0", "k1", "k2", "plain"]
+    assert texts_of(archived) == ["a0", "k0", "k1", "k2", "plain"]
     assert [t.index for t in archived] == list(range(5))
-    assert _texts(await session.history()) == _texts(archived)
+    assert texts_of(await session.history()) == texts_of(archived)
 
 
 async def test_a_plain_turn_racing_a_keyed_batch_longer_than_the_window_is_archived(
@@ -219,10 +208,10 @@ async def test_a_plain_turn_racing_a_keyed_batch_longer_than_the_window_is_archi
     assert len(ran) == 1
     monkeypatch.undo()
     assert [t.index for t in stored] == [2, 3, 4]
-    assert _texts(await session.history()) == ["k2", "plain"]
+    assert texts_of(await session.history()) == ["k2", "plain"]
     await session.close()
     archived = await every.durable.get_turns(sid)
-    assert _texts(archived) == ["a0", "a1", "k0", "k1", "k2", "plain"]
+    assert texts_of(archived) == ["a0", "a1", "k0", "k1", "k2", "plain"]
     assert [t.index for t in archived] == list(range(6))
 
 
@@ -233,7 +222,11 @@ async def test_two_keyed_writers_and_a_plain_one_lose_nothing(
     second keyed writer, numbered next, finds nothing to flush (the archive is ahead of
     the hot tier's plain turn) and reaches the hot tier first, without a conflict: the
     first keyed writer finds the plain turn and moves it after both."""
-    memory, other, third = _write_behind(every), _write_behind(every), _write_behind(every)
+    memory, other, third = (
+        write_behind(every, window=10),
+        write_behind(every, window=10),
+        write_behind(every, window=10),
+    )
     sid, uid = fresh_id("s"), fresh_id("u")
     session = await memory.session(sid, user_id=uid)
     await session.add_turn("user", "a0")
@@ -253,12 +246,12 @@ async def test_two_keyed_writers_and_a_plain_one_lose_nothing(
     assert (first.index, ran[1][0].index) == (1, 2)
 
     seen = await session.history()
-    assert _texts(seen) == ["a0", "first", "second", "plain"]
+    assert texts_of(seen) == ["a0", "first", "second", "plain"]
     assert [t.index for t in seen] == [0, 1, 2, 3]
-    assert _texts(await second.history()) == _texts(seen)
+    assert texts_of(await second.history()) == texts_of(seen)
     await session.close()
     archived = await every.durable.get_turns(sid)
-    assert _texts(archived) == _texts(seen)
+    assert texts_of(archived) == texts_of(seen)
     assert [t.index for t in archived] == [0, 1, 2, 3]
 
 
@@ -270,7 +263,7 @@ async def test_a_flush_during_the_rebuild_neither_loses_nor_repeats_a_turn(
     past the archive's end). Had the rebuild left the plain turns to a later flush, that
     flush would archive the second one under its old index and the rebuilt session would
     then flush it again, the first never."""
-    memory, other = _write_behind(every), _write_behind(every)
+    memory, other = write_behind(every, window=10), write_behind(every, window=10)
     sid, uid = fresh_id("s"), fresh_id("u")
     session = await memory.session(sid, user_id=uid)
     await session.add_turn("user", "a0")
@@ -296,9 +289,9 @@ async def test_a_flush_during_the_rebuild_neither_loses_nor_repeats_a_turn(
 
     await session.close()
     archived = await every.durable.get_turns(sid)
-    assert _texts(archived) == ["a0", "keyed", "p0", "p1"]
+    assert texts_of(archived) == ["a0", "keyed", "p0", "p1"]
     assert [t.index for t in archived] == [0, 1, 2, 3]
-    assert _texts(await session.history()) == _texts(archived)
+    assert texts_of(await session.history()) == texts_of(archived)
 
 
 async def test_a_keyed_write_behind_turn_without_a_race_pays_no_extra_round_trip(
@@ -309,7 +302,7 @@ async def test_a_keyed_write_behind_turn_without_a_race_pays_no_extra_round_trip
     once to see that nothing took its index (one round trip more where the hot tier is a
     server, on the path that is not the combined append); with the combined append it no
     longer rebuilds the hot session (redis+redis: 14 round trips before, 4 now)."""
-    memory = _write_behind(counted)
+    memory = write_behind(counted, window=10)
     session = await memory.session(fresh_id("s"), user_id=fresh_id("u"))
     await session.add_turn("user", "a0")
     await session.add_turn("assistant", "warm", idempotency_key="warm-key")

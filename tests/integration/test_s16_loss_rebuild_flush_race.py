@@ -41,61 +41,27 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Pairing, open_pairing
-from tests.integration.test_session_integrity import SAME_BACKEND_PAIRINGS
+from tests.integration.write_behind_races import (
+    LOSS_PAIRINGS,
+    archived_and_shown,
+    on_recreation,
+    texts_of,
+    write_behind,
+)
 from tiermem.models import Turn
-from tiermem.service import MemoryService
 from tiermem.testing.backend import fresh_id
-from tiermem.tiers import SessionTierConfig, WritePolicy
-
-PAIRINGS = [*SAME_BACKEND_PAIRINGS, "memory+sqlite"]
 
 
-@pytest.fixture(params=PAIRINGS)
+@pytest.fixture(params=LOSS_PAIRINGS)
 async def every(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
     async with open_pairing(request.param, tmp_path) as opened:
         yield opened
 
 
-def _write_behind(pairing: Pairing) -> MemoryService:
-    config = SessionTierConfig(
-        window=20, write_policy=WritePolicy.WRITE_BEHIND, write_behind_every=5
-    )
-    return pairing.service(config, auto_detect=False, index_turns=False)
-
-
-def _texts(turns: list[Turn] | tuple[Turn, ...]) -> list[str]:
-    return [t.text for t in turns]
-
-
-def _on_recreation(pairing: Pairing, monkeypatch: pytest.MonkeyPatch, then: Any) -> list[bool]:
-    """Run ``then()`` once, right after a hot append re-creates the lost session (before
-    its writer rebuilds it)."""
-    real = pairing.hot.append_turns
-    ran: list[bool] = []
-
-    async def append(*args: Any, **kwargs: Any) -> Any:
-        result = await real(*args, **kwargs)
-        if result.version == 1 and not ran:
-            ran.append(True)
-            await then()
-        return result
-
-    monkeypatch.setattr(pairing.hot, "append_turns", append)
-    return ran
-
-
-async def _archived_and_shown(memory: MemoryService, sid: str) -> tuple[list[Turn], list[Turn]]:
-    await memory.tiers.flush(sid)
-    archived = await memory.tiers.durable.get_turns(sid)
-    view = await memory.tiers.view(sid)
-    assert view is not None
-    return archived, list(view.turns)
-
-
 async def test_a_flush_before_the_rebuild_of_a_new_session_archives_each_turn_once(
     every: Pairing, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    memory, other = _write_behind(every), _write_behind(every)
+    memory, other = write_behind(every), write_behind(every)
     sid, uid = fresh_id("s"), fresh_id("u")
     a = await memory.session(sid, user_id=uid)
     b = await other.session(sid, user_id=uid)
@@ -105,13 +71,13 @@ async def test_a_flush_before_the_rebuild_of_a_new_session_archives_each_turn_on
         await b.add_turn("user", "b")  # on the re-created session
         await other.tiers.flush(sid)  # another process's flush (a keyed turn's, a close's)
 
-    ran = _on_recreation(every, monkeypatch, pile)
+    ran = on_recreation(every, monkeypatch, pile)
     stored = await a.add_turn("user", "a")
     monkeypatch.undo()
     assert ran == [True]
 
-    archived, shown = await _archived_and_shown(memory, sid)
-    assert _texts(archived) == ["a", "b"]  # fc45edb: ['a', 'b', 'a', 'b']
+    archived, shown = await archived_and_shown(memory, sid)
+    assert texts_of(archived) == ["a", "b"]  # fc45edb: ['a', 'b', 'a', 'b']
     assert [t.index for t in archived] == [0, 1]
     assert stored.index == 0
     assert shown == archived
@@ -120,7 +86,7 @@ async def test_a_flush_before_the_rebuild_of_a_new_session_archives_each_turn_on
 async def test_a_flush_before_the_rebuild_keeps_the_turns_it_archived_where_they_are(
     every: Pairing, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    memory, other = _write_behind(every), _write_behind(every)
+    memory, other = write_behind(every), write_behind(every)
     sid, uid = fresh_id("s"), fresh_id("u")
     a = await memory.session(sid, user_id=uid)
     for i in range(5):  # crosses write_behind_every: archived at 0..4
@@ -134,13 +100,13 @@ async def test_a_flush_before_the_rebuild_keeps_the_turns_it_archived_where_they
             await b.add_turn("user", f"b{i}")
         await other.tiers.flush(sid)  # archives b4 at 5
 
-    ran = _on_recreation(every, monkeypatch, pile)
+    ran = on_recreation(every, monkeypatch, pile)
     stored = await a.add_turn("user", "a")
     monkeypatch.undo()
     assert ran == [True]
 
-    archived, shown = await _archived_and_shown(memory, sid)
-    texts = _texts(archived)
+    archived, shown = await archived_and_shown(memory, sid)
+    texts = texts_of(archived)
     assert Counter(texts) == Counter(
         [*(f"before {i}" for i in range(5)), "a", *(f"b{i}" for i in range(5))]
     )
@@ -154,7 +120,7 @@ async def test_a_flush_before_the_rebuild_keeps_the_turns_it_archived_where_they
 async def test_a_flush_that_read_the_recreated_session_cannot_archive_after_the_rebuild(
     every: Pairing, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    memory, other = _write_behind(every), _write_behind(every)
+    memory, other = write_behind(every), write_behind(every)
     sid, uid = fresh_id("s"), fresh_id("u")
     a = await memory.session(sid, user_id=uid)
     for i in range(5):
@@ -186,14 +152,14 @@ async def test_a_flush_that_read_the_recreated_session_cannot_archive_after_the_
 
     monkeypatch.setattr(every.durable, "append_turns", archive)
     monkeypatch.setattr(every.hot, "restore", restore)
-    ran = _on_recreation(every, monkeypatch, pile)
+    ran = on_recreation(every, monkeypatch, pile)
     stored = await a.add_turn("user", "a")
     await flushing[0]
     monkeypatch.undo()
     assert ran == [True]
 
-    archived, shown = await _archived_and_shown(memory, sid)
-    texts = _texts(archived)
+    archived, shown = await archived_and_shown(memory, sid)
+    texts = texts_of(archived)
     # fc45edb: 'a' missing, 'b4' twice (the stale flush wrote it over a's index)
     assert Counter(texts) == Counter(
         [*(f"before {i}" for i in range(5)), "a", *(f"b{i}" for i in range(5))]
@@ -211,7 +177,7 @@ async def test_a_rebuild_whose_turns_a_reader_reloaded_first_writes_them_once(
     reader that replaced the half-built session with the durable view (which now holds
     them): its next attempt no longer finds its turn under the old numbering. It must
     not write the turn again (the first version of this fix did: 'a' archived twice)."""
-    memory, other = _write_behind(every), _write_behind(every)
+    memory, other = write_behind(every), write_behind(every)
     sid, uid = fresh_id("s"), fresh_id("u")
     a = await memory.session(sid, user_id=uid)
     for i in range(5):
@@ -232,13 +198,13 @@ async def test_a_rebuild_whose_turns_a_reader_reloaded_first_writes_them_once(
         await b.add_turn("user", "b")
         monkeypatch.setattr(every.hot, "restore", restore)
 
-    ran = _on_recreation(every, monkeypatch, pile)
+    ran = on_recreation(every, monkeypatch, pile)
     stored = await a.add_turn("user", "a")
     monkeypatch.undo()
     assert ran == read == [True]
 
-    archived, shown = await _archived_and_shown(memory, sid)
-    assert _texts(archived) == [*(f"before {i}" for i in range(5)), "a", "b"]
+    archived, shown = await archived_and_shown(memory, sid)
+    assert texts_of(archived) == [*(f"before {i}" for i in range(5)), "a", "b"]
     assert [t.index for t in archived] == list(range(7))
     assert archived[stored.index] == stored
     assert shown == archived
@@ -251,7 +217,7 @@ async def test_a_reader_of_the_recreated_session_before_its_rebuild_drops_no_tur
     rebuilt it: the read replaced it with the durable view, and the turn another writer
     had added on top was gone (fc45edb and 51ffeea: 'b' lost). Now the read archives the
     re-created turns first, and the writer's rebuild finds its own archived."""
-    memory, other, reader = _write_behind(every), _write_behind(every), _write_behind(every)
+    memory, other, reader = write_behind(every), write_behind(every), write_behind(every)
     sid, uid = fresh_id("s"), fresh_id("u")
     a = await memory.session(sid, user_id=uid)
     for i in range(5):
@@ -264,21 +230,21 @@ async def test_a_reader_of_the_recreated_session_before_its_rebuild_drops_no_tur
         await b.add_turn("user", "b")
         view = await reader.tiers.view(sid)
         assert view is not None
-        seen.append(_texts(view.turns))
+        seen.append(texts_of(view.turns))
 
-    ran = _on_recreation(every, monkeypatch, pile)
+    ran = on_recreation(every, monkeypatch, pile)
     stored = await a.add_turn("user", "a")
     monkeypatch.undo()
     assert ran == [True]
 
     expected = [*(f"before {i}" for i in range(5)), "a", "b"]
     assert seen == [expected]  # the reader saw both re-created turns
-    archived, shown = await _archived_and_shown(memory, sid)
-    assert _texts(archived) == expected
+    archived, shown = await archived_and_shown(memory, sid)
+    assert texts_of(archived) == expected
     assert [t.index for t in archived] == list(range(7))
     assert archived[stored.index] == stored
     assert shown == archived
-    assert _texts(await b.history()) == expected
+    assert texts_of(await b.history()) == expected
 
 
 async def test_a_reader_and_the_rebuild_archiving_at_once_archive_each_turn_once(
@@ -287,7 +253,7 @@ async def test_a_reader_and_the_rebuild_archiving_at_once_archive_each_turn_once
     """The reader archives the re-created turns right before the rebuild's own archive
     write, which then finds the archive moved: its next look counts them archived
     (equal but for the index), not pending."""
-    memory, other, reader = _write_behind(every), _write_behind(every), _write_behind(every)
+    memory, other, reader = write_behind(every), write_behind(every), write_behind(every)
     sid, uid = fresh_id("s"), fresh_id("u")
     a = await memory.session(sid, user_id=uid)
     for i in range(5):
@@ -307,14 +273,14 @@ async def test_a_reader_and_the_rebuild_archiving_at_once_archive_each_turn_once
         await b.add_turn("user", "b")
         monkeypatch.setattr(every.durable, "append_turns", archive)
 
-    ran = _on_recreation(every, monkeypatch, pile)
+    ran = on_recreation(every, monkeypatch, pile)
     stored = await a.add_turn("user", "a")
     monkeypatch.undo()
     assert ran == read == [True]
 
     expected = [*(f"before {i}" for i in range(5)), "a", "b"]
-    archived, shown = await _archived_and_shown(memory, sid)
-    assert _texts(archived) == expected
+    archived, shown = await archived_and_shown(memory, sid)
+    assert texts_of(archived) == expected
     assert [t.index for t in archived] == list(range(7))
     assert archived[stored.index] == stored
     assert shown == archived
@@ -328,7 +294,7 @@ async def test_a_keyed_turn_meeting_the_recreated_session_drops_no_turn(
     replaced the session with the durable view, dropping the other writer's turn on top
     ('b'; fc45edb and 82b6907). Now the rejoin archives every turn of a half-built
     session, as a read does."""
-    memory, other, third = _write_behind(every), _write_behind(every), _write_behind(every)
+    memory, other, third = write_behind(every), write_behind(every), write_behind(every)
     sid, uid = fresh_id("s"), fresh_id("u")
     a = await memory.session(sid, user_id=uid)
     for i in range(5):
@@ -342,13 +308,13 @@ async def test_a_keyed_turn_meeting_the_recreated_session_drops_no_turn(
         await b.add_turn("user", "b")
         keyed.append(await k.add_turn("assistant", "keyed", idempotency_key="k-1"))
 
-    ran = _on_recreation(every, monkeypatch, pile)
+    ran = on_recreation(every, monkeypatch, pile)
     stored = await a.add_turn("user", "a")
     monkeypatch.undo()
     assert ran == [True]
 
-    archived, shown = await _archived_and_shown(memory, sid)
-    assert Counter(_texts(archived)) == Counter(
+    archived, shown = await archived_and_shown(memory, sid)
+    assert Counter(texts_of(archived)) == Counter(
         [*(f"before {i}" for i in range(5)), "keyed", "a", "b"]
     )
     assert [t.index for t in archived] == list(range(8))

@@ -29,57 +29,24 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Pairing, open_pairing
-from tests.integration.test_session_integrity import SAME_BACKEND_PAIRINGS
+from tests.integration.write_behind_races import (
+    LOSS_PAIRINGS,
+    archived_and_shown,
+    on_recreation,
+    texts_of,
+    write_behind,
+)
 from tiermem.models import Turn
 from tiermem.models.turns import REDACTED_TEXT
 from tiermem.retry import CAS_ATTEMPTS
-from tiermem.service import MemoryService
 from tiermem.testing.backend import fresh_id
-from tiermem.tiers import SessionTierConfig, WritePolicy, tiered
-
-PAIRINGS = [*SAME_BACKEND_PAIRINGS, "memory+sqlite"]
+from tiermem.tiers import tiered
 
 
-@pytest.fixture(params=PAIRINGS)
+@pytest.fixture(params=LOSS_PAIRINGS)
 async def every(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
     async with open_pairing(request.param, tmp_path) as opened:
         yield opened
-
-
-def _write_behind(pairing: Pairing, window: int = 20) -> MemoryService:
-    config = SessionTierConfig(
-        window=window, write_policy=WritePolicy.WRITE_BEHIND, write_behind_every=5
-    )
-    return pairing.service(config, auto_detect=False, index_turns=False)
-
-
-def _texts(turns: list[Turn] | tuple[Turn, ...]) -> list[str]:
-    return [t.text for t in turns]
-
-
-def _on_recreation(pairing: Pairing, monkeypatch: pytest.MonkeyPatch, then: Any) -> list[bool]:
-    """Run ``then()`` once, right after a hot append re-creates the lost session (before
-    its writer rebuilds it)."""
-    real = pairing.hot.append_turns
-    ran: list[bool] = []
-
-    async def append(*args: Any, **kwargs: Any) -> Any:
-        result = await real(*args, **kwargs)
-        if result.version == 1 and not ran:
-            ran.append(True)
-            await then()
-        return result
-
-    monkeypatch.setattr(pairing.hot, "append_turns", append)
-    return ran
-
-
-async def _archived_and_shown(memory: MemoryService, sid: str) -> tuple[list[Turn], list[Turn]]:
-    await memory.tiers.flush(sid)
-    archived = await memory.tiers.durable.get_turns(sid)
-    view = await memory.tiers.view(sid)
-    assert view is not None
-    return archived, list(view.turns)
 
 
 async def test_a_redaction_before_the_rebuild_drops_no_recreated_turn(
@@ -88,7 +55,7 @@ async def test_a_redaction_before_the_rebuild_drops_no_recreated_turn(
     """Another process redacts an archived turn between the re-creation and its writer's
     rebuild: the re-created session holds a turn at that index (numbered from 0), so the
     redaction resyncs it. c4005f6: 'b' (another writer's turn on top) lost."""
-    memory, other, third = _write_behind(every), _write_behind(every), _write_behind(every)
+    memory, other, third = write_behind(every), write_behind(every), write_behind(every)
     sid, uid = fresh_id("s"), fresh_id("u")
     a = await memory.session(sid, user_id=uid)
     for i in range(5):  # crosses write_behind_every: archived at 0..4
@@ -102,18 +69,18 @@ async def test_a_redaction_before_the_rebuild_drops_no_recreated_turn(
         await b.add_turn("user", "b")  # at 1 of the re-created session
         await r.redact_turn(1)  # an archived turn ('before 1')
 
-    ran = _on_recreation(every, monkeypatch, pile)
+    ran = on_recreation(every, monkeypatch, pile)
     stored = await a.add_turn("user", "a")
     monkeypatch.undo()
     assert ran == [True]
 
-    archived, shown = await _archived_and_shown(memory, sid)
+    archived, shown = await archived_and_shown(memory, sid)
     expected = ["before 0", REDACTED_TEXT, "before 2", "before 3", "before 4", "a", "b"]
-    assert _texts(archived) == expected  # c4005f6: [..., 'before 4', 'a']
+    assert texts_of(archived) == expected  # c4005f6: [..., 'before 4', 'a']
     assert [t.index for t in archived] == list(range(7))
     assert archived[stored.index] == stored
     assert shown == archived
-    assert _texts(await b.history()) == expected
+    assert texts_of(await b.history()) == expected
     assert memory.metrics.lost_turns == other.metrics.lost_turns == third.metrics.lost_turns == 0
 
 
@@ -124,7 +91,7 @@ async def test_a_recreated_turn_flushed_and_redacted_before_the_rebuild_stays_re
     hot index, the redaction redacts it there, and its resync replaces the half-built
     session: the other re-created turns are archived after it, and the redacted one is
     not archived again from its hot copy. c4005f6: 'b0'..'b3' lost."""
-    memory, other, third = _write_behind(every), _write_behind(every), _write_behind(every)
+    memory, other, third = write_behind(every), write_behind(every), write_behind(every)
     sid, uid = fresh_id("s"), fresh_id("u")
     a = await memory.session(sid, user_id=uid)
     for i in range(5):
@@ -140,13 +107,13 @@ async def test_a_recreated_turn_flushed_and_redacted_before_the_rebuild_stays_re
         assert written[-1].index == 5
         await r.redact_turn(written[-1].index)  # the index b4's append returned
 
-    ran = _on_recreation(every, monkeypatch, pile)
+    ran = on_recreation(every, monkeypatch, pile)
     stored = await a.add_turn("user", "a")
     monkeypatch.undo()
     assert ran == [True]
 
-    archived, shown = await _archived_and_shown(memory, sid)
-    texts = _texts(archived)
+    archived, shown = await archived_and_shown(memory, sid)
+    texts = texts_of(archived)
     assert "b4" not in texts  # the redaction holds
     assert texts == [
         *(f"before {i}" for i in range(5)),
@@ -167,7 +134,7 @@ async def test_a_rebuild_that_keeps_losing_the_race_drops_no_turn(
     falls back to a resync: the turns appended after its last archive write were dropped
     (c4005f6), and its own turn must not be archived twice. (A window that holds them
     all: the writer stops rebuilding once its turn leaves the re-created window.)"""
-    memory, other = _write_behind(every, window=64), _write_behind(every, window=64)
+    memory, other = write_behind(every, window=64), write_behind(every, window=64)
     sid, uid = fresh_id("s"), fresh_id("u")
     a = await memory.session(sid, user_id=uid)
     for i in range(5):
@@ -194,14 +161,14 @@ async def test_a_rebuild_that_keeps_losing_the_race_drops_no_turn(
         monkeypatch.setattr(every.hot, "restore", restore)
         monkeypatch.setattr(tiered, "pause", no_pause)
 
-    ran = _on_recreation(every, monkeypatch, pile)
+    ran = on_recreation(every, monkeypatch, pile)
     stored = await a.add_turn("user", "a")
     monkeypatch.undo()
     assert ran == [True]
     assert len(piled) == CAS_ATTEMPTS + 8  # every rebuild attempt and the resync's first 8 lost
 
-    archived, shown = await _archived_and_shown(memory, sid)
-    texts = _texts(archived)
+    archived, shown = await archived_and_shown(memory, sid)
+    texts = texts_of(archived)
     assert sorted(texts) == sorted([*(f"before {i}" for i in range(5)), "a", *piled])
     assert [t.index for t in archived] == list(range(len(texts)))
     assert archived[stored.index] == stored
