@@ -243,10 +243,18 @@ async def test_a_pattern_rewritten_late_still_ends_30_days_after_its_last_sessio
     sessions = [await local.visit(line) for line in BERSERK[:4]]  # days 0-3
     local.clock.advance(timedelta(days=16))  # day 20
     await local.memory.longterm.forget_session(local.user, sessions[0])
-    await local.memory.roll_up(local.user)  # written again: its expiry counts from day 20
-    assert "3 sessions" in (await local.pattern()).content
+    await local.memory.roll_up(local.user)  # written again at day 20
+    pattern = await local.pattern()
+    assert "3 sessions" in pattern.content
+    # Its expiry counts from the last session's end, not from the write (session 17:
+    # before, it expired at day 50 unless a roll-up after day 33 forgot it).
+    assert pattern.expires_at is not None
+    assert pattern.expires_at - datetime.fromisoformat(str(pattern.metadata["last_seen"])) == (
+        timedelta(days=30)
+    )
     local.clock.advance(timedelta(days=13))  # day 33: 30 days after the last session
-    await local.visit("Do you have Vagabond?")  # any roll-up ends it
+    assert await local.patterns() == []  # with no roll-up in between
+    await local.visit("Do you have Vagabond?")  # nor does a roll-up write it again
     assert await local.patterns() == []
 
 

@@ -315,16 +315,26 @@ def check_limit(limit: int) -> int:
 
 
 def merge_repeat(
-    existing: MemoryRecord, incoming: MemoryRecord, *, importance_given: bool, now: datetime
+    existing: MemoryRecord,
+    incoming: MemoryRecord,
+    *,
+    importance_given: bool,
+    now: datetime,
+    expiry_given: bool = False,
 ) -> tuple[MemoryRecord | None, str]:
-    """The record after ``incoming`` (same id) was remembered again, or None if unchanged."""
+    """The record after ``incoming`` (same id) was remembered again, or None if unchanged.
+    ``expiry_given``: the caller set ``incoming.expires_at`` itself, and it is kept as
+    given (else a repeat only extends the retention)."""
     update: dict[str, Any] = {}
     tags = existing.tags + tuple(t for t in incoming.tags if t not in existing.tags)
     if tags != existing.tags:
         update["tags"] = tags[:MAX_TAGS]
     if importance_given and incoming.importance > existing.importance:
         update["importance"] = incoming.importance
-    if existing.expires_at is not None and (
+    if expiry_given:
+        if incoming.expires_at != existing.expires_at:
+            update["expires_at"] = incoming.expires_at
+    elif existing.expires_at is not None and (
         incoming.expires_at is None or incoming.expires_at > existing.expires_at
     ):
         update["expires_at"] = incoming.expires_at  # said again: retention starts again

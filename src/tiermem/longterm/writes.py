@@ -85,17 +85,23 @@ class MemoryWrites(MemoryCore):
         metadata: Mapping[str, JsonValue] | None = None,
         provenance: Provenance | None = None,
         valid_from: datetime | None = None,
+        expires_at: datetime | None = None,
     ) -> MemoryRecord:
         """Remember ``content``; the same content (normalised) of the same type is one record.
 
-        ``importance`` defaults to the type's, retention (``expires_at``) is the type's,
-        ``provenance`` defaults to ``Provenance(source="explicit")``. A repeat returns the
-        existing record, merged (see the module docstring); a superseded record said again
-        is revived.
+        ``importance`` defaults to the type's, ``provenance`` to
+        ``Provenance(source="explicit")``. Retention (``expires_at``) is the type's,
+        counted from now, unless ``expires_at`` is given: then the record expires then,
+        earlier or later than the type's (a caller that knows when the memory stops being
+        true, e.g. an observed habit 30 days after its last session). A repeat returns the
+        existing record, merged (see the module docstring): said again without
+        ``expires_at``, its retention starts again (never shortened); with it, it expires
+        at the time given. A superseded record said again is revived.
 
         Raises:
             ValidationError: a bad id, empty or oversized content, an unknown or internal
-                type, bad tags, importance, metadata or provenance.
+                type, bad tags, importance, metadata or provenance; ``expires_at`` naive
+                or not after now.
             ConflictError: the record kept changing under 32 attempts.
         """
         validate_id(user_id, what="user_id")
@@ -111,9 +117,12 @@ class MemoryWrites(MemoryCore):
             metadata=check_metadata(metadata),
             provenance=check_provenance(provenance, "explicit"),
             valid_from=check_time(valid_from, what="valid_from"),
+            expires_at=self._check_expiry(expires_at),
         )
         stored, what = await self._create_or_merge(
-            candidate, importance_given=importance is not None
+            candidate,
+            importance_given=importance is not None,
+            expiry_given=expires_at is not None,
         )
         await self._sync_index(user_id, stored.memory_id)
         if what:
@@ -132,8 +141,12 @@ class MemoryWrites(MemoryCore):
         metadata: dict[str, JsonValue],
         provenance: Provenance,
         valid_from: datetime | None,
+        expires_at: datetime | None = None,
     ) -> MemoryRecord:
+        """``expires_at``: checked by :meth:`_check_expiry` (None: the type's retention)."""
         now = self.clock.now()
+        if expires_at is None and kind.retention is not None:
+            expires_at = now + kind.retention
         return MemoryRecord(
             memory_id=memory_id,
             user_id=user_id,
@@ -143,13 +156,25 @@ class MemoryWrites(MemoryCore):
             metadata=metadata,
             importance=importance,
             created_at=now,
-            expires_at=None if kind.retention is None else now + kind.retention,
+            expires_at=expires_at,
             provenance=provenance,
             valid_from=valid_from or now,
         )
 
+    def _check_expiry(self, expires_at: datetime | None) -> datetime | None:
+        """A caller's ``expires_at``: aware and after now (a memory given an expiry that
+        has passed would be written only to be hidden)."""
+        expires_at = check_time(expires_at, what="expires_at")
+        if expires_at is not None and expires_at <= self.clock.now():
+            raise ValidationError(
+                f"expires_at {expires_at.isoformat()} is not after now "
+                f"({self.clock.now().isoformat()}); give a time in the future, or no "
+                "expires_at for the type's retention"
+            )
+        return expires_at
+
     async def _create_or_merge(
-        self, candidate: MemoryRecord, *, importance_given: bool
+        self, candidate: MemoryRecord, *, importance_given: bool, expiry_given: bool = False
     ) -> tuple[MemoryRecord, str]:
         """Write ``candidate`` if its id is free, else merge it into the record there.
         Returns the stored record and what was done ("" if nothing was written)."""
@@ -169,7 +194,11 @@ class MemoryWrites(MemoryCore):
                     if existing is None:
                         continue  # deleted or expired in between: create it again
             merged, what = merge_repeat(
-                existing, candidate, importance_given=importance_given, now=self.clock.now()
+                existing,
+                candidate,
+                importance_given=importance_given,
+                now=self.clock.now(),
+                expiry_given=expiry_given,
             )
             if merged is None:
                 return existing, ""
@@ -205,6 +234,7 @@ class MemoryWrites(MemoryCore):
         importance: float | None = None,
         metadata: Mapping[str, JsonValue] | None = None,
         provenance: Provenance | None = None,
+        expires_at: datetime | None = None,
     ) -> MemoryRecord:
         """Replace a memory by a new one; the old one stays in history, hidden from recall.
 
@@ -212,16 +242,20 @@ class MemoryWrites(MemoryCore):
         one (type, tags and importance default to the old one's) has the old id in
         ``provenance.memory_ids`` and ``metadata["supersedes"]``. The old record is marked
         first, then the new one written: a retry after a crash in between finishes the job.
+        The new one's retention is its type's from now, or ``expires_at`` as in
+        :meth:`remember`.
 
         Raises:
             NotFoundError: no such memory (or it expired).
             ValidationError: bad input; the memory is a preference (use
-                :meth:`upsert_preference`) or internal; the new content is the old content.
+                :meth:`upsert_preference`) or internal; the new content is the old content;
+                ``expires_at`` naive or not after now.
             ConflictError: the memory was already superseded by something else.
         """
         validate_id(user_id, what="user_id")
         validate_id(memory_id, what="memory_id")
         text = check_text(new_content, what="new_content", limit=MAX_CONTENT_BYTES)
+        expiry = self._check_expiry(expires_at)
         extra = check_metadata(metadata)
         prov = check_provenance(provenance, "explicit")
         new_tags = None if tags is None else check_tags(tags)
@@ -276,8 +310,11 @@ class MemoryWrites(MemoryCore):
             metadata={**extra, "supersedes": memory_id},
             provenance=prov.model_copy(update={"memory_ids": ids}),
             valid_from=None,
+            expires_at=expiry,
         )
-        stored, _ = await self._create_or_merge(candidate, importance_given=importance is not None)
+        stored, _ = await self._create_or_merge(
+            candidate, importance_given=importance is not None, expiry_given=expiry is not None
+        )
         await asyncio.gather(
             self._sync_index(user_id, memory_id), self._sync_index(user_id, stored.memory_id)
         )

@@ -22,8 +22,9 @@ ended at *L*, within :attr:`PatternPolicy.days` (30) of now, and at least
 :attr:`PatternPolicy.min_sessions` (3) distinct sessions with the topic ended in the
 ``days`` up to *L*. The window is anchored at the latest observation, so the pattern's
 text changes only when a session with the topic arrives or one is forgotten or redacted,
-and the record -- written by the roll-up right after that session's handoff, kept for
-the type's 30-day retention -- lapses 30 days after the user last brought the topic up.
+and the record -- written by the roll-up right after that session's handoff -- expires
+``days`` after that session ended (``remember(expires_at=...)``), however late it was
+written: it lapses 30 days after the user last brought the topic up.
 
 **One record per pattern**, found again by ``metadata["observed_pattern"]`` (``series:
 berserk``): a changed text supersedes it (the old text stays in history, as a digest's
@@ -257,11 +258,16 @@ async def write_patterns(
     records: Sequence[MemoryRecord],
     summary_ids: Collection[str],
     now: datetime,
+    window: timedelta = timedelta(days=30),
 ) -> int:
     """Make the user's observed-pattern records match ``observed``; ``records`` are the
     user's ``behavioral_pattern`` memories (any; described habits are left alone),
     ``summary_ids`` the ids of every session summary they have (superseded ones too).
     Returns how many writes it made (0 when nothing changed).
+
+    A pattern written expires ``window`` (the policy's ``days``) after its last session
+    ended, whenever it is written: one written again late (after a forget, a redaction or
+    a re-handoff) does not count its days from that write.
 
     A pattern record, current or superseded, that was counted from a summary no longer
     there (a redaction deleted it) is deleted first, as redaction deletes the digests built
@@ -289,15 +295,20 @@ async def write_patterns(
         else:
             held[key] = record
     for pattern in observed:
+        lapses = pattern.last + window
+        if lapses <= now:
+            continue  # lapses now: not written (a record of it is forgotten below)
         current = held.pop(pattern.key, None)
         ids = pattern.memory_ids
         provenance = Provenance(source=PATTERN_SOURCE, memory_ids=ids)
         text = pattern.text
         if current is not None and current.content == text:
-            if set(ids) <= set(current.provenance.memory_ids):
+            if set(ids) <= set(current.provenance.memory_ids) and _expires_at(current, lapses):
                 continue  # unchanged
             # The same count over other summaries (a session handed off again, or
-            # redacted): remembering the same text merges the new ids into its provenance.
+            # redacted), or a record whose expiry was counted from its write (written
+            # before expires_at existed): remembering the same text merges the new ids
+            # into its provenance and sets the expiry.
             current = None
         if current is None:
             await longterm.remember(
@@ -307,6 +318,7 @@ async def write_patterns(
                 tags=[pattern.topic],
                 metadata=pattern.metadata(),
                 provenance=provenance,
+                expires_at=lapses,
             )
         else:
             await longterm.supersede(
@@ -316,6 +328,7 @@ async def write_patterns(
                 tags=[pattern.topic],
                 metadata=pattern.metadata(),
                 provenance=provenance,
+                expires_at=lapses,
             )
         written += 1
     for record in [*held.values(), *doomed]:
@@ -324,6 +337,13 @@ async def write_patterns(
             logger.debug("observed pattern %s of user %s ended", record.memory_id, user_id)
             written += 1
     return written
+
+
+def _expires_at(record: MemoryRecord, when: datetime) -> bool:
+    """Whether ``record`` expires at ``when`` (to the second: a store may keep less than
+    microseconds)."""
+    expires = record.expires_at
+    return expires is not None and abs(expires - when) < timedelta(seconds=1)
 
 
 def _hidden(record: MemoryRecord, now: datetime) -> bool:

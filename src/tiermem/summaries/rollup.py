@@ -168,7 +168,9 @@ class ProgressiveRollup:
             observed = observe_patterns(sessions, now, patterns, ended=_when)
             held = [r for r in listed if r.memory_type == PATTERN_TYPE]
             ids = {r.memory_id for r in records}
-            written += await write_patterns(self.longterm, user_id, observed, held, ids, now)
+            written += await write_patterns(
+                self.longterm, user_id, observed, held, ids, now, patterns.window
+            )
         return written
 
     def _plan(self, sessions: Sequence[MemoryRecord], now: datetime) -> dict[str, _Digest]:
