@@ -190,12 +190,18 @@ horror, maybe", "…, probably not") or offered as the other answer ("…, or ma
 かも right after the verb (「ホラーは苦手かもしれない」) or たぶん alone after it. A hedge in a
 clause of its own modifies that clause, not the dislike: "I don't like horror, it might
 scare me", 「ホラーは嫌い、怖いかも」 are dislikes."""
-EN_HEDGE_SCOPE = re.compile(r"\b(?:but|yet)\b|[;.!?](?=\s|$)")
+EN_HEDGE_SCOPE = re.compile(
+    r"\b(?:but|yet)\b|[;.!?](?=\s|$)"
+    r"|(?:^|(?<=[;.!?])\s+|\b(?:but|yet|and)\s+)"
+    r"(?:although|though|even\s+though|even\s+if|while|whereas)\b[^,;.!?]*,"
+)
 JA_HEDGE_SCOPE = re.compile(r"けど|けれど|ですが|が[、,]|[。!?]")
 """A clause break that ends a hedge's scope: a hedge before it is not the dislike's after
 it ("It might rain, but honestly I don't like horror", "Maybe so, yet I don't like
-horror", 「雨かもしれないが、ホラーは苦手」 are dislikes). A comma alone is no break: "Maybe,
-I don't like horror" stays hedged."""
+horror", 「雨かもしれないが、ホラーは苦手」 are dislikes), and so does the comma closing a
+concessive clause ("Although it might be good, I don't like horror", "Even if it may not
+be fair, I hate horror"). A comma alone is no break: "Maybe, I don't like horror" stays
+hedged."""
 JA_NAME_END = re.compile(
     r"(?:(?:でございます|でござる|です|なんです|なんだ|っす|といいます|と言います|と申します|"
     r"っていいます|って言います|っていう|って)(?:よね|よ|ね|な|わ|さ)?|だ(?:よね|よ|ね|な|わ|さ)|"
