@@ -587,6 +587,9 @@ _JA_PERSON = (
 )
 JA_OTHER_PERSON = re.compile(rf"{_JA_PERSON}(?:は|が|も)")
 """Someone else as the subject (「息子はいつもセットで買います」): their habit, not the user's."""
+JA_NAME_TOPIC = re.compile(rf"{_JA_PERSON}(?:さん|ちゃん|くん)?(?:(?:は|って)[、,]?|[、,])\s*$")
+"""Someone else as the topic right before a bare 「名前は」: 「娘、名前はハナです」,
+「息子は、名前は太郎」 give the child's name, not the user's (as 「娘の名前は」 does)."""
 JA_NOT_MINE = re.compile(
     rf"{_JA_PERSON}(?:さん|ちゃん|くん|たち|達)?(?:は|が|も|に|へ|のため|向け|の$)"
 )

@@ -918,12 +918,16 @@ def _own_name_at(body: str) -> int | None:
     """Where the user's own 「名前は」 starts in ``body`` (at its first person: 「私の名前は」,
     or bare: 「名前は」), or None: every 「…の名前は」 there names someone else
     (「娘の名前はハナです」, 「夫の名前はケンです」; :data:`~tiermem.longterm._detect_rules.
-    JA_NAME_OWNER`)."""
+    JA_NAME_OWNER`), as does a bare one right after someone else as the topic
+    (「娘、名前はハナです」: :data:`~tiermem.longterm._detect_rules.JA_NAME_TOPIC`)."""
     at = body.find("名前は")
     while at >= 0:
         owner = rules.JA_NAME_OWNER.search(body, 0, at)
         if owner is None:
-            return at
+            if rules.JA_NAME_TOPIC.search(body, 0, at) is None:
+                return at
+            at = body.find("名前は", at + 3)  # 「娘、名前は」: the daughter's
+            continue
         said = owner.group("owner")
         if said.endswith(rules.JA_FIRST_PERSON):
             person = max(said.rfind(p) for p in rules.JA_FIRST_PERSON if said.endswith(p))
