@@ -281,10 +281,14 @@ end
 -- and each hash, the statistics included, is written in one command. Why the client
 -- packs the values and joins the terms: per term, `tonumber` + `struct.pack` and a table
 -- per list cost Redis more than the APPENDs themselves (measured: ~1/3 of the script's
--- time, bench/redis_commandstats.py).
+-- time, bench/redis_commandstats.py). The lists are gathered per kind letter, keyed by
+-- the term itself: a key string built per posting (letter .. term) and taken apart again
+-- per list cost redis-server ~12k instructions a turn (bench/redis_script_replay.py).
 local function add_many(docs, top, n, len)
   if #docs == 0 then return end
   local num = top
+  -- nacc[k][term], vacc[k][term]: the list's numbers and values so far; `order`: each
+  -- list once, as kind letter, term (first seen first).
   local nacc, vacc, order = {}, {}, {}
   local dfields, tfields, ifields, zargs, total = {}, {}, {}, {}, 0
   for _, d in ipairs(docs) do
@@ -293,17 +297,22 @@ local function add_many(docs, top, n, len)
     local k = string.sub(kind, 1, 1)
     local packed = struct.pack('<I4', num)
     local from, values = d[5], d[8]
+    local kn, kv = nacc[k], vacc[k]
+    if not kn then
+      kn, kv = {}, {}
+      nacc[k], vacc[k] = kn, kv
+    end
     for j = 0, d[6] - 1 do
-      local key = k .. ARGV[from + j]
-      local value = string.sub(values, 8 * j + 1, 8 * j + 8)
-      local held = nacc[key]
+      local term = ARGV[from + j]
+      local held = kn[term]
       if held then
-        nacc[key] = held .. packed
-        vacc[key] = vacc[key] .. value
+        kn[term] = held .. packed
+        kv[term] = kv[term] .. string.sub(values, 8 * j + 1, 8 * j + 8)
       else
-        nacc[key] = packed
-        vacc[key] = value
-        order[#order + 1] = key
+        kn[term] = packed
+        kv[term] = string.sub(values, 8 * j + 1, 8 * j + 8)
+        order[#order + 1] = k
+        order[#order + 1] = term
       end
     end
     local number = string.format('%d', num)
@@ -319,10 +328,10 @@ local function add_many(docs, top, n, len)
     end
     total = total + len
   end
-  for _, key in ipairs(order) do
-    local prefix, term = base .. string.sub(key, 1, 1), string.sub(key, 2)
-    redis.call('APPEND', prefix .. ':n=' .. term, nacc[key])
-    redis.call('APPEND', prefix .. ':v=' .. term, vacc[key])
+  for at = 1, #order, 2 do
+    local k, term = order[at], order[at + 1]
+    redis.call('APPEND', base .. k .. ':n=' .. term, nacc[k][term])
+    redis.call('APPEND', base .. k .. ':v=' .. term, vacc[k][term])
   end
   chunked('HSET', KEYS[1], dfields)
   chunked('HSET', KEYS[2], tfields)
