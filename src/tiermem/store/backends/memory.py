@@ -791,6 +791,25 @@ class _EntitySizes:
     sizes: dict[str, int]
 
 
+@dataclass(slots=True)
+class _PendingEntities:
+    """A session's ``entities`` record as the appends left it, not yet built: what
+    :meth:`MemoryDurableStore._set_record` would have stored, with each upserted entity
+    kept as it came (an :class:`ActiveEntity`) instead of its JSON. Most sessions' record
+    is written on many turns and read on none (a hot miss, a compare-and-set of the
+    entities): dumping each entity (its ``isoformat`` alone costs more than the rest of
+    its merge) is left to the first read, which builds the very record the eager write
+    would have (:meth:`MemoryDurableStore._record`)."""
+
+    members: dict[str, ActiveEntity | JsonValue]
+    """The record's data in its order, an upserted entity as itself."""
+    sizes: dict[str, int] | None
+    """Each member's serialized size (None: not measurable, as ``_EntitySizes``)."""
+    version: int
+    updated_at: datetime
+    expires_at: datetime | None
+
+
 @dataclass
 class _Header:
     """What a durable session is: who owns it and how long it lives (contract docstring)."""
@@ -820,6 +839,8 @@ class MemoryDurableStore:
         self._turn_expiry: dict[str, dict[int, datetime | None]] = {}
         self._records: dict[str, dict[str, SessionRecord]] = {}
         self._entity_sizes: dict[str, _EntitySizes] = {}
+        # The entities records appends wrote and nobody read since (not in ``_records``).
+        self._pending_entities: dict[str, _PendingEntities] = {}
         self._by_lifetime: list[tuple[datetime, str]] = []
         self._queued: set[str] = set()
         self._users: dict[str, dict[str, SessionRef]] = {}
@@ -849,6 +870,7 @@ class MemoryDurableStore:
         self._turn_expiry.pop(session_id, None)
         self._records.pop(session_id, None)
         self._entity_sizes.pop(session_id, None)
+        self._pending_entities.pop(session_id, None)
 
     def _extend(self, session_id: str, expires_at: datetime | None, now: datetime) -> _Header:
         """The live header with its lifetime raised to at least ``expires_at``."""
@@ -954,12 +976,15 @@ class MemoryDurableStore:
             self._collect_some(now)
         header = self._extend_header(session_id, header, expires_at)
         if merged is not None:
-            data, sizes = merged
-            record = self._set_record(session_id, ENTITIES_RECORD, data, header, now)
-            if sizes is None:
-                self._entity_sizes.pop(session_id, None)
-            else:
-                self._entity_sizes[session_id] = _EntitySizes(record=record, sizes=sizes)
+            # What _set_record stores, built when first read (_PendingEntities).
+            members, sizes, version = merged
+            self._pending_entities[session_id] = _PendingEntities(
+                members, sizes, version + 1, now, header.lifetime
+            )
+            records = self._records.get(session_id)
+            if records is not None:
+                records.pop(ENTITIES_RECORD, None)
+            self._entity_sizes.pop(session_id, None)
         if key is not None:
             header.keys[key] = (start, len(indexed))
         # get-then-create: ``setdefault(sid, {})`` builds two dicts per append to drop them.
@@ -977,49 +1002,83 @@ class MemoryDurableStore:
 
     def _merged_entities(
         self, session_id: str, change: EntityChange | None
-    ) -> tuple[dict[str, JsonValue], dict[str, int] | None] | None:
-        """The ``entities`` record's data with ``change`` merged in, and the serialized
-        size of each of its members (None: no change).
+    ) -> tuple[dict[str, ActiveEntity | JsonValue], dict[str, int] | None, int] | None:
+        """The ``entities`` record's members with ``change`` merged in (upserted entities
+        as themselves: :class:`_PendingEntities`), the serialized size of each member, and
+        the record's current version (0: none); None: no change.
 
         The record is held to :data:`MAX_RECORD_BYTES` as a whole, but only the upserted
-        entities are serialized: the other members' sizes are kept from the write that
-        stored them (:class:`_EntitySizes`), so a turn costs O(its changes), not O(the
-        session's entities). Anything unusual (over the limit, text that is not UTF-8, a
-        record written by ``put_record``) goes through :func:`encode_data` whole, which
-        raises the contract's exact errors.
+        entities are measured, by arithmetic (:func:`_entity_member_size`): the other
+        members' sizes are kept from the write that stored them, so a turn costs O(its
+        changes), not O(the session's entities). Anything unusual (over the limit, text
+        that is not UTF-8, a record written by ``put_record``) goes through
+        :func:`encode_data` whole, which raises the contract's exact errors.
         """
         if change is None or (not change.upsert and not change.remove):
             return None
         # The caller looked the header up at this call's ``now``: a dead session's records
         # are dropped already.
-        current = self._records.get(session_id, {}).get(ENTITIES_RECORD)
-        data: dict[str, JsonValue] = dict(current.data) if current is not None else {}
-        cached = self._entity_sizes.get(session_id)
+        members: dict[str, ActiveEntity | JsonValue]
         sizes: dict[str, int] | None
-        if current is None:
-            sizes = {}
-        elif cached is not None and cached.record is current:
-            sizes = dict(cached.sizes)
-        else:  # written by put_record (or never measured): measure it once
-            sizes = _member_sizes(data)
+        pending = self._pending_entities.get(session_id)
+        if pending is not None:
+            members = dict(pending.members)
+            sizes = None if pending.sizes is None else dict(pending.sizes)
+            version = pending.version
+        else:
+            current = self._records.get(session_id, {}).get(ENTITIES_RECORD)
+            members = dict(current.data) if current is not None else {}
+            cached = self._entity_sizes.get(session_id)
+            if current is None:
+                sizes = {}
+            elif cached is not None and cached.record is current:
+                sizes = dict(cached.sizes)
+            else:  # written by put_record (or never measured): measure it once
+                sizes = _member_sizes(members)
+            version = 0 if current is None else current.version
         for kind in change.remove:
-            data.pop(kind, None)
+            members.pop(kind, None)
             if sizes is not None:
                 sizes.pop(kind, None)
         for kind, entity in change.upsert.items():
-            value = _entity_json(entity)
-            data[kind] = value
+            members[kind] = entity
             if sizes is not None:
-                size = _member_size(kind, value)
+                size = _entity_member_size(kind, entity)
                 if size is None:
                     sizes = None
                 else:
                     sizes[kind] = size
-        # Fresh dumps and the record's own values: nothing a caller holds, so no copy.
         if sizes is None or _object_size(sizes) > MAX_RECORD_BYTES:
+            data = _entities_data(members)
             encode_data(data, what=f"record {ENTITIES_RECORD!r}")  # raises the exact error
             sizes = _member_sizes(data)
-        return data, sizes
+        return members, sizes, version
+
+    def _record(self, session_id: str, kind: str) -> SessionRecord | None:
+        """The session's record ``kind`` (the caller found its header live), an
+        ``entities`` record the appends left pending built now, once."""
+        if kind == ENTITIES_RECORD:
+            pending = self._pending_entities.pop(session_id, None)
+            if pending is not None:
+                data = _entities_data(pending.members)
+                values: dict[str, JsonValue] = {
+                    "kind": kind,
+                    "data": data,
+                    "version": pending.version,
+                    "updated_at": pending.updated_at,
+                    "expires_at": pending.expires_at,
+                }
+                # As _set_record: validation only to bring a time that is not UTC to UTC.
+                expires_at = pending.expires_at
+                utc = pending.updated_at.tzinfo is UTC and (
+                    expires_at is None or expires_at.tzinfo is UTC
+                )
+                record = SessionRecord.trusted(values) if utc else SessionRecord(**values)
+                self._records.setdefault(session_id, {})[kind] = record
+                if pending.sizes is not None:
+                    self._entity_sizes[session_id] = _EntitySizes(record, pending.sizes)
+                return record
+        return self._records.get(session_id, {}).get(kind)
 
     def _set_record(
         self,
@@ -1177,7 +1236,7 @@ class MemoryDurableStore:
         with self._lock:
             if self._header(session_id, self._clock.now()) is None:
                 return None
-            return self._records.get(session_id, {}).get(kind)
+            return self._record(session_id, kind)
 
     async def put_record(
         self,
@@ -1196,7 +1255,7 @@ class MemoryDurableStore:
             now = self._clock.now()
             # What get_record would return, without its argument checks (done above).
             current = (
-                self._records.get(session_id, {}).get(kind)
+                self._record(session_id, kind)
                 if self._header(session_id, now) is not None
                 else None
             )
@@ -1338,6 +1397,48 @@ def _entity_json(entity: ActiveEntity) -> dict[str, JsonValue]:
         }
     dumped: dict[str, JsonValue] = entity.model_dump(mode="json")
     return dumped
+
+
+def _entities_data(members: Mapping[str, ActiveEntity | JsonValue]) -> dict[str, JsonValue]:
+    """The ``entities`` record's data of pending members (:class:`_PendingEntities`):
+    each entity dumped as :func:`_entity_json` dumps it, other values (from a stored
+    record's data) as they are."""
+    return {
+        kind: _entity_json(value) if isinstance(value, ActiveEntity) else value
+        for kind, value in members.items()
+    }
+
+
+_ENTITY_KEYS_SIZE = sum(len(key) + 2 for key in _ENTITY_FIELDS) + 2 + len(_ENTITY_FIELDS) * 2 - 1
+"""Bytes of a dumped entity's object beyond its values: the four keys in quotes, the
+braces, a colon per member and the commas between them."""
+
+
+def _entity_member_size(kind: str, entity: ActiveEntity) -> int | None:
+    """:func:`_member_size` of ``kind`` and ``_entity_json(entity)``, without dumping the
+    usual entity (plain strings, a UTC time): its ``updated_at`` is written as 20
+    characters, or 27 with microseconds (``2026-01-01T00:00:00.000001Z``), and the rest
+    is measured as :func:`_member_size` measures it. None as :func:`_member_size`."""
+    values = entity.__dict__
+    own_kind, value = values.get("kind"), values.get("value")
+    turn_index, updated_at = values.get("turn_index"), values.get("updated_at")
+    if (
+        _ENTITY_FAST
+        and type(entity) is ActiveEntity
+        and type(own_kind) is str
+        and type(value) is str
+        and (turn_index is None or type(turn_index) is int)
+        and type(updated_at) is datetime
+        and updated_at.tzinfo is UTC
+    ):
+        key = _string_size(kind)
+        kind_size = _string_size(own_kind)
+        text = _string_size(value)
+        number = 4 if turn_index is None else _int_size(turn_index)
+        if key >= 0 and kind_size >= 0 and text >= 0 and number >= 0:
+            stamp = 29 if updated_at.microsecond else 22  # with its quotes
+            return key + 1 + _ENTITY_KEYS_SIZE + kind_size + text + number + stamp
+    return _member_size(kind, _entity_json(entity))
 
 
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
