@@ -463,12 +463,19 @@ class Session:
             await self._reopen(metadata.closed_at)
             view = self._view
             metadata = view.stored_metadata
+            now = None  # the reopen awaited: the write reads the clock again
+        else:
+            # The turn's timestamp is the service clock's reading that add_turn's analysis
+            # took just before, with no await since (analyse_text_turn): the write's
+            # reading too (its entities' time, the tiers' expiries), instead of two more
+            # (a reading costs more than copying the turn's fields).
+            now = turn.timestamp if self._tiers.clock is self._service.clock else None
         first = view.next_index
         # Most turns name no entity and change no subject: no call to find that nothing
         # changed.
         read = None if analysis is None else analysis.text
         if turn.entities or switches_subject(turn, read):
-            change = self._entity_change([turn], first, (read,))
+            change = self._entity_change([turn], first, (read,), now)
         else:
             change = None
         stored = await self._tiers.append(
@@ -477,6 +484,7 @@ class Session:
             turn_count_hint=first,
             idempotency_key=idempotency_key,
             entities=change,
+            now=now,
         )
         if not stored:
             return stored
@@ -599,6 +607,7 @@ class Session:
         turns: Sequence[NewTurn],
         first: int,
         reads: Sequence[TurnText | None] | None = None,
+        now: datetime | None = None,
     ) -> EntityChange | None:
         """What these turns change in the active entities (seed 001's "use these unless
         overridden"): a new value of an entity kind replaces the old one, except
@@ -612,7 +621,8 @@ class Session:
 
         ``reads``: each turn's analysed text, where at hand (else read again if needed).
         Turn indexes count from ``first``, the index the handle expects the first turn to
-        get (the tiers move them if it gets another)."""
+        get (the tiers move them if it gets another). ``now``: the service clock's reading
+        for this write, if the caller took it (else the clock is read)."""
         held: Mapping[str, ActiveEntity] = self._view.entities
         # A kind's value as of the last entity read, and the turn of its last change: one
         # ActiveEntity is built per changed kind, not per change.
@@ -651,7 +661,8 @@ class Session:
                     latest[kind] = (value, first + position)
         if not latest and not removed:
             return None
-        now = self._service.clock.now()
+        if now is None:
+            now = self._service.clock.now()
         # Validated values (the extractor's entity, the clock's aware time).
         changed = {
             kind: ActiveEntity.trusted(

@@ -677,6 +677,7 @@ class TieredSessionStore:
         turn_count_hint: int,
         idempotency_key: str | None = None,
         entities: EntityChange | None = None,
+        now: datetime | None = None,
     ) -> list[Turn]:
         """Add turns; returns them with their indexes once the write policy is satisfied.
 
@@ -691,6 +692,10 @@ class TieredSessionStore:
         to the indexes actually free and written again), or, on stores that cannot take
         it (no :attr:`Capability.ENTITIES_IN_APPEND`), merged by a compare-and-set after
         the append. A recognised retry applies no change.
+
+        ``now``: a reading of :attr:`clock` the caller took for this write (an aware
+        time), used for its expiries instead of another one; a retry after a conflict
+        reads the clock again.
         """
         if entities is not None and not entities.upsert and not entities.remove:
             entities = None
@@ -729,7 +734,8 @@ class TieredSessionStore:
                     # too). The expected count after the append sets the hot expiry (the
                     # TTL policy lengthens it with the session's depth).
                     count = (first if first is not None else turn_count_hint) + len(turns)
-                    now = self.clock.now()  # one reading for both expiries
+                    if now is None or attempt:
+                        now = self.clock.now()  # one reading for both expiries
                     # _write_expiry's first step, inline: its fallbacks only when the
                     # policy keeps the (absent) current expiry.
                     hot_expires_at = self._expiry(
