@@ -141,18 +141,6 @@ class SessionView:
     source: Source
     extra: dict[str, Any] = field(default_factory=dict)
 
-    if not TYPE_CHECKING:  # for the type checker ``metadata`` is a plain field
-
-        def __getattr__(self, name: str) -> Any:
-            # Only reached when ``name`` is not in the instance's __dict__: for
-            # ``metadata``, a view built by :func:`_view` that has not derived it yet.
-            pending = self.__dict__.get(_PENDING) if name == "metadata" else None
-            if pending is None:
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            metadata = derive_metadata(*pending)
-            self.__dict__["metadata"] = metadata  # computed once (a frozen view's value)
-            return metadata
-
     @property
     def stored_metadata(self) -> SessionMetadata:
         """The metadata as the tier stores it: every field but the derived ``turn_count``
@@ -181,6 +169,26 @@ class SessionView:
         )
 
 
+class _DerivedMetadata:
+    """:attr:`SessionView.metadata` of a view built by :func:`_view` that has not derived
+    it yet: a non-data descriptor, so a view whose ``__dict__`` holds ``metadata`` never
+    reaches it. (A ``__getattr__`` on the class did this before: every attribute read of
+    every view then went through Python's slower hook for classes that define one.)"""
+
+    def __get__(self, view: SessionView | None, owner: type | None = None) -> Any:
+        if view is None:
+            return self
+        pending = view.__dict__.get(_PENDING)
+        if pending is None:
+            raise AttributeError(f"{type(view).__name__!r} object has no attribute 'metadata'")
+        metadata = derive_metadata(*pending)
+        view.__dict__["metadata"] = metadata  # computed once (a frozen view's value)
+        return metadata
+
+
+if not TYPE_CHECKING:  # for the type checker ``metadata`` is a plain field
+    SessionView.metadata = _DerivedMetadata()
+
 _PENDING = "_pending_metadata"
 """Key, in a lazily derived :class:`SessionView`'s ``__dict__``, of the arguments of the
 :func:`derive_metadata` call that gives its ``metadata``."""
@@ -200,7 +208,7 @@ def _view(
     """``SessionView(...)`` in one step: a frozen dataclass's ``__init__`` sets each field
     with ``object.__setattr__``, twice as slow, and two views are built per turn.
     ``metadata`` given as ``(stored, turns, next_index)`` is derived from them when first
-    read (:meth:`SessionView.__getattr__`)."""
+    read (:class:`_DerivedMetadata`)."""
     view = _new(SessionView)
     _set(
         view,
