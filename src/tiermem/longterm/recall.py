@@ -48,7 +48,7 @@ from tiermem.longterm.access import AccessTracker
 from tiermem.longterm.hits import RecallHit
 from tiermem.longterm.index import DocKind, IndexedDoc, SearchHit, SearchIndex
 from tiermem.longterm.index_memory import DocLoader
-from tiermem.longterm.recall_dates import turn_date_terms
+from tiermem.longterm.recall_dates import turn_date_tags
 from tiermem.longterm.records import is_hidden
 from tiermem.longterm.text import count_terms, query_terms
 from tiermem.longterm.types import MemoryTypeRegistry, is_internal_type
@@ -158,8 +158,10 @@ def turn_docs(
     left out. ``embeddings``, when given, are the turns' vectors in the same order;
     ``terms`` their term frequencies, when the turn analysis computed them already.
     ``owned_terms``: each of ``terms`` is a fresh ``dict`` of ``str`` → ``int`` that the
-    caller gives away (:func:`~tiermem.longterm.text.text_term_counts`): the documents take
-    it as it is, the date terms added, instead of a checked copy.
+    caller gives away, counted from the turn's own text
+    (:func:`~tiermem.longterm.text.text_term_counts`): the documents take it as it is, the
+    date terms added, instead of a checked copy, and a turn none of whose terms is a date
+    word is not searched for date mentions (``recall_dates.turn_date_tags``).
 
     ``expires_at`` is the turns' retention, the ``expires_at`` their durable append was
     given (the session tier's ``durable_ttl`` after the write; None: kept forever): the
@@ -187,8 +189,13 @@ def turn_docs(
     if terms is not None and len(terms) != len(turns):
         raise ValidationError("turn_docs needs one term count (or None) per turn")
     plain_ids = type(user_id) is str and type(session_id) is str
-    check_aware(expires_at, what="expires_at")
-    expires_utc = None if expires_at is None else expires_at.astimezone(UTC)
+    # The session's retention is in UTC already: taken as it is (what ``astimezone``
+    # returns for a datetime in its own zone), without the checks.
+    if expires_at is None or (type(expires_at) is datetime and expires_at.tzinfo is UTC):
+        expires_utc = expires_at
+    else:
+        check_aware(expires_at, what="expires_at")
+        expires_utc = expires_at.astimezone(UTC)
     docs = []
     trusted_doc = IndexedDoc.trusted
     for i, turn in enumerate(turns):
@@ -202,7 +209,11 @@ def turn_docs(
         given = terms[i] if terms is not None else None
         # Dated: the turn's day, week and month, and the dates it mentions resolved
         # against its own timestamp ("yesterday" said on 10 March is 9 March), as tags.
-        dates = tuple(turn_date_terms(text, turn.timestamp))
+        # Fresh counts given away are the text's own terms (``owned_terms``): a text that
+        # names no date word skips the search for date mentions.
+        dates = turn_date_tags(
+            text, turn.timestamp, given if owned_terms and type(given) is dict else None
+        )
         counted: dict[str, int] | None = None
         checked = True  # the counts are str -> int (fresh counts given away are)
         if given is not None:

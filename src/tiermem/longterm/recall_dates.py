@@ -16,6 +16,7 @@ uses only the terms of the precision it asked for.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import lru_cache
@@ -28,6 +29,7 @@ __all__ = [
     "find_date_mentions",
     "month_term",
     "query_date_terms",
+    "turn_date_tags",
     "turn_date_terms",
     "week_term",
 ]
@@ -229,47 +231,64 @@ _WEEK_SHIFTS = {
 }
 
 
+_Resolved = tuple[date, Precision, bool]
+"""A mention's ``day``, ``precision`` and ``relative`` (:class:`DateMention` without its
+phrase)."""
+
+
 def _resolve(kind: str, match: re.Match[str], anchor: date) -> DateMention | None:
-    phrase = match.group(0)
+    resolved = _resolved(kind, match, anchor)
+    return None if resolved is None else DateMention(match.group(0), *resolved)
+
+
+def _resolved(kind: str, match: re.Match[str], anchor: date) -> _Resolved | None:
+    """What ``match`` (of the pattern ``kind``) means against ``anchor``; None: no such
+    date (30 February). Plain tuples: a turn's index terms need no :class:`DateMention`,
+    whose frozen ``__init__`` cost more than the rest of resolving a mention."""
     shift = _DAY_SHIFTS.get(kind)
     if shift is not None:  # the kinds without groups
-        return DateMention(phrase, anchor + shift, "day", True)
+        return anchor + shift, "day", True
     groups = match.groups()
     if kind == "iso":
         found = _dated(int(groups[0]), int(groups[1]), int(groups[2]))
-        return None if found is None else DateMention(phrase, found, "day", False)
+        return None if found is None else (found, "day", False)
     if kind == "days_ago":
-        return DateMention(phrase, anchor - timedelta(days=_number(groups[0])), "day", True)
+        return anchor - timedelta(days=_number(groups[0])), "day", True
     if kind == "weeks_ago":
         back = anchor - timedelta(weeks=_number(groups[0]))
-        return DateMention(phrase, back - timedelta(days=back.weekday()), "week", True)
+        return back - timedelta(days=back.weekday()), "week", True
     if kind == "months_ago":
-        return DateMention(phrase, _month_back(anchor, _number(groups[0])), "month", True)
+        return _month_back(anchor, _number(groups[0])), "month", True
     if kind == "last_weekday":
         target = _WEEKDAYS.index(groups[0])
         days_back = (anchor.weekday() - target) % 7 or 7
-        return DateMention(phrase, anchor - timedelta(days=days_back), "day", True)
+        return anchor - timedelta(days=days_back), "day", True
     if kind in ("last_week", "this_week", "next_week"):
         day = anchor + _WEEK_SHIFTS[kind]
-        return DateMention(phrase, day - timedelta(days=day.weekday()), "week", True)
+        return day - timedelta(days=day.weekday()), "week", True
     if kind == "last_month":
-        return DateMention(phrase, _month_back(anchor, 1), "month", True)
+        return _month_back(anchor, 1), "month", True
     if kind == "month_day":
         found = _past(anchor, _month(groups[0]), int(groups[1]))
-        return None if found is None else DateMention(phrase, found, "day", False)
+        return None if found is None else (found, "day", False)
     if kind == "day_month":
         found = _past(anchor, _month(groups[1]), int(groups[0]))
-        return None if found is None else DateMention(phrase, found, "day", False)
+        return None if found is None else (found, "day", False)
     if kind == "in_month":
         month = _month(groups[0])
         year = anchor.year if month <= anchor.month else anchor.year - 1
-        return DateMention(phrase, date(year, month, 1), "month", False)
+        return date(year, month, 1), "month", False
     return None  # pragma: no cover - every pattern kind is handled above
 
 
 def find_date_mentions(text: str, anchor: date | datetime) -> list[DateMention]:
     """The dates ``text`` mentions, resolved against ``anchor`` (the day it was said), in
     order of appearance; overlapping phrases count once (the longest pattern first)."""
+    return [DateMention(match.group(0), *resolved) for match, resolved in _mentions(text, anchor)]
+
+
+def _mentions(text: str, anchor: date | datetime) -> list[tuple[re.Match[str], _Resolved]]:
+    """:func:`find_date_mentions`' mentions, as each pattern's match and what it means."""
     lowered = text.casefold()
     if not lowered.isascii() and _ANY_DATE_WORD.search(lowered) is None:
         return []
@@ -278,20 +297,21 @@ def find_date_mentions(text: str, anchor: date | datetime) -> list[DateMention]:
         return []
     day = anchor.date() if isinstance(anchor, datetime) else anchor
     taken: list[tuple[int, int]] = []
-    found: list[tuple[int, DateMention]] = []
+    found: list[tuple[int, re.Match[str], _Resolved]] = []
     for kind, pattern, first in scans:
         for match in pattern.finditer(lowered, first):
             start, end = match.span()
             if taken and any(start < e and s < end for s, e in taken):
                 continue
-            mention = _resolve(kind, match, day)
-            if mention is not None:
+            resolved = _resolved(kind, match, day)
+            if resolved is not None:
                 taken.append((start, end))
-                found.append((start, mention))
+                found.append((start, match, resolved))
     if len(found) == 1:
-        return [found[0][1]]
+        _, match, resolved = found[0]
+        return [(match, resolved)]
     found.sort(key=itemgetter(0))  # stable: overlaps were settled in pattern order
-    return [mention for _, mention in found]
+    return [(match, resolved) for _, match, resolved in found]
 
 
 @lru_cache(maxsize=256)
@@ -302,25 +322,61 @@ def _day_week_month(day: date) -> tuple[str, str, str]:
 
 
 def _terms(mention: DateMention, *, widen: bool) -> list[str]:
-    if mention.precision == "day":
+    return _resolved_terms(mention.day, mention.precision, widen=widen)
+
+
+def _resolved_terms(day: date, precision: Precision, *, widen: bool) -> list[str]:
+    if precision == "day":
         if widen:
-            return list(_day_week_month(mention.day))
-        return [day_term(mention.day)]
-    if mention.precision == "week":
-        return [week_term(mention.day)] + ([month_term(mention.day)] if widen else [])
-    return [month_term(mention.day)]
+            return list(_day_week_month(day))
+        return [day_term(day)]
+    if precision == "week":
+        return [week_term(day)] + ([month_term(day)] if widen else [])
+    return [month_term(day)]
 
 
 def turn_date_terms(text: str, at: datetime) -> list[str]:
     """Index terms of a turn said at ``at``: its own day, week and month, and those of the
     dates it mentions (relative ones resolved against ``at``). Distinct, in order."""
     terms = list(_day_week_month(at.date()))
-    mentions = find_date_mentions(text, at)
+    mentions = _mentions(text, at)
     if not mentions:
         return terms  # the day, week and month terms differ by their prefixes
-    for mention in mentions:
-        terms.extend(_terms(mention, widen=True))
+    for _, (day, precision, _) in mentions:
+        terms.extend(_resolved_terms(day, precision, widen=True))
     return list(dict.fromkeys(terms))
+
+
+# The index terms (:func:`~tiermem.longterm.text.tokenize`'s words: no stopword, no plural
+# to fold) of which every pattern that can add a term needs one, as a whole word: each
+# pattern's words stand between ``\b``s, so in an ASCII text they are whole words for the
+# tokenizer too ("2 days ago" needs "ago", "last week" "week", "on Monday" the weekday,
+# "March 9" and "in Sept." the month). An ISO date needs a hyphen instead; "today",
+# "tonight" and "this morning" mean the turn's own day, whose terms every turn has.
+_DATE_TERMS = frozenset(
+    ("yesterday", "tomorrow", "ago", "week", "month", *_WEEKDAYS, *_MONTHS, *_MONTH_ABBR)
+)
+
+
+def turn_date_tags(
+    text: str, at: datetime, terms: Mapping[str, int] | None = None
+) -> tuple[str, ...]:
+    """:func:`turn_date_terms` as a tuple (an index document's tags).
+
+    ``terms``: the index terms of ``text`` (:func:`~tiermem.longterm.text.text_term_counts`
+    of this very text), when the caller counted them: an ASCII text without a hyphen (an
+    ISO date's) none of whose terms is a date word (:data:`_DATE_TERMS`) mentions no date,
+    and takes the turn's own terms without a search (most turns: one set test in C where
+    the search's substring tests cost ten times as much).
+    """
+    if (
+        terms is not None
+        and "-" not in text
+        and text.isascii()
+        and terms.keys().isdisjoint(_DATE_TERMS)
+    ):
+        return _day_week_month(at.date())
+    return tuple(turn_date_terms(text, at))
 
 
 def query_date_terms(query: str, now: datetime) -> list[str]:
