@@ -372,8 +372,9 @@ class InProcessIndex:
             self._expiring += user.expiring - before
             if expires_at is not None:
                 push(expiries, (expires_at, user_id, doc.doc_id))
-        self._collect(now, collect_budget(len(docs)))
-        if len(self._expiries) > 2 * self._expiring + 1024:
+        if expiries and expiries[0][0] <= now:  # something to collect (``_collect``'s test)
+            self._collect(now, collect_budget(len(docs)))
+        if len(expiries) > 2 * self._expiring + 1024:
             self._compact()
 
     async def remove(self, user_id: str, doc_ids: Collection[str]) -> None:
