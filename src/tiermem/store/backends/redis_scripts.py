@@ -31,6 +31,7 @@ import hashlib
 import itertools
 import logging
 import os
+import time
 import traceback
 import zlib
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Sequence
@@ -268,9 +269,15 @@ _MICROSECOND = timedelta(microseconds=1)
 def to_us(value: datetime, *, what: str = "timestamp") -> int:
     """Microseconds since the epoch: exact, so an ``expires_at`` round-trips unchanged.
 
+    A datetime in UTC (what the library's clocks give) is counted from its timedelta's
+    fields, without the checks and the timedelta division (~4k instructions against ~7k).
+
     Raises:
         ValidationError: ``value`` is naive.
     """
+    if type(value) is datetime and value.tzinfo is UTC:
+        delta = value - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     check_aware(value, what=what)
     return (value - _EPOCH) // _MICROSECOND
 
@@ -1618,6 +1625,7 @@ class RedisStoreBase:
         self._io = RedisIO(client)
         self._keys = keys
         self._clock = clock or SystemClock()
+        self._system_clock = type(self._clock) is SystemClock
         self._grace_ms = grace_ms(gc_grace)
         self._owns_client = False
 
@@ -1646,6 +1654,13 @@ class RedisStoreBase:
         return self._grace_ms
 
     def _now_us(self) -> int:
+        """``to_us(self._clock.now())``. The wall clock (:class:`SystemClock`) is read as
+        an integer directly: ``datetime.now(UTC)`` floors the system clock's nanoseconds to
+        microseconds as ``time_ns() // 1000`` does, without building a datetime and a
+        timedelta (~9.5k instructions against ~1.5k; a turn reads it on each of its round
+        trips)."""
+        if self._system_clock:
+            return time.time_ns() // 1000
         return to_us(self._clock.now())
 
 

@@ -48,6 +48,10 @@ class CachedSession(NamedTuple):
     state_raw: dict[bytes, bytes]
     entities_mark: bytes
     state_mark: bytes
+    expires_us: int = -1
+    """The snapshot's ``expires_at`` in microseconds: a load that answers the same
+    expiry hands out the snapshot's datetime instead of building it again (``from_us``,
+    ~5.5k instructions, on every ``history()``)."""
 
 
 def decode_state(name: str, raw: bytes) -> StateBlob:
@@ -153,7 +157,10 @@ class SnapshotCache:
         version, next_index, expires_us, epoch = reply[:4]
         if len(reply) == 4:
             assert cached is not None  # the script answers this only for a current copy
-            return _copy(cached.snapshot, from_us(expires_us))
+            expires = int(expires_us)
+            if expires == cached.expires_us:
+                return _copy(cached.snapshot, cached.snapshot.expires_at)
+            return _copy(cached.snapshot, from_us(expires))
         metadata_raw, first, sent_from, turns_raw, entities_flat, state_flat, e_mark, s_mark = (
             reply[4:]
         )
@@ -203,7 +210,9 @@ class SnapshotCache:
         )
         self._put(
             session_id,
-            CachedSession(epoch, snap, metadata_raw, entities_raw, state_raw, e_mark, s_mark),
+            CachedSession(
+                epoch, snap, metadata_raw, entities_raw, state_raw, e_mark, s_mark, int(expires_us)
+            ),
         )
         return _copy(snap, snap.expires_at)
 
@@ -279,6 +288,13 @@ class SnapshotCache:
         self._put(
             session_id,
             CachedSession(
-                epoch, snap, meta_raw, entities_raw, state_raw, entities_mark, state_mark
+                epoch,
+                snap,
+                meta_raw,
+                entities_raw,
+                state_raw,
+                entities_mark,
+                state_mark,
+                expires_us,
             ),
         )
