@@ -68,7 +68,9 @@ class Batch(Generic[T]):
 
 
 class _Entry:
-    """One queued job, or one item of a batch (``job`` None: the batch runs it)."""
+    """One queued job, or one item of a batch (``job`` None: the batch runs it). ``done``
+    is None for an item queued by :meth:`BackgroundWork.queue_batched` until somebody
+    waits for it (:meth:`BackgroundWork._future_of`)."""
 
     __slots__ = ("batch", "done", "item", "job", "session_id", "user_id")
 
@@ -77,7 +79,7 @@ class _Entry:
         user_id: str,
         session_id: str,
         job: Job | None,
-        done: asyncio.Future[None],
+        done: asyncio.Future[None] | None,
         batch: Batch[Any] | None = None,
         item: Any = None,
     ) -> None:
@@ -183,9 +185,9 @@ class BackgroundWork:
         self._per_queue = max_pending // workers
         self._lanes: list[_Lane] = []
         self._tasks: list[asyncio.Task[None]] = []
-        # The unfinished jobs' futures by user and by session (for the scoped waits).
-        self._by_user: dict[str, set[asyncio.Future[None]]] = {}
-        self._by_session: dict[str, set[asyncio.Future[None]]] = {}
+        # The unfinished jobs by session (for the scoped waits; a user's are found among
+        # them: waits for a user are rare, a turn's bookkeeping is not).
+        self._by_session: dict[str, set[_Entry]] = {}
         self._failures = 0
         # The lingering batches' wake-ups and their timers (see ``_linger``).
         self._lingering: dict[asyncio.Future[None], asyncio.TimerHandle] = {}
@@ -233,9 +235,10 @@ class BackgroundWork:
         the batch's, shared by every item of the run (a failure fails them all)."""
         if not self._tasks:
             self._start()
-        entry = _Entry(user_id, session_id, None, self._create_future(), batch, item)
+        done = self._create_future()
+        entry = _Entry(user_id, session_id, None, done, batch, item)
         if self._offer(entry):
-            return entry.done
+            return done
         return await self._put(entry)
 
     def offer_batched(
@@ -251,11 +254,29 @@ class BackgroundWork:
             if not self._tasks:
                 self._start()
             lane = self._lane(session_id)
-        entry = _Entry(user_id, session_id, None, self._create_future(), batch, item)
+        done = self._create_future()
+        entry = _Entry(user_id, session_id, None, done, batch, item)
         if not lane.try_put(entry):
             return None
         self._track(entry)
-        return entry.done
+        return done
+
+    def queue_batched(self, user_id: str, session_id: str, batch: Batch[T], item: T) -> bool:
+        """:meth:`offer_batched` for a caller that keeps no future (a turn's background
+        item): True when queued. The item's future is made only if somebody waits for it
+        (:meth:`wait_for`, :meth:`drain`); its failure is reported to them as any job's.
+        False, and nothing queued, when the caller would have to wait: then await
+        :meth:`submit_batched`."""
+        lane = self._lane_of.get(session_id)
+        if lane is None:
+            if not self._tasks:
+                self._start()
+            lane = self._lane(session_id)
+        entry = _Entry(user_id, session_id, None, None, batch, item)
+        if not lane.try_put(entry):
+            return False
+        self._track(entry)
+        return True
 
     def _offer(self, entry: _Entry) -> bool:
         """Queue ``entry`` if its lane has room and no writer waits for room (tracked for
@@ -284,32 +305,34 @@ class BackgroundWork:
         that bound their own number and yield between their stages (summary passes): on a
         lane, the turns' jobs queued behind one would wait for all of it. No back-pressure
         and no order with the session's other jobs: the caller bounds how many it submits."""
-        entry = _Entry(user_id, session_id, job, asyncio.get_running_loop().create_future())
+        done = asyncio.get_running_loop().create_future()
+        entry = _Entry(user_id, session_id, job, done)
         self._track(entry)
         task = asyncio.create_task(self._settle_run([entry], job), name=f"tiermem-bg-{session_id}")
         self._beside.add(task)
         task.add_done_callback(self._beside.discard)
-        return entry.done
+        return done
 
     def _track(self, entry: _Entry) -> None:
-        """List an entry's future for the scoped waits (unrolled: once per turn)."""
+        """List an entry for the scoped waits."""
+        entries = self._by_session.get(entry.session_id)
+        if entries is None:
+            self._by_session[entry.session_id] = {entry}
+        else:
+            entries.add(entry)
+
+    def _future_of(self, entry: _Entry) -> asyncio.Future[None]:
+        """The entry's future, made now if it has none yet (:meth:`queue_batched`)."""
         done = entry.done
-        futures = self._by_user.get(entry.user_id)
-        if futures is None:
-            self._by_user[entry.user_id] = {done}
-        else:
-            futures.add(done)
-        futures = self._by_session.get(entry.session_id)
-        if futures is None:
-            self._by_session[entry.session_id] = {done}
-        else:
-            futures.add(done)
+        if done is None:
+            done = entry.done = self._create_future()
+        return done
 
     async def _put(self, entry: _Entry) -> asyncio.Future[None]:
         if not self._tasks:
             self._start()
         self._track(entry)
-        done = entry.done
+        done = self._future_of(entry)
         lane = self._lane(entry.session_id)
         try:
             if not lane.try_put(entry):  # most puts find room: no coroutine to run
@@ -323,16 +346,10 @@ class BackgroundWork:
     def _forget(self, entry: _Entry) -> None:
         """Drop a settled entry from the scoped waits (called where it is settled: a done
         callback per entry would cost a loop callback on every turn)."""
-        done = entry.done
-        futures = self._by_user.get(entry.user_id)
-        if futures is not None:
-            futures.discard(done)
-            if not futures:
-                del self._by_user[entry.user_id]
-        futures = self._by_session.get(entry.session_id)
-        if futures is not None:
-            futures.discard(done)
-            if not futures:
+        entries = self._by_session.get(entry.session_id)
+        if entries is not None:
+            entries.discard(entry)
+            if not entries:
                 del self._by_session[entry.session_id]
 
     async def _run(self, lane: _Lane) -> None:
@@ -429,28 +446,24 @@ class BackgroundWork:
             exc,
         )
         for e in entries:
-            if not e.done.done():  # a caller may have cancelled the future it got
-                e.done.set_exception(exc)
-                e.done.exception()  # logged above; waiters still get it
+            done = e.done  # None: nobody waits for it (queue_batched), nobody to tell
+            if done is not None and not done.done():  # a caller may have cancelled it
+                done.set_exception(exc)
+                done.exception()  # logged above; waiters still get it
             self._forget(e)
 
     def _succeeded(self, entries: list[_Entry]) -> None:
         """Settle the entries of a job (or batch) that ran: ``_forget`` each, inline (once
         per turn's item)."""
-        by_user, by_session = self._by_user, self._by_session
+        by_session = self._by_session
         for e in entries:
-            done = e.done
-            if not done.done():  # a caller may have cancelled the future it got
+            done = e.done  # None: nobody waits for it (queue_batched)
+            if done is not None and not done.done():  # a caller may have cancelled it
                 done.set_result(None)
-            futures = by_user.get(e.user_id)
-            if futures is not None:
-                futures.discard(done)
-                if not futures:
-                    del by_user[e.user_id]
-            futures = by_session.get(e.session_id)
-            if futures is not None:
-                futures.discard(done)
-                if not futures:
+            listed = by_session.get(e.session_id)
+            if listed is not None:
+                listed.discard(e)
+                if not listed:
                     del by_session[e.session_id]
 
     async def wait_for(self, *, user_id: str | None = None, session_id: str | None = None) -> None:
@@ -460,10 +473,12 @@ class BackgroundWork:
             ExceptionGroup: the jobs waited for that failed, all of them.
         """
         futures: set[asyncio.Future[None]] = set()
-        if user_id is not None:
-            futures.update(self._by_user.get(user_id, ()))
+        future_of = self._future_of
+        if user_id is not None:  # a scan of the unfinished jobs (at most max_pending)
+            for entries in self._by_session.values():
+                futures.update(future_of(e) for e in entries if e.user_id == user_id)
         if session_id is not None:
-            futures.update(self._by_session.get(session_id, ()))
+            futures.update(map(future_of, self._by_session.get(session_id, ())))
         await self._settle_hurried(futures)
 
     async def drain(self) -> None:
@@ -475,7 +490,12 @@ class BackgroundWork:
         while True:
             # A future its caller cancelled stays listed until the worker reaches its job:
             # nothing to wait for.
-            futures = {f for fs in self._by_session.values() for f in fs if not f.done()}
+            futures = {
+                f
+                for entries in self._by_session.values()
+                for f in map(self._future_of, entries)
+                if not f.done()
+            }
             if not futures:
                 return
             await self._settle_hurried(futures)

@@ -513,8 +513,9 @@ class Session:
             # one index write (AFTER_APPEND), so at 50 sessions it costs one transaction.
             after = _AfterAppend(self, stored, analyses, index=index, detect=detect)
             background = self._service.background
-            # Queued without a coroutine when the lane has room (most turns).
-            if background.offer_batched(self._user_id, self._id, AFTER_APPEND, after) is None:
+            # Queued without a coroutine when the lane has room (most turns), and without
+            # a future until somebody waits for it.
+            if not background.queue_batched(self._user_id, self._id, AFTER_APPEND, after):
                 await background.submit_batched(self._user_id, self._id, AFTER_APPEND, after)
         if self._service.auto_summarize:
             await self._queue_summary(stored)
