@@ -44,7 +44,6 @@ DEFAULT_SYNCHRONOUS: Synchronous = "NORMAL"
 """Survives a process crash, not a power loss (module docstring)."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 # Primary result codes (the low byte of an extended code) that mean "someone else holds it".
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CANTOPEN = 5, 6, 14
 _SYNCHRONOUS_MODES: tuple[Synchronous, ...] = ("NORMAL", "FULL")
@@ -60,11 +59,15 @@ def to_epoch_us(value: datetime, *, what: str = "timestamp") -> int:
     Raises:
         ValidationError: ``value`` has no timezone.
     """
-    if value.tzinfo is None or value.utcoffset() is None:
+    # UTC (every datetime tiermem's models hold) is aware: no utcoffset() call, which
+    # costs as much as the rest; the days, seconds and microseconds of the difference
+    # give the same integer as dividing it by one microsecond, at half the cost.
+    if value.tzinfo is not UTC and (value.tzinfo is None or value.utcoffset() is None):
         raise ValidationError(
             f"{what} has no timezone; pass an aware datetime, e.g. datetime.now(UTC)"
         )
-    return (value - _EPOCH) // _MICROSECOND
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def from_epoch_us(value: int) -> datetime:
