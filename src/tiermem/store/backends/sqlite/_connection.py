@@ -223,12 +223,18 @@ class _Engine:
         return alone
 
     def run_direct(
-        self, operation: Operation[Any], write: bool, setup: Setup | None, pending: Pending
+        self,
+        operation: Operation[Any],
+        write: bool,
+        setup: Setup | None,
+        pending: Pending,
+        single: bool = False,
     ) -> Any:
         """Run ``operation`` on the calling thread if its store has nothing queued or
         running (so it still sees every write of that store submitted before it) and, for
         a write, no one holds the file's write lock; return :data:`_QUEUE` when it must go
-        to the thread instead.
+        to the thread instead. ``single``: a read of one statement (see
+        :meth:`SQLiteDatabase.read`).
 
         Raises:
             Whatever the operation raises; sqlite3 errors mapped.
@@ -256,7 +262,7 @@ class _Engine:
             if conn is not None:
                 try:
                     if not write:
-                        return self._direct_read(conn, operation)
+                        return self._direct_read(conn, operation, single)
                     value = self._direct_write(conn, operation)
                     if value is not _QUEUE:
                         self._burst = self._burst + 1 if back_to_back else 1
@@ -265,7 +271,7 @@ class _Engine:
                     worker.conn_lock.release()
             if write:
                 return _QUEUE
-            return self._spare_read(operation)
+            return self._spare_read(operation, single)
         except BaseException as exc:
             error = worker.error(exc)
             if error is exc:
@@ -300,7 +306,7 @@ class _Engine:
             self._shared_until = time.monotonic() + wait
         return self._shared
 
-    def _spare_read(self, operation: Operation[Any]) -> Any:
+    def _spare_read(self, operation: Operation[Any], single: bool) -> Any:
         """A direct read while the thread uses its connection: on the spare connection,
         one caller at a time."""
         with self._guard:
@@ -310,13 +316,17 @@ class _Engine:
         try:
             if self._reader is None:
                 self._reader = open_direct_connection(self.path, self.synchronous)
-            return self._direct_read(self._reader, operation)
+            return self._direct_read(self._reader, operation, single)
         finally:
             with self._guard:
                 self._reader_busy = False
 
-    def _direct_read(self, conn: sqlite3.Connection, operation: Operation[Any]) -> Any:
+    def _direct_read(
+        self, conn: sqlite3.Connection, operation: Operation[Any], single: bool
+    ) -> Any:
         try:
+            if single:  # one statement reads one snapshot on its own (autocommit)
+                return operation(conn)
             conn.execute("BEGIN")
             value = operation(conn)
             conn.execute("COMMIT")
@@ -455,12 +465,17 @@ class SQLiteDatabase:
         writer's write came within :data:`TOGETHER_WINDOW` (module docstring)."""
         return self._engine.alone(writer)
 
-    async def read(self, operation: Operation[T], *, direct: bool = False) -> T:
+    async def read(
+        self, operation: Operation[T], *, direct: bool = False, single: bool = False
+    ) -> T:
         """Run ``operation`` in a read transaction (one consistent snapshot).
 
         ``direct``: the operation is small (a bounded number of rows), so it may run on
-        the calling thread when the file is idle (module docstring)."""
-        return cast(T, await self._submit(operation, write=False, direct=direct))
+        the calling thread when the file is idle (module docstring). ``single``: it runs
+        one statement, which reads one snapshot by itself, so a direct run spares the
+        ``BEGIN`` and ``COMMIT`` around it (the statement's cursor must be read to its end
+        or dropped, as ``conn.execute(...).fetchone()`` does, so that no read stays open)."""
+        return cast(T, await self._submit(operation, write=False, direct=direct, single=single))
 
     async def write(self, operation: Operation[T], *, direct: bool = False) -> T:
         """Run ``operation`` in a write transaction, committed before this returns; if it
@@ -468,7 +483,7 @@ class SQLiteDatabase:
 
         ``direct``: the operation is small, so it may run on the calling thread when the
         file is idle and writes are sparse (module docstring)."""
-        return cast(T, await self._submit(operation, write=True, direct=direct))
+        return cast(T, await self._submit(operation, write=True, direct=direct, single=False))
 
     async def aclose(self) -> None:
         """Let go of the file; the last handle closes the connection after the operations
@@ -479,7 +494,9 @@ class SQLiteDatabase:
         if _detach(self._engine):
             await self._engine.aclose()
 
-    async def _submit(self, operation: Operation[Any], *, write: bool, direct: bool) -> Any:
+    async def _submit(
+        self, operation: Operation[Any], *, write: bool, direct: bool, single: bool
+    ) -> Any:
         if self._closed:
             raise BackendUnavailableError(
                 f"the SQLite store on {self.path} has been closed; open a new one",
@@ -487,7 +504,7 @@ class SQLiteDatabase:
                 retryable=False,
             )
         if direct:
-            value = self._engine.run_direct(operation, write, self._setup, self._pending)
+            value = self._engine.run_direct(operation, write, self._setup, self._pending, single)
             if value is not _QUEUE:
                 if write:  # a write is a point where other tasks get their turn
                     await asyncio.sleep(0)

@@ -215,6 +215,30 @@ _CLAIM_HEADER = (  # constants only
 """``register_session``'s header write when it claims the session."""
 
 
+_PUT_MEMORY = (
+    "INSERT INTO memories (user_id, memory_id, memory_type, created_at_us, "
+    "expires_at_us, version, payload) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (user_id, memory_id) DO UPDATE SET "
+    "memory_type = excluded.memory_type, created_at_us = excluded.created_at_us, "
+    "expires_at_us = excluded.expires_at_us, version = excluded.version, "
+    "payload = excluded.payload"
+)
+"""``put_memory`` without a condition."""
+_CREATE_MEMORY = (
+    _PUT_MEMORY + " WHERE CASE WHEN memories.expires_at_us IS NULL "
+    "OR memories.expires_at_us > ? THEN memories.version ELSE 0 END = 0"
+)
+"""``put_memory`` expecting version 0 (bound: the key and columns, then now): inserted, or
+written over an expired memory (which counts as version 0); no change over a live one."""
+_REPLACE_MEMORY = (
+    "UPDATE memories SET memory_type = ?, created_at_us = ?, expires_at_us = ?, version = ?, "
+    "payload = ? WHERE user_id = ? AND memory_id = ? AND CASE WHEN expires_at_us IS NULL "
+    "OR expires_at_us > ? THEN version ELSE 0 END = ?"
+)
+"""``put_memory`` expecting another version (bound: the columns, the key, now, the
+version): written only over a memory at that version (an expired one is at 0)."""
+
+
 @dataclass(frozen=True)
 class _EntityRows:
     """An entity change, validated and serialized once, before the transaction."""
@@ -279,9 +303,14 @@ def _merged_entities(
     )
 
 
+_RECORD_TO_JSON = SessionRecord.__pydantic_serializer__.to_json
+"""What ``SessionRecord.model_dump_json()`` calls, with its defaults (the same bytes),
+without the wrapper's keyword arguments."""
+
+
 def _upsert_record(conn: sqlite3.Connection, session_id: str, record: SessionRecord) -> str:
     """Write ``record``; return its JSON as written."""
-    payload = record.model_dump_json()
+    payload = _RECORD_TO_JSON(record).decode()
     conn.execute(
         "INSERT INTO session_records (session_id, kind, version, payload) "
         "VALUES (?, ?, ?, ?) ON CONFLICT (session_id, kind) DO UPDATE SET "
@@ -650,7 +679,9 @@ class SQLiteDurableStore:
 
     async def next_index(self, session_id: str) -> int:
         validate_id(session_id, what="session_id")
-        return await self._db.read(lambda conn: _next_index(conn, session_id), direct=True)
+        return await self._db.read(
+            lambda conn: _next_index(conn, session_id), direct=True, single=True
+        )
 
     async def get_turn(self, session_id: str, index: int) -> Turn:
         validate_id(session_id, what="session_id")
@@ -659,7 +690,7 @@ class SQLiteDurableStore:
         def op(conn: sqlite3.Connection) -> str | None:
             return _visible_turn(conn, session_id, index, self._now_us())
 
-        payload = await self._db.read(op, direct=True)
+        payload = await self._db.read(op, direct=True, single=True)
         if payload is None:
             raise NotFoundError(f"session {session_id!r} has no turn {index}")
         return self._turns.decode_one(session_id, index, payload)
@@ -680,7 +711,9 @@ class SQLiteDurableStore:
 
         return self._turns.decode(
             session_id,
-            await self._db.read(op, direct=end is not None and end - start <= _DIRECT_ROWS),
+            await self._db.read(
+                op, direct=end is not None and end - start <= _DIRECT_ROWS, single=True
+            ),
         )
 
     async def tail_turns(self, session_id: str, count: int) -> list[Turn]:
@@ -698,7 +731,8 @@ class SQLiteDurableStore:
             ).fetchall()
 
         return self._turns.decode(
-            session_id, reversed(await self._db.read(op, direct=count <= _DIRECT_ROWS))
+            session_id,
+            reversed(await self._db.read(op, direct=count <= _DIRECT_ROWS, single=True)),
         )
 
     async def redact_turn(self, session_id: str, index: int) -> Turn:
@@ -779,7 +813,7 @@ class SQLiteDurableStore:
             ).fetchone()
             return None if row is None else str(row[0])
 
-        payload = await self._db.read(op, direct=True)
+        payload = await self._db.read(op, direct=True, single=True)
         return None if payload is None else SessionRef.model_validate_json(payload)
 
     async def list_sessions(self, user_id: str, *, limit: int = 100) -> list[SessionRef]:
@@ -811,7 +845,7 @@ class SQLiteDurableStore:
             ).fetchone()
             return None if row is None else (str(row[0]), row[1])
 
-        found = await self._db.read(op, direct=True)
+        found = await self._db.read(op, direct=True, single=True)
         if found is None:
             return None
         payload, lifetime_us = found
@@ -893,36 +927,36 @@ class SQLiteDurableStore:
         created_at_us = to_epoch_us(record.created_at)
         expires_at_us = _optional_us(record.expires_at)
 
+        columns = (record.memory_type, created_at_us, expires_at_us, record.version, payload)
+        key = (record.user_id, record.memory_id)
+
         def op(conn: sqlite3.Connection) -> MemoryRecord:
-            row = conn.execute(
-                "SELECT version, expires_at_us FROM memories WHERE user_id = ? AND memory_id = ?",
-                (record.user_id, record.memory_id),
-            ).fetchone()
-            actual = int(row[0]) if row and _is_live(row[1], self._now_us()) else 0
-            if expected_version is not None and expected_version != actual:
+            if expected_version is None:
+                conn.execute(_PUT_MEMORY, (*key, *columns))
+                return record
+            # The condition rides in the write (no read first): the version written
+            # only if the stored one is the expected one, an expired memory counting as
+            # version 0 (absent); else nothing changes, and the read below says why.
+            now_us = self._now_us()
+            if expected_version == 0:
+                written = conn.execute(_CREATE_MEMORY, (*key, *columns, now_us)).rowcount
+            else:
+                written = conn.execute(
+                    _REPLACE_MEMORY, (*columns, *key, now_us, expected_version)
+                ).rowcount
+            if written == 0:
+                row = conn.execute(
+                    "SELECT version, expires_at_us FROM memories "
+                    "WHERE user_id = ? AND memory_id = ?",
+                    key,
+                ).fetchone()
+                actual = int(row[0]) if row and _is_live(row[1], now_us) else 0
                 raise ConflictError(
                     f"memory {record.memory_id!r} is at version {actual}, "
                     f"not {expected_version}; re-read it and retry",
                     expected=expected_version,
                     actual=actual,
                 )
-            conn.execute(
-                "INSERT INTO memories (user_id, memory_id, memory_type, created_at_us, "
-                "expires_at_us, version, payload) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (user_id, memory_id) DO UPDATE SET "
-                "memory_type = excluded.memory_type, created_at_us = excluded.created_at_us, "
-                "expires_at_us = excluded.expires_at_us, version = excluded.version, "
-                "payload = excluded.payload",
-                (
-                    record.user_id,
-                    record.memory_id,
-                    record.memory_type,
-                    created_at_us,
-                    expires_at_us,
-                    record.version,
-                    payload,
-                ),
-            )
             return record
 
         return await self._db.write(op, direct=self._db.alone(record.user_id))
@@ -939,7 +973,7 @@ class SQLiteDurableStore:
             ).fetchone()
             return None if row is None else str(row[0])
 
-        payload = await self._db.read(op, direct=True)
+        payload = await self._db.read(op, direct=True, single=True)
         return None if payload is None else decode_memory(payload)
 
     async def get_memories(
