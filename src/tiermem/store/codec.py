@@ -130,9 +130,12 @@ def check_kind(kind: str, *, what: str = "record kind") -> str:
 _TURN_TO_JSON = Turn.__pydantic_serializer__.to_json
 """What ``Turn.model_dump_json()`` calls, with its defaults (the same bytes): called
 directly, it spares the wrapper's keyword arguments, and its UTF-8 bytes give the size
-without encoding the text again (a quarter of the cost of encoding a turn)."""
+without encoding the text again (a quarter of the cost of encoding a turn). Only for an
+exact :class:`Turn`: a subclass (its own fields, field serializers, computed fields) is
+written by its own class's serializer, as ``model_dump_json`` writes it."""
 _MEMORY_TO_JSON = MemoryRecord.__pydantic_serializer__.to_json
-"""``MemoryRecord.model_dump_json()``'s serializer, called directly (as :data:`_TURN_TO_JSON`)."""
+"""``MemoryRecord.model_dump_json()``'s serializer, called directly (as :data:`_TURN_TO_JSON`;
+a subclass: its own)."""
 
 
 def encode_turn(turn: Turn) -> str:
@@ -143,7 +146,11 @@ def encode_turn(turn: Turn) -> str:
             its JSON is over :data:`~tiermem.store.contract.MAX_TURN_BYTES`.
     """
     try:
-        data = _TURN_TO_JSON(turn)
+        data = (
+            _TURN_TO_JSON(turn)
+            if type(turn) is Turn
+            else type(turn).__pydantic_serializer__.to_json(turn)
+        )
     except PydanticSerializationError as exc:
         raise ValidationError(
             f"turn {turn.index} cannot be serialized ({_first_line(exc)}); check it for "
@@ -213,7 +220,11 @@ def encode_memory(record: MemoryRecord) -> str:
     validate_id(record.user_id, what="user_id")
     validate_id(record.memory_id, what="memory_id")
     validate_id(record.memory_type, what="memory_type")
-    data = _MEMORY_TO_JSON(record)
+    data = (
+        _MEMORY_TO_JSON(record)
+        if type(record) is MemoryRecord
+        else type(record).__pydantic_serializer__.to_json(record)
+    )
     if len(data) > MAX_MEMORY_BYTES:
         check_size(data, limit=MAX_MEMORY_BYTES, what=f"memory {record.memory_id}")
     return data.decode()
