@@ -1371,11 +1371,11 @@ _ENTITY_FAST = tuple(ActiveEntity.model_fields) == _ENTITY_FIELDS
 these fields, in this order)."""
 
 
-def _entity_json(entity: ActiveEntity) -> dict[str, JsonValue]:
-    """``entity.model_dump(mode="json")``, built directly for the usual entity (plain
-    strings, a UTC time; pydantic writes UTC as ``Z``): every entity change of a turn
-    dumps one, and pydantic's serializer costs several times more. Anything else goes
-    through pydantic."""
+def _usual_entity(entity: ActiveEntity) -> tuple[str, str, int | None, datetime] | None:
+    """The kind, value, turn index and time of the usual entity (an exact
+    :class:`ActiveEntity` of plain strings, an int or no turn index, a UTC time), which
+    :func:`_entity_json` and :func:`_entity_member_size` write without pydantic; None for
+    anything else."""
     values = entity.__dict__
     kind, value = values.get("kind"), values.get("value")
     turn_index, updated_at = values.get("turn_index"), values.get("updated_at")
@@ -1388,6 +1388,18 @@ def _entity_json(entity: ActiveEntity) -> dict[str, JsonValue]:
         and type(updated_at) is datetime
         and updated_at.tzinfo is UTC
     ):
+        return kind, value, turn_index, updated_at
+    return None
+
+
+def _entity_json(entity: ActiveEntity) -> dict[str, JsonValue]:
+    """``entity.model_dump(mode="json")``, built directly for the usual entity (plain
+    strings, a UTC time; pydantic writes UTC as ``Z``): every entity change of a turn
+    dumps one, and pydantic's serializer costs several times more. Anything else goes
+    through pydantic."""
+    usual = _usual_entity(entity)
+    if usual is not None:
+        kind, value, turn_index, updated_at = usual
         stamp = updated_at.isoformat()
         return {
             "kind": kind,
@@ -1419,18 +1431,9 @@ def _entity_member_size(kind: str, entity: ActiveEntity) -> int | None:
     usual entity (plain strings, a UTC time): its ``updated_at`` is written as 20
     characters, or 27 with microseconds (``2026-01-01T00:00:00.000001Z``), and the rest
     is measured as :func:`_member_size` measures it. None as :func:`_member_size`."""
-    values = entity.__dict__
-    own_kind, value = values.get("kind"), values.get("value")
-    turn_index, updated_at = values.get("turn_index"), values.get("updated_at")
-    if (
-        _ENTITY_FAST
-        and type(entity) is ActiveEntity
-        and type(own_kind) is str
-        and type(value) is str
-        and (turn_index is None or type(turn_index) is int)
-        and type(updated_at) is datetime
-        and updated_at.tzinfo is UTC
-    ):
+    usual = _usual_entity(entity)
+    if usual is not None:
+        own_kind, value, turn_index, updated_at = usual
         key = _string_size(kind)
         kind_size = _string_size(own_kind)
         text = _string_size(value)
