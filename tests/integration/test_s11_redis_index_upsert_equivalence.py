@@ -410,6 +410,29 @@ def admin() -> Iterator[redis.Redis]:
     client.close()
 
 
+def index_state(admin: redis.Redis, prefix: str) -> dict[str, object]:
+    """Every key under ``prefix`` (named without it) and its value: strings, hashes and
+    sorted sets, as the index keeps them; two pipelined round trips (types, then values)
+    instead of two per key. Shared with test_s17_redis_index_upsert_equivalence."""
+    match = f"{prefix}*".replace("{", "\\{").replace("}", "\\}")
+    keys = list(admin.scan_iter(match=match, count=1000))
+    types = admin.pipeline(transaction=False)
+    for key in keys:
+        types.type(key)
+    reads = admin.pipeline(transaction=False)
+    for key, kind in zip(keys, types.execute(), strict=True):
+        if kind == b"string":
+            reads.get(key)
+        elif kind == b"hash":
+            reads.hgetall(key)
+        elif kind == b"zset":
+            reads.zrange(key, 0, -1, withscores=True)
+        else:  # pragma: no cover - the index keeps no other type
+            raise AssertionError(f"unexpected {kind!r} key {key!r}")
+    names = [key.decode()[len(prefix) :] for key in keys]
+    return dict(zip(names, reads.execute(), strict=True))
+
+
 class Pair:
     """One user's index under two prefixes: the former scripts write one, the new the other."""
 
@@ -440,25 +463,7 @@ class Pair:
         self.compare()
 
     def _state(self, side: str) -> dict[str, object]:
-        prefix = self.prefix[side]
-        match = f"{prefix}*".replace("{", "\\{").replace("}", "\\}")
-        keys = list(self.admin.scan_iter(match=match, count=1000))
-        # Two pipelined round trips (types, then values) instead of two per key.
-        types = self.admin.pipeline(transaction=False)
-        for key in keys:
-            types.type(key)
-        reads = self.admin.pipeline(transaction=False)
-        for key, kind in zip(keys, types.execute(), strict=True):
-            if kind == b"string":
-                reads.get(key)
-            elif kind == b"hash":
-                reads.hgetall(key)
-            elif kind == b"zset":
-                reads.zrange(key, 0, -1, withscores=True)
-            else:  # pragma: no cover - the index keeps no other type
-                raise AssertionError(f"unexpected {kind!r} key {key!r}")
-        names = [key.decode()[len(prefix) :] for key in keys]
-        return dict(zip(names, reads.execute(), strict=True))
+        return index_state(self.admin, self.prefix[side])
 
     def compare(self) -> None:
         old, new = self._state("old"), self._state("new")

@@ -24,6 +24,7 @@ import pytest
 import redis
 
 from tests.conftest import server_url
+from tests.integration.test_s11_redis_index_upsert_equivalence import index_state
 from tiermem.longterm.index_redis_scripts import INDEX_REMOVE, INDEX_UPSERT
 from tiermem.store.backends.redis_scripts import LuaScript
 
@@ -158,24 +159,7 @@ class Pair:
         assert self._state("old") == self._state("new"), args
 
     def _state(self, side: str) -> dict[str, object]:
-        prefix = self.prefix[side]
-        match = f"{prefix}*".replace("{", "\\{").replace("}", "\\}")
-        keys = list(self.admin.scan_iter(match=match, count=1000))
-        types = self.admin.pipeline(transaction=False)
-        for key in keys:
-            types.type(key)
-        reads = self.admin.pipeline(transaction=False)
-        for key, kind in zip(keys, types.execute(), strict=True):
-            if kind == b"string":
-                reads.get(key)
-            elif kind == b"hash":
-                reads.hgetall(key)
-            elif kind == b"zset":
-                reads.zrange(key, 0, -1, withscores=True)
-            else:  # pragma: no cover - the index keeps no other type
-                raise AssertionError(f"unexpected {kind!r} key {key!r}")
-        names = [key.decode()[len(prefix) :] for key in keys]
-        return dict(zip(names, reads.execute(), strict=True))
+        return index_state(self.admin, self.prefix[side])
 
     def upsert(self) -> None:
         rng = self.rng
