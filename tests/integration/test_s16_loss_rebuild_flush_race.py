@@ -34,15 +34,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Pairing, open_pairing
+from tests.integration import write_behind_races
+from tests.integration.conftest import Pairing
 from tests.integration.write_behind_races import (
-    LOSS_PAIRINGS,
     archived_and_shown,
     on_recreation,
     texts_of,
@@ -51,11 +49,7 @@ from tests.integration.write_behind_races import (
 from tiermem.models import Turn
 from tiermem.testing.backend import fresh_id
 
-
-@pytest.fixture(params=LOSS_PAIRINGS)
-async def every(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
-    async with open_pairing(request.param, tmp_path) as opened:
-        yield opened
+every = write_behind_races.every  # the loss pairings, opened (a fixture)
 
 
 async def test_a_flush_before_the_rebuild_of_a_new_session_archives_each_turn_once(

@@ -22,15 +22,13 @@ out ('b4' archived again from its hot copy).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Pairing, open_pairing
+from tests.integration import write_behind_races
+from tests.integration.conftest import Pairing
 from tests.integration.write_behind_races import (
-    LOSS_PAIRINGS,
     archived_and_shown,
     on_recreation,
     texts_of,
@@ -42,11 +40,7 @@ from tiermem.retry import CAS_ATTEMPTS
 from tiermem.testing.backend import fresh_id
 from tiermem.tiers import tiered
 
-
-@pytest.fixture(params=LOSS_PAIRINGS)
-async def every(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
-    async with open_pairing(request.param, tmp_path) as opened:
-        yield opened
+every = write_behind_races.every  # the loss pairings, opened (a fixture)
 
 
 async def test_a_redaction_before_the_rebuild_drops_no_recreated_turn(

@@ -5,11 +5,13 @@ the archive and the hot view hold after a flush."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Pairing
+from tests.integration.conftest import Pairing, open_pairing
 from tests.integration.test_session_integrity import SAME_BACKEND_PAIRINGS
 from tiermem.models import Turn
 from tiermem.service import MemoryService
@@ -17,6 +19,13 @@ from tiermem.tiers import SessionTierConfig, WritePolicy
 
 LOSS_PAIRINGS = [*SAME_BACKEND_PAIRINGS, "memory+sqlite"]
 """Every backend as both tiers, and the embedded default."""
+
+
+@pytest.fixture(params=LOSS_PAIRINGS)
+async def every(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Pairing]:
+    """Each loss pairing, opened (a test module imports this fixture to use it)."""
+    async with open_pairing(request.param, tmp_path) as opened:
+        yield opened
 
 
 def write_behind(pairing: Pairing, window: int = 20) -> MemoryService:
