@@ -3,9 +3,9 @@ migrations (dropping the old ``memories_fts``; session headers from the old tabl
 persistence across instances, the default path, atomicity of failed writes, lock errors,
 physical collection of expired rows and dead sessions, the statements an append costs, group
 commit (many callers' writes in one transaction, each failing on its own), one worker per
-file shared with recall's index, direct runs of small operations (and the checkpoints that
-keep the WAL bounded), the decoded-turn cache, the index keeping unchanged full-text rows,
-and the durability setting."""
+file shared with recall's index, direct runs of small operations, the decoded-turn cache,
+the index keeping unchanged full-text rows, and the durability setting. The checkpoints
+that keep the WAL bounded are in test_sqlite_checkpoint.py."""
 
 from __future__ import annotations
 
@@ -49,7 +49,6 @@ from tiermem.store.backends.sqlite import (
     default_data_dir,
     default_database_path,
 )
-from tiermem.store.backends.sqlite._connection import CHECKPOINT_EVERY
 from tiermem.store.backends.sqlite._paths import data_dir_for
 from tiermem.store.backends.sqlite._schema import apply_migrations
 from tiermem.store.codec import encode_memory
@@ -935,21 +934,6 @@ async def test_appends_of_many_sessions_arriving_together_share_commits(
     # They came together, so they went to the thread and its group commit (the first
     # alone may run directly): far fewer transactions than appends.
     assert durable._db.transactions - before < 10
-
-
-async def test_direct_appends_keep_the_wal_from_growing_without_end(
-    durable: SQLiteDurableStore, db_path: Path
-) -> None:
-    appends = 4 * CHECKPOINT_EVERY
-    for i in range(appends):  # one session, one after the other: mostly direct
-        await durable.append_turns("s-1", [text_turn(f"turn {i}")])
-    await durable.next_index("s-1")  # behind the last checkpoint on the thread
-    with raw(db_path) as conn:
-        _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    # Every append writes at least 3 pages, so a WAL never started over would hold more
-    # than 3 frames per append; checkpoints every CHECKPOINT_EVERY direct commits let it
-    # start over.
-    assert frames < 2 * appends
 
 
 async def test_turns_read_again_come_from_the_cache_until_their_payload_changes(

@@ -51,9 +51,9 @@ while another process has the file open (checked with
 was found contended. So a process alone on its file, the embedded default, writes every
 such write directly: the gap's hand-off to the thread, on every third write of a session
 writing turn after turn, cost about 100 µs of CPU per turn on the two threads
-(``bench/turns.py``). A direct run never checkpoints either (the thread runs a passive
-checkpoint every :data:`CHECKPOINT_EVERY` direct commits), so the caller's event loop is
-held only for the statements themselves.
+(``bench/turns.py``). A direct run never checkpoints either (the file's checkpointer thread
+does, beside the writes: :mod:`~tiermem.store.backends.sqlite._checkpoint`), so the
+caller's event loop is held only for the statements themselves.
 A direct write is still committed before it returns, then yields once to the event loop.
 ``synchronous=FULL`` never runs directly: its commits wait for the disk.
 """
@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from tiermem.errors import BackendUnavailableError, ValidationError
+from tiermem.store.backends.sqlite._checkpoint import CHECKPOINT_EVERY
 from tiermem.store.backends.sqlite._mapping import (
     DEFAULT_BUSY_TIMEOUT,
     DEFAULT_SYNCHRONOUS,
@@ -97,6 +98,7 @@ from tiermem.store.backends.sqlite._worker import (
 )
 
 __all__ = [
+    "CHECKPOINT_EVERY",
     "DEFAULT_BUSY_TIMEOUT",
     "DEFAULT_SYNCHRONOUS",
     "MAX_BATCH",
@@ -124,10 +126,6 @@ SHARING_COST_RATIO = 100.0
 SHARING_RECHECK_MAX = 1.0
 """Seconds a recheck waits at most, however slow the look: still far inside the busy
 timeout of another process's writer waiting for its first gap."""
-CHECKPOINT_EVERY = 256
-"""Direct write commits between two checkpoints run on the thread (direct commits never
-checkpoint: a checkpoint may wait on the disk)."""
-
 _QUEUE = object()
 """A direct run's answer when the operation must go to the thread after all."""
 
@@ -151,6 +149,7 @@ class _Engine:
         """For direct reads while the thread uses its connection."""
         self._direct_closed = False
         self._direct_commits = 0
+        """Direct write commits (for tests)."""
         self._burst = 0
         """Direct writes in a row, each within DIRECT_WRITE_SPACING of the last direct
         commit (races between threads only blur it)."""
@@ -364,8 +363,7 @@ class _Engine:
             lock.release()
         worker.direct_done_at = time.monotonic()
         self._direct_commits += 1
-        if self._direct_commits % CHECKPOINT_EVERY == 0:
-            worker.request_checkpoint()
+        worker.checkpointer.wrote(1)
         return value
 
     def _direct_connection(self) -> sqlite3.Connection:

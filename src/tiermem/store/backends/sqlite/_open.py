@@ -6,9 +6,12 @@ the backend, in one place (and the two ``PRAGMA`` switches of a lent connection 
   busy timeout), switches the file to WAL journaling, sets ``synchronous`` and applies the
   migrations. Direct runs borrow it while the thread is idle.
 * The spare connection for direct reads while the thread is busy
-  (:func:`open_direct_connection`) never waits: busy timeout 0 and no automatic
-  checkpoint, so a caller's event loop is held only for its statements
-  (:mod:`~tiermem.store.backends.sqlite._connection`).
+  (:func:`open_direct_connection`) never waits: busy timeout 0, so a caller's event loop
+  is held only for its statements (:mod:`~tiermem.store.backends.sqlite._connection`).
+  The checkpointer's thread has one of those too.
+
+Neither checkpoints on its own (``wal_autocheckpoint = 0``): the checkpointer thread does,
+beside the writes (:mod:`~tiermem.store.backends.sqlite._checkpoint`).
 
 Both use ``isolation_level=None``: the backend issues ``BEGIN``/``COMMIT`` itself.
 """
@@ -58,6 +61,7 @@ def open_worker_connection(
             )
         # A checked literal: NORMAL or FULL (see _mapping).
         conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.execute(_SECURE_DELETE)
         apply_migrations(conn, path=path)
     except BaseException:
@@ -67,9 +71,9 @@ def open_worker_connection(
 
 
 def open_direct_connection(path: str, synchronous: Synchronous) -> sqlite3.Connection:
-    """The connection for direct runs on callers' threads: no busy wait (a lock held
-    elsewhere sends the operation to the thread) and no automatic checkpoint (the thread
-    runs them), so nothing on it waits. Callers take turns on it (``check_same_thread``
+    """The connection for direct runs on callers' threads (and the checkpointer's): no
+    busy wait (a lock held elsewhere sends the operation to the thread) and no automatic
+    checkpoint, so nothing on it waits. Callers take turns on it (``check_same_thread``
     is off); the worker thread has opened and migrated the file before its first use.
 
     Raises:

@@ -1,6 +1,7 @@
 """The worker thread of one SQLite file: it opens the file's connection, runs the operations
-queued by the file's stores in batches, commits each batch's writes together, and
-checkpoints the WAL.
+queued by the file's stores in batches and commits each batch's writes together. The WAL
+is checkpointed beside it, on a thread of its own
+(:mod:`~tiermem.store.backends.sqlite._checkpoint`).
 
 Everything that runs on that thread lives here, so that a write's path from the queue to
 its ``COMMIT`` and to its caller's event loop reads in one place. The store-facing handle,
@@ -18,10 +19,10 @@ while the thread is idle (:meth:`Worker.borrow`): whoever uses it holds
 connection's whole cache when another connection has written since its last transaction,
 so direct appends on a second connection, between the thread's index writes, re-read
 every page they touched (about 70 µs of CPU per append). A borrower switches the
-connection to not waiting and not checkpointing (busy timeout 0, no automatic
-checkpoint: the caller's event loop is held only for its statements); the thread switches
-it back before its next batch; each switch is two ``PRAGMA`` statements, and only when the
-user changes.
+connection to not waiting (busy timeout 0: the caller's event loop is held only for its
+statements); the thread switches it back before its next batch; each switch is one
+``PRAGMA`` statement, and only when the user changes. No connection of the file
+checkpoints on its own (``wal_autocheckpoint = 0``).
 
 **Group commit.** Operations queue up while the thread works; it then takes everything
 queued (at most about :data:`MAX_BATCH`) at once. Calls made during one turn of an event
@@ -57,10 +58,10 @@ at once instead of polling in SQLite's busy handler. The thread waits out
 processes find the file free (direct writes send a write to the thread for that gap: see
 :data:`DIRECT_BURST`).
 
-**Checkpoints.** Commits on the thread let SQLite checkpoint the WAL as usual. Direct
-writes never do (they must not wait for the disk in a caller's event loop), so after many
-of them the thread is asked for a checkpoint (:meth:`Worker.request_checkpoint`) and runs
-it between batches, keeping the WAL from growing without end.
+**Checkpoints.** Every commit, here or direct, is counted by the file's
+:class:`~tiermem.store.backends.sqlite._checkpoint.Checkpointer`, whose thread copies the
+WAL into the database beside the writes and starts it over: neither a batch nor a direct
+write waits for the disk's checkpoint (see that module for why and how).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 from tiermem.errors import BackendTimeoutError
+from tiermem.store.backends.sqlite._checkpoint import Checkpointer
 from tiermem.store.backends.sqlite._mapping import Synchronous, caller_error
 from tiermem.store.backends.sqlite._open import open_worker_connection
 
@@ -87,7 +89,6 @@ __all__ = [
     "DIRECT_BURST",
     "DIRECT_WRITE_SPACING",
     "MAX_BATCH",
-    "WAL_AUTOCHECKPOINT",
     "Call",
     "Operation",
     "Pending",
@@ -134,13 +135,8 @@ CONTENDED_FOR = 10.0
 gap. Twice the default busy timeout: a writer of another process that waits in SQLite's
 busy handler gets its gaps for longer than it can wait."""
 
-WAL_AUTOCHECKPOINT = 1000
-"""WAL pages after which a commit of the thread checkpoints (SQLite's default)."""
-
 _STOP = object()
 """Queued after the last call: the thread closes the connection and ends."""
-_CHECKPOINT = object()
-"""Queued after many direct writes: the thread checkpoints the WAL between batches."""
 
 _WRITE_LOCKS: dict[str, threading.Lock] = {}
 _WRITE_LOCKS_GUARD = threading.Lock()
@@ -271,11 +267,11 @@ class Worker:
         """Setups run on the connection (written on the thread only)."""
         self._conn: sqlite3.Connection | None = None
         self.conn_lock = threading.Lock()
-        """Held by whoever uses the connection: the thread for a batch or a checkpoint, a
-        borrower for a direct run (:meth:`borrow`)."""
+        """Held by whoever uses the connection: the thread for a batch, a borrower for a
+        direct run (:meth:`borrow`)."""
         self._lent = False
-        """Whether the connection is set up for direct runs (busy timeout 0, no automatic
-        checkpoint) rather than for the thread; guarded by :attr:`conn_lock`."""
+        """Whether the connection is set up for direct runs (busy timeout 0) rather than
+        for the thread; guarded by :attr:`conn_lock`."""
         # C-implemented: put() is cheap and wakes the thread blocked in get().
         self._queue: queue.SimpleQueue[Call | list[Call] | object] = queue.SimpleQueue()
         self._waiting = 0
@@ -284,6 +280,8 @@ class Worker:
         self._start_lock = threading.Lock()
         self._closed: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._write_lock: threading.Lock | None = None
+        self.checkpointer = Checkpointer(path, synchronous, self.write_lock)
+        """Checkpoints the WAL on a thread of its own; every commit is counted in it."""
 
     @property
     def opened(self) -> bool:
@@ -296,8 +294,8 @@ class Worker:
         return self._waiting
 
     def borrow(self) -> sqlite3.Connection | None:
-        """The connection for a direct run on the calling thread, set up not to wait and
-        not to checkpoint; None when the thread (or another borrower) is using it, or it is
+        """The connection for a direct run on the calling thread, set up not to wait;
+        None when the thread (or another borrower) is using it, or it is
         not open. The borrower gives it back with ``conn_lock.release()``.
 
         Raises:
@@ -312,7 +310,6 @@ class Worker:
         if not self._lent:
             try:
                 conn.execute("PRAGMA busy_timeout = 0")
-                conn.execute("PRAGMA wal_autocheckpoint = 0")
             except BaseException:
                 self.conn_lock.release()
                 raise
@@ -347,10 +344,6 @@ class Worker:
         if self._thread is None:
             self._start()
 
-    def request_checkpoint(self) -> None:
-        """Have the thread checkpoint the WAL after the batch it is on."""
-        self._queue.put(_CHECKPOINT)
-
     async def aclose(self) -> None:
         """Close the connection after every operation already queued has run."""
         self._queue.put(_STOP)
@@ -378,15 +371,11 @@ class Worker:
         while not stopping:
             batch: list[Call] = []
             item = take()
-            checkpoint = False
             while True:
                 if item is _STOP:
                     stopping = True
                     break
-                if item is _CHECKPOINT:
-                    checkpoint = True
-                else:
-                    batch.extend(cast(list[Call], item))
+                batch.extend(cast(list[Call], item))
                 if len(batch) >= MAX_BATCH or empty():
                     break
                 item = take()
@@ -394,50 +383,12 @@ class Worker:
                 with self.pending_guard:
                     self._waiting -= len(batch)
                 self._run(batch)
-            if checkpoint:
-                self._checkpoint()
         try:
             self._close()
         except BaseException as exc:  # noqa: BLE001 -- the closer hears of it
             self._closed.set_exception(exc)
         else:
             self._closed.set_result(None)
-
-    def _checkpoint(self) -> None:
-        """Copy the WAL into the database, then start the WAL over with a one-page write.
-
-        Both under the file's write lock, so that no direct write slips in between (a WAL
-        that always has a write after its checkpointed frames never starts over, and grows
-        without end); the write that starts the WAL over syncs its header, on this thread
-        rather than in some caller's event loop.
-        """
-        with self.conn_lock:
-            conn = self._conn
-            if conn is None:
-                return
-            try:
-                self._take_back(conn)
-            except sqlite3.Error as exc:
-                logger.warning("checkpointing SQLite file %s failed: %s", self.path, exc)
-                return
-            self._checkpoint_on(conn)
-
-    def _checkpoint_on(self, conn: sqlite3.Connection) -> None:
-        """:meth:`_checkpoint` on the connection (the caller holds :attr:`conn_lock`)."""
-        lock = self.write_lock()
-        if not lock.acquire(timeout=self.busy_timeout.total_seconds()):
-            return  # the next one catches up
-        try:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            (version,) = conn.execute("PRAGMA user_version").fetchone()
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(f"PRAGMA user_version = {int(version)}")  # the same: page 1 only
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:  # the next one, or SQLite's own, catches up
-            rollback(conn, exc)
-            logger.warning("checkpointing SQLite file %s failed: %s", self.path, exc)
-        finally:
-            lock.release()
 
     def _run(self, batch: list[Call]) -> None:
         try:
@@ -573,6 +524,7 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 -- the caller gets it
             call.fail(self.error(exc))
         else:
+            self.checkpointer.wrote(1)
             call.succeed(value)
 
     def _run_group(self, conn: sqlite3.Connection, calls: list[Call]) -> None:
@@ -618,6 +570,7 @@ class Worker:
                 if not call.settled:
                     self._run_alone(conn, call)
         else:
+            self.checkpointer.wrote(len(done))
             for call, value in done:
                 call.succeed(value)
 
@@ -660,6 +613,7 @@ class Worker:
                 if not call.settled:
                     self._run_alone(conn, call)
             return
+        self.checkpointer.wrote(len(done))
         for call, value in done:
             call.succeed(value)
 
@@ -687,13 +641,14 @@ class Worker:
 
     def _take_back(self, conn: sqlite3.Connection) -> None:
         """Set the connection up for the thread again after direct runs borrowed it (the
-        caller holds :attr:`conn_lock`): it waits for locks and checkpoints as usual."""
+        caller holds :attr:`conn_lock`): it waits for locks as usual."""
         if self._lent:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout.total_seconds() * 1000)}")
-            conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
             self._lent = False
 
     def _close(self) -> None:
+        # The checkpointer first: the thread's connection, closing last, checkpoints the rest.
+        self.checkpointer.close()
         with self.conn_lock:  # after a direct run under way
             if self._conn is not None:
                 self._conn.close()
