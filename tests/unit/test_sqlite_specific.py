@@ -632,16 +632,16 @@ async def traced(store: SQLiteDurableStore) -> list[str]:
     return statements
 
 
-async def test_an_append_costs_one_header_read_and_one_header_upsert(
-    durable: SQLiteDurableStore,
-) -> None:
+async def test_an_append_costs_one_header_update(durable: SQLiteDurableStore) -> None:
     await durable.append_turns("warm-up", [text_turn("x")])  # opens the file; the GC's turn
     statements = await traced(durable)
     await durable.append_turns(
         "s-1", [text_turn("a"), text_turn("b")], expires_at=datetime(2031, 1, 1, tzinfo=UTC)
     )
+    # A new session: the update finds no header, so the header is read and upserted.
     assert statements == [
         "BEGIN IMMEDIATE",
+        "UPDATE sessions SET",
         "SELECT s.next_index, s.expires_at_us,",
         "INSERT INTO turns",
         "INSERT INTO turns",
@@ -652,12 +652,12 @@ async def test_an_append_costs_one_header_read_and_one_header_upsert(
         "COMMIT",
     ]
     statements.clear()
+    # A live session: the update moves the header and returns its index; no read.
     await durable.append_turns("s-1", [text_turn("c")], idempotency_key="k")
     assert statements == [
         "BEGIN IMMEDIATE",
-        "SELECT s.next_index, s.expires_at_us,",
+        "UPDATE sessions SET",
         "INSERT INTO turns",
-        "INSERT INTO sessions",
         "INSERT INTO idempotency_keys",
         "COMMIT",
     ]
@@ -665,6 +665,7 @@ async def test_an_append_costs_one_header_read_and_one_header_upsert(
     await durable.append_turns("s-1", [text_turn("c")], idempotency_key="k")  # a retry
     assert statements == [
         "BEGIN IMMEDIATE",
+        "UPDATE sessions SET",
         "SELECT s.next_index, s.expires_at_us,",
         "SELECT payload FROM",
         "COMMIT",
@@ -682,9 +683,10 @@ async def test_an_entity_change_rides_in_the_appends_transaction(
         "s-1", [text_turn("Berserk 42")], entities=EntityChange(upsert={"series": series})
     )
     # One transaction, one more statement than a plain append: the record's upsert (its
-    # current version and data come with the header read).
+    # current version and data come with the header read, or the header update).
     assert statements == [
         "BEGIN IMMEDIATE",
+        "UPDATE sessions SET",
         "SELECT s.next_index, s.expires_at_us,",
         "INSERT INTO turns",
         "INSERT INTO sessions",
@@ -696,11 +698,23 @@ async def test_an_entity_change_rides_in_the_appends_transaction(
     ]
     assert durable._db.transactions == transactions + 1
     statements.clear()
+    series = ActiveEntity(kind="series", value="Guts", updated_at=clock.now())
+    await durable.append_turns(
+        "s-1", [text_turn("Guts")], entities=EntityChange(upsert={"series": series})
+    )
+    assert statements == [
+        "BEGIN IMMEDIATE",
+        "UPDATE sessions SET",
+        "INSERT INTO turns",
+        "INSERT INTO session_records",
+        "COMMIT",
+    ]
+    statements.clear()
     await durable.append_turns("s-1", [text_turn("ok")], entities=EntityChange())
     assert "INSERT INTO session_records" not in statements  # an empty change writes nothing
     record = await durable.get_record("s-1", ENTITIES_RECORD)
     assert record is not None
-    assert (record.version, record.data) == (1, {"series": series.model_dump(mode="json")})
+    assert (record.version, record.data) == (2, {"series": series.model_dump(mode="json")})
 
 
 # -- group commit ---------------------------------------------------------------------------

@@ -23,11 +23,15 @@ Statements per operation, all in one transaction (one call to the worker thread,
 group commit may share the transaction with other calls: see
 :mod:`~tiermem.store.backends.sqlite._worker`):
 
-* ``append_turns``: 1 read of the header joined with the idempotency key (and, when the
-  append changes entities, with the ``entities`` record), 1 insert of the turns
-  (executemany), 1 upsert of the header (next index and lifetime), plus 1 insert of the key
-  when one is given and 1 upsert of the ``entities`` record when entities change. A
-  repeated key: the read and 1 read of the stored turns.
+* ``append_turns`` to a live session at its next index with a new key (the common case):
+  1 update of the header (next index and lifetime) returning the new next index (and,
+  when the append changes entities, the ``entities`` record), 1 insert of the turns
+  (executemany), plus 1 insert of the key when one is given and 1 upsert of the
+  ``entities`` record when entities change. Any other append (a new or dead session, an
+  unexpected index, a repeated key), or any append on SQLite before 3.35.5: that update
+  changes nothing (not made at all before 3.35.5), then 1 read of the header joined with
+  the idempotency key (and the ``entities`` record), and the writes above with an upsert
+  of the header after the turns. A repeated key: the read and 1 read of the stored turns.
 * ``put_record``: 1 read of the header joined with the record, 1 upsert of the record,
   1 upsert of the header.
 * ``register_session``: 1 read of the header; then nothing (held by another user), or
@@ -176,6 +180,49 @@ _APPEND_READ_ENTITIES = (  # bound: the key, ENTITIES_RECORD, the session id
     "LEFT JOIN session_records AS r ON r.session_id = s.session_id AND r.kind = ? "
     "WHERE s.session_id = ?"
 )
+
+APPEND_FOLDS_HEADER = sqlite3.sqlite_version_info >= (3, 35, 5)
+"""Whether an append to a live session moves its header with ``UPDATE ... RETURNING``
+(:func:`_append_fold`) instead of reading it first: one statement fewer per append.
+RETURNING came in SQLite 3.35.0 and had defects fixed up to 3.35.5; older libraries
+take the read-first path (:data:`_APPEND_READ`), the only one before."""
+
+
+def _append_fold(*, keyed: bool, expected: bool, entities: bool) -> str:
+    """The header update of an append to a live session, returning the new next index and
+    lifetime (and, with ``entities``, the ``entities`` record's version and JSON).
+
+    It changes no row, and the append takes the read-first path, unless the session is
+    live (``now`` bound after the session id), its next index is the expected one (bound
+    next, when ``expected``) and the idempotency key is new (bound next, when ``keyed``);
+    with ``entities``, the session id and the record's kind follow, twice. The lifetime is
+    :func:`_lifetime_after`'s for a live session: SQL's ``max`` of two values is NULL
+    (forever) when either is.
+    """
+    statement = (
+        "UPDATE sessions SET next_index = next_index + ?, expires_at_us = max(expires_at_us, ?) "
+        "WHERE session_id = ? AND (expires_at_us IS NULL OR expires_at_us > ?)"
+    )
+    if expected:
+        statement += " AND next_index = ?"
+    if keyed:
+        statement += (
+            " AND NOT EXISTS (SELECT 1 FROM idempotency_keys "
+            "WHERE session_id = sessions.session_id AND idempotency_key = ?)"
+        )
+    statement += " RETURNING next_index, expires_at_us"
+    if entities:
+        record = "FROM session_records WHERE session_id = ? AND kind = ?"
+        statement += f", (SELECT version {record}), (SELECT payload {record})"
+    return statement
+
+
+_APPEND_FOLDS = {
+    (keyed, expected, entities): _append_fold(keyed=keyed, expected=expected, entities=entities)
+    for keyed in (False, True)
+    for expected in (False, True)
+    for entities in (False, True)
+}
 
 
 _LOWER_COLLECT_AT = (
@@ -620,9 +667,29 @@ class SQLiteDurableStore:
         change = _entity_rows(entities)
         expires_at_us = _optional_us(expires_at)
 
+        keyed, expected = idempotency_key is not None, first_index is not None
+        fold = _APPEND_FOLDS[keyed, expected, change is not None]
+        fold_args: tuple[object, ...] = (len(turns), expires_at_us, session_id)
+        tail: tuple[object, ...] = ()
+        if expected:
+            tail += (first_index,)
+        if keyed:
+            tail += (idempotency_key,)
+        if change is not None:
+            tail += (session_id, ENTITIES_RECORD, session_id, ENTITIES_RECORD)
+
         def op(conn: sqlite3.Connection) -> list[Turn]:
             now = self._clock.now()
             now_us = to_epoch_us(now, what="clock.now()")
+            if APPEND_FOLDS_HEADER:
+                # The common append (a live session, the expected index, a new key) moves
+                # the header first and learns its index from it; any other leaves the
+                # header alone and takes the read-first path below.
+                moved = conn.execute(fold, (*fold_args, now_us, *tail)).fetchone()
+                if moved is not None:
+                    start = moved[0] - len(turns)
+                    held = (moved[2], moved[3]) if change is not None else (None, None)
+                    return write(conn, start, moved[1], True, held, now, now_us, moved=True)
             # The key (and the entities record, when it changes) ride along on the header
             # read: no extra statement when the key is new.
             if change is None:
@@ -645,24 +712,39 @@ class SQLiteDurableStore:
                     expected=first_index,
                     actual=start,
                 )
+            lifetime_us = _lifetime_after(header, now_us, expires_at_us)
+            held = row[4:6] if change is not None and live and row is not None else (None, None)
+            return write(conn, start, lifetime_us, live, held, now, now_us, moved=False)
+
+        def write(
+            conn: sqlite3.Connection,
+            start: int,
+            lifetime_us: int | None,
+            live: bool,
+            held: Sequence[object],
+            now: datetime,
+            now_us: int,
+            *,
+            moved: bool,
+        ) -> list[Turn]:
+            """The append's writes at ``start``; ``moved``: the header is written already."""
             indexed = [turn.with_index(start + i) for i, turn in enumerate(turns)]
-            rows = [  # encoding checks the size before anything is written
+            rows = [  # encoding checks the size (its error rolls back a moved header too)
                 (session_id, turn.index, encode_turn(turn), expires_at_us) for turn in indexed
             ]
-            lifetime_us = _lifetime_after(header, now_us, expires_at_us)
             record = None
             if change is not None:
-                held = row[4:6] if live and row is not None else (None, None)
                 parsed = None if held[1] is None else self._entities.data(session_id, held[1])
                 record = _merged_entities(held, change, now, lifetime_us, parsed)
             conn.executemany(
                 "INSERT INTO turns (session_id, idx, payload, expires_at_us) VALUES (?, ?, ?, ?)",
                 rows,
             )
-            conn.execute(
-                _UPSERT_LIVE_HEADER if live else _UPSERT_NEW_HEADER,
-                (session_id, start + len(indexed), lifetime_us, lifetime_us),
-            )
+            if not moved:
+                conn.execute(
+                    _UPSERT_LIVE_HEADER if live else _UPSERT_NEW_HEADER,
+                    (session_id, start + len(indexed), lifetime_us, lifetime_us),
+                )
             if idempotency_key is not None:
                 conn.execute(
                     "INSERT INTO idempotency_keys "
