@@ -1,7 +1,8 @@
 """The SQLite checkpointer thread (tiermem.store.backends.sqlite._checkpoint): writes never
 wait for a checkpoint's copying, the WAL still starts over (it does not grow without end)
-whether writes run directly or in group commits, a failed checkpoint loses nothing, and
-the thread ends with its store.
+whether writes run directly or in group commits, large turns wake the thread by the WAL's
+length (and the WAL file is cut back after them), a failed checkpoint loses nothing and
+creates nothing, and the thread ends with its store.
 
 Real SQLite files throughout. One test holds a checkpoint in the middle of its copying
 by wrapping the module's ``_passive`` (a real ``PRAGMA wal_checkpoint`` runs after the
@@ -23,7 +24,12 @@ import pytest
 
 import tiermem.store.backends.sqlite._checkpoint as checkpoint_module
 from tiermem.store.backends.sqlite import SQLiteDurableStore
-from tiermem.store.backends.sqlite._checkpoint import CHECKPOINT_EVERY, Checkpointer
+from tiermem.store.backends.sqlite._checkpoint import (
+    CHECKPOINT_FRAMES,
+    LOOK_EVERY,
+    Checkpointer,
+)
+from tiermem.store.backends.sqlite._open import WAL_SIZE_LIMIT
 from tiermem.testing import FakeClock
 from tiermem.testing.backend import text_turn
 
@@ -61,14 +67,16 @@ def wal_frames(path: Path) -> int:
     return int(frames)
 
 
-async def append_many(store: SQLiteDurableStore, sessions: int, turns: int) -> None:
-    """``turns`` turns in each of ``sessions`` sessions, the sessions writing at once (so
-    their appends go to the worker thread and share commits) or, for one, one by one
-    (mostly direct)."""
+async def append_many(
+    store: SQLiteDurableStore, sessions: int, turns: int, size: int = 2000
+) -> None:
+    """``turns`` turns of about ``size`` bytes in each of ``sessions`` sessions, the
+    sessions writing at once (so their appends go to the worker thread and share commits)
+    or, for one, one by one (mostly direct). A 2,000-byte turn fills about half a page."""
 
     async def one(sid: str) -> None:
         for i in range(turns):
-            await store.append_turns(sid, [text_turn(f"{sid} turn {i} " + "x" * 200)])
+            await store.append_turns(sid, [text_turn(f"{sid} turn {i} " + "x" * size)])
 
     await asyncio.gather(*(one(f"s-{k}") for k in range(sessions)))
 
@@ -107,16 +115,51 @@ async def test_writes_go_on_while_a_checkpoint_copies(
 async def test_the_wal_starts_over_instead_of_growing(
     durable: SQLiteDurableStore, tmp_path: Path, sessions: int
 ) -> None:
-    turns = 4 * CHECKPOINT_EVERY // sessions
+    turns = 4 * CHECKPOINT_FRAMES // sessions  # at least 2,000 pages of turn rows
     await append_many(durable, sessions=sessions, turns=turns)
-    await checkpoint_now(durable)
+    await checkpoint_now(durable)  # after those the writes woke, if still under way
     checkpointer = checkpointer_of(durable)
-    assert checkpointer.checkpoints >= 4
+    # The WAL reached CHECKPOINT_FRAMES at least twice on the way, and the thread
+    # started it over itself (a writer may also have, after a pass caught up).
+    assert checkpointer.checkpoints >= 2
     assert checkpointer.restarts >= 1
-    # Every append writes pages of its own (its turn row, the session's header, the
-    # index); a WAL never started over would still hold them all. Started over by the
+    # A WAL never started over would still hold every page written; started over by the
     # last checkpoint, it holds only that checkpoint's one-page write.
     assert wal_frames(tmp_path / "tiermem.db") <= 2
+
+
+async def test_large_turns_wake_the_thread_by_the_wals_length(
+    durable: SQLiteDurableStore,
+) -> None:
+    """60 KB turns fill about 15 pages each: the WAL reaches CHECKPOINT_FRAMES after
+    about 70 appends, far fewer writes than small turns take, and the thread is woken
+    then, without being asked."""
+    checkpointer = checkpointer_of(durable)
+    appends = 10 * LOOK_EVERY
+    await append_many(durable, sessions=1, turns=appends, size=60_000)
+    for _ in range(int(WAIT * 10)):  # woken by the writes alone: no run_now here
+        if checkpointer.restarts:
+            break
+        await asyncio.sleep(0.1)
+    assert checkpointer.checkpoints >= 1
+    assert checkpointer.restarts >= 1
+    assert await durable.next_index("s-0") == appends
+
+
+async def test_a_burst_that_grew_the_wal_file_is_cut_back(
+    durable: SQLiteDurableStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes faster than the thread is woken grow the WAL file past WAL_SIZE_LIMIT; the
+    restart after them truncates it (a WAL file otherwise keeps its largest size)."""
+    monkeypatch.setattr(checkpoint_module, "CHECKPOINT_FRAMES", 10**9)  # no wake-ups
+    wal = tmp_path / "tiermem.db-wal"
+    turns = 2 * WAL_SIZE_LIMIT // 60_000
+    await append_many(durable, sessions=1, turns=turns, size=60_000)
+    assert wal.stat().st_size > WAL_SIZE_LIMIT
+    await checkpoint_now(durable)
+    assert checkpointer_of(durable).restarts == 1
+    assert wal.stat().st_size <= WAL_SIZE_LIMIT
+    assert await durable.next_index("s-0") == turns
 
 
 async def test_no_write_checkpoints_on_its_own(
@@ -125,7 +168,7 @@ async def test_no_write_checkpoints_on_its_own(
     """With the checkpointer never woken, the WAL keeps every frame, past SQLite's
     default automatic checkpoint (1,000 pages): neither the worker thread's commits nor
     the direct ones copied the WAL themselves."""
-    monkeypatch.setattr(checkpoint_module, "CHECKPOINT_EVERY", 10**9)
+    monkeypatch.setattr(checkpoint_module, "CHECKPOINT_FRAMES", 10**9)
     await append_many(durable, sessions=1, turns=300)
     await append_many(durable, sessions=30, turns=15)
     assert wal_frames(tmp_path / "tiermem.db") > 1000
@@ -138,24 +181,52 @@ async def test_a_failed_checkpoint_is_logged_and_the_next_one_catches_up(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    await append_many(durable, sessions=1, turns=CHECKPOINT_EVERY // 2)
+    await append_many(durable, sessions=1, turns=100)
     real = checkpoint_module._passive
 
     def failing(conn: sqlite3.Connection) -> tuple[bool, int, int]:
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(checkpoint_module, "_passive", failing)
-    with caplog.at_level(logging.WARNING, logger=checkpoint_module.__name__):
+    checkpointer = checkpointer_of(durable)
+    with caplog.at_level(logging.DEBUG, logger=checkpoint_module.__name__):
         await checkpoint_now(durable)
-    assert "checkpointing SQLite file" in caplog.text
-    assert "disk I/O error" in caplog.text
-    assert wal_frames(tmp_path / "tiermem.db") > CHECKPOINT_EVERY // 2  # nothing copied
+        await checkpoint_now(durable)
+    # The first of a run of failures is a warning saying what to do; the repeats are
+    # debug lines, counted.
+    assert checkpointer.failures == 2
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.DEBUG]
+    assert "disk I/O error" in caplog.records[0].getMessage()
+    assert "check the disk" in caplog.records[0].getMessage()
+    assert wal_frames(tmp_path / "tiermem.db") > 100  # nothing copied
     # Writes go on, every turn is there, and the next checkpoint starts the WAL over.
     await append_many(durable, sessions=1, turns=10)
     monkeypatch.setattr(checkpoint_module, "_passive", real)
     await checkpoint_now(durable)
-    assert await durable.next_index("s-0") == CHECKPOINT_EVERY // 2 + 10
+    assert await durable.next_index("s-0") == 110
     assert wal_frames(tmp_path / "tiermem.db") <= 2
+    # After a success, the next failure is a warning again.
+    caplog.clear()
+    monkeypatch.setattr(checkpoint_module, "_passive", failing)
+    with caplog.at_level(logging.DEBUG, logger=checkpoint_module.__name__):
+        await checkpoint_now(durable)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+
+
+async def test_a_file_removed_under_the_store_is_not_created_again(
+    durable: SQLiteDurableStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The checkpointer opens its connection on its first checkpoint, maybe long after
+    the store opened the file: a file removed meanwhile is a logged failure, not a new
+    empty database at the path."""
+    await append_many(durable, sessions=1, turns=3)
+    db = tmp_path / "tiermem.db"
+    db.unlink()  # the store's open connection keeps the removed file's data
+    with caplog.at_level(logging.WARNING, logger=checkpoint_module.__name__):
+        await checkpoint_now(durable)
+    assert checkpointer_of(durable).failures == 1
+    assert "unable to open" in caplog.text
+    assert not db.exists()
 
 
 async def test_the_thread_ends_with_its_store(tmp_path: Path) -> None:
@@ -168,6 +239,8 @@ async def test_the_thread_ends_with_its_store(tmp_path: Path) -> None:
     assert thread.is_alive()
     await store.aclose()
     assert not thread.is_alive()
+    # The worker's connection closed last, so SQLite copied the rest and removed the WAL.
+    assert not (tmp_path / "tiermem.db-wal").exists()
     # Closed, it starts no thread again; a caller waiting on it is not left hanging.
     assert checkpointer.run_now().is_set()
     assert checkpointer._thread is thread

@@ -54,8 +54,9 @@ Where things live (read in this order when something goes wrong): ``_hot`` and
 ``_durable`` are the stores and their statements; ``_connection`` is each store's handle on
 the file, the per-process registry that shares one engine per file, and the direct runs on
 the caller's thread; ``_worker`` is the file's worker thread (its queue, group commit with
-savepoints, WAL checkpoints); ``_mapping`` maps timestamps, sqlite3 errors and settings;
-``_open`` opens both connections (every pragma); ``_schema`` holds the migrations and
+savepoints); ``_checkpoint`` is the thread that checkpoints the WAL beside the writes;
+``_mapping`` maps timestamps, sqlite3 errors and settings;
+``_open`` opens the connections (every pragma); ``_schema`` holds the migrations and
 ``_paths`` the default file location.
 
 Ids are bound as SQL parameters, never spliced into statements, so they need no escaping;

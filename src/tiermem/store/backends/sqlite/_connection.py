@@ -4,7 +4,8 @@ operations on the caller's thread.
 
 This is where every store operation enters: it either runs directly, here, or is queued
 for the file's worker thread (:mod:`~tiermem.store.backends.sqlite._worker`, which owns
-the connection, group commit and checkpoints). Both connections are opened in
+the connection and group commit; the WAL is checkpointed beside it by
+:mod:`~tiermem.store.backends.sqlite._checkpoint`). The connections are opened in
 :mod:`~tiermem.store.backends.sqlite._open`. The value, error and settings mapping is in
 :mod:`~tiermem.store.backends.sqlite._mapping`; its names are re-exported here for the
 modules that import them with the handle.
@@ -71,7 +72,6 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from tiermem.errors import BackendUnavailableError, ValidationError
-from tiermem.store.backends.sqlite._checkpoint import CHECKPOINT_EVERY
 from tiermem.store.backends.sqlite._mapping import (
     DEFAULT_BUSY_TIMEOUT,
     DEFAULT_SYNCHRONOUS,
@@ -98,7 +98,6 @@ from tiermem.store.backends.sqlite._worker import (
 )
 
 __all__ = [
-    "CHECKPOINT_EVERY",
     "DEFAULT_BUSY_TIMEOUT",
     "DEFAULT_SYNCHRONOUS",
     "MAX_BATCH",
