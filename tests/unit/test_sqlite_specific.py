@@ -632,7 +632,7 @@ async def traced(store: SQLiteDurableStore) -> list[str]:
     return statements
 
 
-async def test_an_append_costs_one_header_update(durable: SQLiteDurableStore) -> None:
+async def test_an_append_updates_its_header_then_reads_it(durable: SQLiteDurableStore) -> None:
     await durable.append_turns("warm-up", [text_turn("x")])  # opens the file; the GC's turn
     statements = await traced(durable)
     await durable.append_turns(
@@ -652,11 +652,12 @@ async def test_an_append_costs_one_header_update(durable: SQLiteDurableStore) ->
         "COMMIT",
     ]
     statements.clear()
-    # A live session: the update moves the header and returns its index; no read.
+    # A live session: the update moves the header, then its index is read back.
     await durable.append_turns("s-1", [text_turn("c")], idempotency_key="k")
     assert statements == [
         "BEGIN IMMEDIATE",
         "UPDATE sessions SET",
+        "SELECT next_index, expires_at_us",
         "INSERT INTO turns",
         "INSERT INTO idempotency_keys",
         "COMMIT",
@@ -683,7 +684,7 @@ async def test_an_entity_change_rides_in_the_appends_transaction(
         "s-1", [text_turn("Berserk 42")], entities=EntityChange(upsert={"series": series})
     )
     # One transaction, one more statement than a plain append: the record's upsert (its
-    # current version and data come with the header read, or the header update).
+    # current version and data come with the header read).
     assert statements == [
         "BEGIN IMMEDIATE",
         "UPDATE sessions SET",
@@ -705,6 +706,7 @@ async def test_an_entity_change_rides_in_the_appends_transaction(
     assert statements == [
         "BEGIN IMMEDIATE",
         "UPDATE sessions SET",
+        "SELECT s.next_index, s.expires_at_us,",  # the header, with the record
         "INSERT INTO turns",
         "INSERT INTO session_records",
         "COMMIT",

@@ -1,12 +1,12 @@
-"""An append to a live SQLite session moves its header with ``UPDATE ... RETURNING``
-instead of reading it first (issue #8, session 18): one statement fewer per append.
+"""An append to a live SQLite session moves its header first (a plain ``UPDATE``, then a
+read of where it put it) instead of reading it and then upserting it (issue #8, session
+18): cheaper statements, as many of them.
 
 What is stored must not change. Generated sequences of appends (retried and reused keys,
 expected indexes right and wrong, entity changes, lifetimes that pass, collection, turns
-and entities over the size limit, bad arguments), record writes, deletions and clock moves
-run on three stores: the new path, the read-first path the new one falls back to (forced,
-as on SQLite before 3.35.5) and a copy of ``append_turns`` as it was at 07fccef. Each
-gives the same answers and errors, and leaves every table with the same rows.
+and entities over the size limit, bad arguments), record writes, registrations,
+deletions and clock moves run on the store and on a copy of ``append_turns`` as it was at
+07fccef. Both give the same answers and errors, and leave every table with the same rows.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from tiermem.clock import FakeClock
 from tiermem.errors import ConflictError, TierMemError, ValidationError
 from tiermem.models import ActiveEntity, NewTurn, SessionRef, Turn
-from tiermem.store.backends.sqlite import _durable
 from tiermem.store.backends.sqlite._durable import (
     _APPEND_READ,
     _APPEND_READ_ENTITIES,
@@ -127,14 +126,6 @@ SESSIONS = ["s-0", "s-1", "s-2"]
 KEYS = ["k-0", "k-1", "k-2"]
 KINDS = ["order_id", "series", "名前"]
 GC_GRACE = timedelta(minutes=20)  # so that collection removes dead sessions mid-sequence
-
-
-@pytest.fixture(autouse=True)
-def _fold_setting() -> Iterator[None]:
-    """Leave the module's switch as the library set it, whatever a test did to it."""
-    saved = _durable.APPEND_FOLDS_HEADER
-    yield
-    _durable.APPEND_FOLDS_HEADER = saved
 
 
 # One step: ("append", session, turns, first_index, key, entity change, lifetime in
@@ -323,14 +314,9 @@ async def _run(
     base: Path, steps: Sequence[tuple[Any, ...]]
 ) -> list[tuple[list[Any], dict[str, str]]]:
     results = []
-    for name, cls, fold in (
-        ("fold", SQLiteDurableStore, True),
-        ("read-first", SQLiteDurableStore, False),
-        ("reference", RefStore, False),
-    ):
-        _durable.APPEND_FOLDS_HEADER = fold
+    for cls in (SQLiteDurableStore, RefStore):
         clock = FakeClock(START)
-        path = base / f"{name}.db"
+        path = base / f"{cls.__name__}.db"
         store = cls(path, clock=clock, gc_grace=GC_GRACE)
         try:
             outcomes = await _apply(store, clock, steps)
@@ -343,10 +329,9 @@ async def _run(
 @settings(max_examples=80, deadline=None)
 @given(_STEPS)
 def test_appends_store_what_they_stored(tmp_path_factory: Any, steps: Any) -> None:
-    base = tmp_path_factory.mktemp("fold")
-    fold, read_first, reference = asyncio.run(_run(base, steps))
-    assert fold == reference
-    assert read_first == reference
+    base = tmp_path_factory.mktemp("append")
+    new, reference = asyncio.run(_run(base, steps))
+    assert new == reference
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -354,22 +339,21 @@ def test_long_sequences_store_what_they_stored(tmp_path: Path, seed: int) -> Non
     """Hundreds of writes: several collection passes (one every 64 writes), sessions
     collected and started again under the same id."""
     steps = _random_steps(random.Random(seed), 400)
-    fold, read_first, reference = asyncio.run(_run(tmp_path, steps))
-    assert fold == reference
-    assert read_first == reference
-    appended = [o for o, s in zip(fold[0], steps, strict=True) if s[0] == "append"]
+    new, reference = asyncio.run(_run(tmp_path, steps))
+    assert new == reference
+    appended = [o for o, s in zip(new[0], steps, strict=True) if s[0] == "append"]
     assert sum(isinstance(o, list) for o in appended) > 100  # most appends wrote
     assert any(isinstance(o, tuple) and o[0] == "conflict" for o in appended)
 
 
 async def traced(store: SQLiteDurableStore) -> list[str]:
     """Every statement the store's connection runs from now on (but ``PRAGMA``s), by its
-    first three words."""
+    first four words."""
     statements: list[str] = []
 
     def record(sql: str) -> None:
         if not sql.startswith("PRAGMA"):
-            statements.append(" ".join(sql.split()[:3]))
+            statements.append(" ".join(sql.split()[:4]))
 
     def install(conn: sqlite3.Connection) -> None:
         conn.set_trace_callback(record)
@@ -386,8 +370,7 @@ def _entity(now: datetime) -> EntityChange:
     )
 
 
-async def test_an_append_to_a_live_session_does_not_read_its_header(tmp_path: Path) -> None:
-    assert _durable.APPEND_FOLDS_HEADER  # SQLite >= 3.35.5, as everywhere tiermem is tested
+async def test_an_append_to_a_live_session_updates_its_header_first(tmp_path: Path) -> None:
     clock = FakeClock(START)
     store = SQLiteDurableStore(tmp_path / "t.db", clock=clock)
     try:
@@ -399,22 +382,25 @@ async def test_an_append_to_a_live_session_does_not_read_its_header(tmp_path: Pa
         await store.append_turns(
             "s-1", [text_turn("c")], expires_at=later, idempotency_key="k", entities=_entity(START)
         )
+        moved = "SELECT next_index, expires_at_us FROM"
         assert statements == [
             "BEGIN IMMEDIATE",
-            "UPDATE sessions SET",
-            "INSERT INTO turns",
+            "UPDATE sessions SET next_index",
+            moved,
+            "INSERT INTO turns (session_id,",
             "COMMIT",
         ] * 2 + [
             "BEGIN IMMEDIATE",
-            "UPDATE sessions SET",
-            "INSERT INTO turns",
-            "INSERT INTO idempotency_keys",
-            "INSERT INTO session_records",
+            "UPDATE sessions SET next_index",
+            "SELECT s.next_index, s.expires_at_us, r.version,",  # with the entities record
+            "INSERT INTO turns (session_id,",
+            "INSERT INTO idempotency_keys (session_id,",
+            "INSERT INTO session_records (session_id,",
             "COMMIT",
         ]
         statements.clear()
-        # The retry, a wrong index and an expired session each read the header: the
-        # update matched no row, so it changed nothing.
+        # The retry, a wrong index and an expired session each read the header first:
+        # the update matched no row, so it changed nothing.
         retried = await store.append_turns(
             "s-1", [text_turn("c")], expires_at=later, idempotency_key="k"
         )
@@ -422,15 +408,16 @@ async def test_an_append_to_a_live_session_does_not_read_its_header(tmp_path: Pa
         with pytest.raises(ConflictError) as raised:
             await store.append_turns("s-1", [text_turn("d")], first_index=9)
         assert (raised.value.expected, raised.value.actual) == (9, 4)
+        read = "SELECT s.next_index, s.expires_at_us, k.first_index,"
         assert statements == [
             "BEGIN IMMEDIATE",
-            "UPDATE sessions SET",
-            "SELECT s.next_index, s.expires_at_us,",
-            "SELECT payload FROM",
+            "UPDATE sessions SET next_index",
+            read,
+            "SELECT payload FROM turns",
             "COMMIT",
             "BEGIN IMMEDIATE",
-            "UPDATE sessions SET",
-            "SELECT s.next_index, s.expires_at_us,",
+            "UPDATE sessions SET next_index",
+            read,
             "ROLLBACK",
         ]
         clock.advance(timedelta(hours=2))
@@ -441,29 +428,8 @@ async def test_an_append_to_a_live_session_does_not_read_its_header(tmp_path: Pa
         await store.aclose()
 
 
-async def test_older_sqlite_reads_the_header_first(tmp_path: Path) -> None:
-    _durable.APPEND_FOLDS_HEADER = False  # as on SQLite before 3.35.5
-    store = SQLiteDurableStore(tmp_path / "t.db", clock=FakeClock(START))
-    try:
-        await store.append_turns("s-1", [text_turn("first")])
-        statements = await traced(store)
-        await store.append_turns("s-1", [text_turn("a")], first_index=1)
-        assert statements == [
-            "BEGIN IMMEDIATE",
-            "SELECT s.next_index, s.expires_at_us,",
-            "INSERT INTO turns",
-            "INSERT INTO sessions",
-            "COMMIT",
-        ]
-        assert [t.index for t in await store.get_turns("s-1", 0)] == [0, 1]
-    finally:
-        await store.aclose()
-
-
-@pytest.mark.parametrize("fold", [True, False])
-async def test_an_append_over_the_limit_leaves_the_header_alone(tmp_path: Path, fold: bool) -> None:
+async def test_an_append_over_the_limit_leaves_the_header_alone(tmp_path: Path) -> None:
     """The header moves before the turns are encoded; the size error rolls it back."""
-    _durable.APPEND_FOLDS_HEADER = fold
     store = SQLiteDurableStore(tmp_path / "t.db", clock=FakeClock(START))
     try:
         later = START + timedelta(hours=1)
