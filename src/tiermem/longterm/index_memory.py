@@ -355,6 +355,11 @@ class InProcessIndex:
 
     async def upsert(self, docs: Sequence[IndexedDoc]) -> None:
         check_docs(docs)
+        self.add_checked(docs)
+
+    def add_checked(self, docs: Sequence[IndexedDoc]) -> None:
+        """``upsert`` of documents :func:`check_docs` passed already (the caller's own
+        ``upsert`` checked them: :class:`WarmingIndex`), so they are not checked again."""
         now = self._clock.now()
         users, expiries, push = self._users, self._expiries, heapq.heappush
         for doc in docs:
@@ -602,12 +607,19 @@ class WarmingIndex:
 
     async def upsert(self, docs: Sequence[IndexedDoc]) -> None:
         check_docs(docs)
+        self.upsert_checked(docs)
+
+    def upsert_checked(self, docs: Sequence[IndexedDoc]) -> None:
+        """``upsert`` of documents :func:`check_docs` passed already: for an index that
+        keeps this one as its in-process copy and checked them in its own ``upsert``
+        (:class:`~tiermem.longterm.index_sqlite.SQLiteIndex`), so a batch is checked once."""
         by_user: dict[str, list[IndexedDoc]] = {}
         for doc in docs:
             by_user.setdefault(doc.user_id, []).append(doc)
+        warm = self._warm
         for user_id, user_docs in by_user.items():
-            if user_id in self._warm:
-                await self._inner.upsert(user_docs)
+            if user_id in warm:
+                self._inner.add_checked(user_docs)
             elif user_id in self._loading:
                 self._loading[user_id][1].append(("upsert", user_docs))
 

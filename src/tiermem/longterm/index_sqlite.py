@@ -403,7 +403,7 @@ class SQLiteIndex:
         if self._vectors is not None:
             _apply_vector_writes(self._vectors, rows)
         if self._cache is not None:
-            await self._cache.index.upsert(docs)
+            self._cache.index.upsert_checked(docs)  # checked above
 
     async def collect_expired(self, limit: int = DEFAULT_COLLECT_LIMIT) -> int:
         check_collect_limit(limit)
