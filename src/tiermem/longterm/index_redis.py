@@ -173,7 +173,7 @@ from tiermem.longterm.index_redis_scripts import (
     INDEX_MIGRATE,
     INDEX_READ,
     INDEX_REMOVE,
-    INDEX_UPSERT_LISTS,
+    INDEX_UPSERT,
 )
 from tiermem.longterm.postings import (
     POSTING_SHIFT,
@@ -234,43 +234,12 @@ LEGACY_LAYOUT = "ix"
 _KIND_OF_LETTER: dict[str, DocKind] = {"m": "memory", "t": "turn", "c": "chunk"}
 
 
-_ORDINALS = tuple(bytes((i,)) for i in range(256))
-"""A document's ordinal in an upsert script, as the byte :data:`INDEX_UPSERT_LISTS` reads."""
-_U64 = struct.Struct("<Q").pack
-
-
-def _upsert_args(now_us: int, chunk: Sequence[IndexedDoc], collect: int) -> list[Arg]:
-    """:data:`INDEX_UPSERT_LISTS`'s arguments for ``chunk`` (each document once, at most
-    :data:`_DOCS_PER_SCRIPT`, so an ordinal fits in a byte): the documents, then each
-    posting list their live ones add, gathered here (per kind letter, each term once, the
-    lists and their postings in the order the documents and their terms come), with its
-    documents' ordinals and its values packed: ``length * 2^20 + tf`` as a little-endian
-    u64 each (the layout's ``v=`` strings), packed here, not in Lua, where it cost Redis
-    more than the APPENDs."""
-    args: list[Arg] = [now_us, collect, new_write_id(), len(chunk)]
-    lists: dict[str, dict[str, list[bytes]]] = {}
-    for ordinal, doc in enumerate(chunk, 1):
-        expires = optional_us(doc.expires_at)
-        counts = terms_of(doc) if expires == "" or int(expires) > now_us else {}
-        length = sum(counts.values())
-        args += (doc.doc_id, doc.kind, length, expires, " ".join(counts))
-        if counts:
-            held = lists.get(doc.kind[0])
-            if held is None:
-                held = lists[doc.kind[0]] = {}
-            base, mark = length * POSTING_SHIFT, _ORDINALS[ordinal]
-            for term, tf in counts.items():
-                postings = held.get(term)
-                if postings is None:
-                    held[term] = [mark, _U64(base + tf)]
-                else:
-                    postings[0] += mark
-                    postings[1] += _U64(base + tf)
-    for letter, held in lists.items():
-        args += (letter, len(held))
-        for term, (marks, values) in held.items():
-            args += (term, marks, values)
-    return args
+def _packed_values(length: int, tfs: Collection[int]) -> bytes:
+    """A document's posting values as :data:`INDEX_UPSERT` appends them: per term, in the
+    order of ``tfs``, ``length * 2^20 + tf`` as a little-endian u64 (the layout's ``v=``
+    strings). Packed here, not in Lua, where it cost Redis more than the APPENDs."""
+    base = length * POSTING_SHIFT
+    return struct.pack(f"<{len(tfs)}Q", *[base + tf for tf in tfs])
 
 
 class RedisIndexKeys(RedisKeys):
@@ -403,11 +372,24 @@ class RedisIndex:
             keys = self._keys.index(user_id)
             for start in range(0, len(user_docs), _DOCS_PER_SCRIPT):
                 chunk = user_docs[start : start + _DOCS_PER_SCRIPT]
-                # A token per script (in _upsert_args): another process may empty the
-                # user between two scripts of this call, and the next one then numbers
-                # from 1 again.
-                args = _upsert_args(now_us, chunk, collect_budget(len(chunk)))
-                commands.append(INDEX_UPSERT_LISTS.command(keys, args))
+                # A token per script: another process may empty the user between two
+                # scripts of this call, and the next one then numbers from 1 again.
+                args: list[Arg] = [now_us, collect_budget(len(chunk)), new_write_id()]
+                for doc in chunk:
+                    live = doc.expires_at is None or doc.expires_at > now
+                    counts = terms_of(doc) if live else {}
+                    length = sum(counts.values())
+                    args += (
+                        doc.doc_id,
+                        doc.kind,
+                        length,
+                        optional_us(doc.expires_at),
+                        len(counts),
+                        " ".join(counts),
+                        _packed_values(length, counts.values()),
+                    )
+                    args.extend(counts)
+                commands.append(INDEX_UPSERT.command(keys, args))
             expiries = [d.expires_at for d in user_docs if d.expires_at and d.expires_at > now]
             if expiries and self._due_mark_needed(user_id, to_us(min(expiries)), now_us):
                 commands.append(self._mark_due(user_id, to_us(min(expiries))))

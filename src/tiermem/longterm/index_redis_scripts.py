@@ -29,7 +29,6 @@ __all__ = [
     "INDEX_READ",
     "INDEX_REMOVE",
     "INDEX_UPSERT",
-    "INDEX_UPSERT_LISTS",
 ]
 
 _PRELUDE = """
@@ -359,7 +358,7 @@ end
 """
 
 INDEX_UPSERT = LuaScript(
-    "index_upsert_terms",
+    "index_upsert",
     _PRELUDE
     + """
 -- ARGV: 1 now, 2 how many expired documents to collect, 3 an epoch token (kept if the user
@@ -387,100 +386,6 @@ check_numbers(#docs, top)
 if not stats[4] then redis.call('HSET', KEYS[3], 'epoch', ARGV[3]) end
 local removed, total = unindex(ids)
 add_many(docs, top, tonumber(stats[2] or '0') - removed, tonumber(stats[3] or '0') - total)
-collect(ARGV[1], tonumber(ARGV[2]))
-if #docs == 0 then tidy() end
-return 'ok'
-""",
-)
-
-"""The former upsert, one argument per posting (the per-term layout); the client sends
-:data:`INDEX_UPSERT_LISTS` since session 18. Its text is unchanged, so its SHA1 is the one
-the equivalence tests of sessions 11 and 17 pin (they pass it the per-term layout)."""
-
-INDEX_UPSERT_LISTS = LuaScript(
-    "index_upsert",
-    _PRELUDE
-    + """
--- ARGV: 1 now, 2 how many expired documents to collect, 3 an epoch token (kept if the user
--- has one), 4 how many documents D; then per document (each id once; its ordinal is its
--- place among them, from 1): doc_id, kind, length, expires_at us ('' never), its terms
--- space-separated; then the posting lists the live documents add, per kind letter: the
--- letter, how many lists, then per list (each term once per letter): the term, the
--- ordinals of its documents (a byte each, ascending), their values packed (a u64
--- `length * 2^20 + tf` each, little-endian, in that order). A document whose expiry has
--- passed only drops its old version (no list names it). The client gathers the lists:
--- what add_many does per posting (a table look-up, a string.sub, two concatenations)
--- cost redis-server ~2k instructions a posting, ~20k a turn, more than the arguments
--- that name each list's documents (bench/redis_script_replay.py).
-local now, count = tonumber(ARGV[1]), tonumber(ARGV[4])
-local ids, docs = {}, {}
-for o = 1, count do
-  local i = 5 * o
-  local exp = ARGV[i + 3]
-  ids[o] = ARGV[i]
-  if exp == '' or tonumber(exp) > now then
-    docs[#docs + 1] = {ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), exp ~= '' and exp, o,
-                       ARGV[i + 4]}
-  end
-end
--- add_many's writes, in its order: the lists (numbers after `top`, in document order),
--- then each hash in one command, the statistics included.
-local function add_lists(top, n, len, at)
-  local num, packed = top, {}
-  local dfields, tfields, ifields, zargs, total = {}, {}, {}, {}, 0
-  for _, d in ipairs(docs) do
-    num = num + 1
-    local id, kind, length = d[1], d[2], d[3]
-    local number = string.format('%d', num)
-    packed[d[5]] = struct.pack('<I4', num)
-    dfields[#dfields + 1] = id
-    dfields[#dfields + 1] = kind .. '|' .. string.format('%d', length) .. '|' .. number
-    tfields[#tfields + 1] = id
-    tfields[#tfields + 1] = d[6]
-    ifields[#ifields + 1] = number
-    ifields[#ifields + 1] = string.sub(kind, 1, 1) .. id
-    if d[4] then
-      zargs[#zargs + 1] = d[4]
-      zargs[#zargs + 1] = id
-    end
-    total = total + length
-  end
-  local last = #ARGV
-  while at <= last do
-    local nk, vk = base .. ARGV[at] .. ':n=', base .. ARGV[at] .. ':v='
-    local stop = at + 1 + 3 * tonumber(ARGV[at + 1])
-    for j = at + 2, stop, 3 do
-      local term, ords = ARGV[j], ARGV[j + 1]
-      local numbers
-      if #ords == 1 then
-        numbers = packed[string.byte(ords)]
-      else
-        local parts = {string.byte(ords, 1, -1)}
-        for o = 1, #parts do parts[o] = packed[parts[o]] end
-        numbers = table.concat(parts)
-      end
-      redis.call('APPEND', nk .. term, numbers)
-      redis.call('APPEND', vk .. term, ARGV[j + 2])
-    end
-    at = stop + 1
-  end
-  chunked('HSET', KEYS[1], dfields)
-  chunked('HSET', KEYS[2], tfields)
-  chunked('HSET', IDS, ifields)
-  if #zargs > 0 then chunked('ZADD', KEYS[4], zargs) end
-  redis.call('HSET', KEYS[3], 'next', string.format('%d', num), 'n',
-             string.format('%d', n + #docs), 'len', string.format('%d', len + total))
-end
--- The statistics are read once and written once, as INDEX_UPSERT does.
-local stats = redis.call('HMGET', KEYS[3], 'next', 'n', 'len', 'epoch')
-local top = tonumber(stats[1] or '0')
-check_numbers(#docs, top)
-if not stats[4] then redis.call('HSET', KEYS[3], 'epoch', ARGV[3]) end
-local removed, total = unindex(ids)
-if #docs > 0 then
-  add_lists(top, tonumber(stats[2] or '0') - removed, tonumber(stats[3] or '0') - total,
-            5 * count + 5)
-end
 collect(ARGV[1], tonumber(ARGV[2]))
 if #docs == 0 then tidy() end
 return 'ok'
