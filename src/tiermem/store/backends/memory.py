@@ -1367,15 +1367,14 @@ class MemoryDurableStore:
 
 _ENTITY_FIELDS = ("kind", "value", "turn_index", "updated_at")
 _ENTITY_FAST = tuple(ActiveEntity.model_fields) == _ENTITY_FIELDS
-"""Whether :func:`_entity_json` may build the usual entity itself (the model has exactly
-these fields, in this order)."""
+"""Whether :func:`_entity_member_size` may measure the usual entity itself (the model has
+exactly these fields, in this order)."""
 
 
 def _usual_entity(entity: ActiveEntity) -> tuple[str, str, int | None, datetime] | None:
     """The kind, value, turn index and time of the usual entity (an exact
     :class:`ActiveEntity` of plain strings, an int or no turn index, a UTC time), which
-    :func:`_entity_json` and :func:`_entity_member_size` write without pydantic; None for
-    anything else."""
+    :func:`_entity_member_size` measures without dumping it; None for anything else."""
     values = entity.__dict__
     kind, value = values.get("kind"), values.get("value")
     turn_index, updated_at = values.get("turn_index"), values.get("updated_at")
@@ -1393,20 +1392,9 @@ def _usual_entity(entity: ActiveEntity) -> tuple[str, str, int | None, datetime]
 
 
 def _entity_json(entity: ActiveEntity) -> dict[str, JsonValue]:
-    """``entity.model_dump(mode="json")``, built directly for the usual entity (plain
-    strings, a UTC time; pydantic writes UTC as ``Z``): every entity change of a turn
-    dumps one, and pydantic's serializer costs several times more. Anything else goes
-    through pydantic."""
-    usual = _usual_entity(entity)
-    if usual is not None:
-        kind, value, turn_index, updated_at = usual
-        stamp = updated_at.isoformat()
-        return {
-            "kind": kind,
-            "value": value,
-            "turn_index": turn_index,
-            "updated_at": stamp[:-6] + "Z",  # "+00:00", as pydantic writes UTC
-        }
+    """``entity.model_dump(mode="json")``. (A hand-built dict of the usual entity, as
+    :func:`_entity_member_size` measures it, was slower: ~2.2 µs against pydantic's ~1.7,
+    the ``isoformat`` and the checks costing more than the serializer they replaced.)"""
     dumped: dict[str, JsonValue] = entity.model_dump(mode="json")
     return dumped
 
