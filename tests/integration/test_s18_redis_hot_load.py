@@ -1,11 +1,12 @@
 """The hot load script against its version at 07fccef (issue #8: redis-server's
 instructions per ``history()``).
 
-What changed, and why it may not change an outcome: ``hot_load`` reads the session's
-metadata (meta field 'm', often the largest) only when its answer carries it, with an
-``HGET`` beside the other reads of that branch, where its first ``HMGET`` read it on
-every call, the usual answer (the caller's copy is current: four small fields)
-included. The script is read-only, so when a field is read does not change what it is.
+What changed, and why it may not change an outcome: ``hot_load``'s first ``HMGET`` reads
+the four fields every answer needs ('v', 'n', 'x', 'e'); the metadata (meta field 'm',
+often the largest) and the part markers ('c', 'ev', 'sv') are read by a second ``HMGET``
+only on the branch whose answer carries them, where the first read all eight on every
+call, the usual answer (the caller's copy is current: four small fields) included. The
+script is read-only, so when a field is read does not change what it is.
 
 How it is checked: random hot sessions written field by field on the real test Redis
 (every meta field present or absent, 'c' equal to 'v' or not, markers set or not, turns,
