@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import platform
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +52,42 @@ def workload_turns(workload: str, count: int) -> list[tuple[str, Any]]:
     raise SystemExit(f"unknown workload {workload!r} (one of {', '.join(WORKLOADS)})")
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), or what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def reference_loop_ms(rounds: int = 5) -> float:
+    """CPU time of a fixed pure-Python loop (5M additions), the best of ``rounds``.
+
+    Recorded beside each run's results: the same code reads 20-40 % apart on two days of a
+    shared machine (another host, other tenants), and this figure says how fast the day was,
+    so µs figures from two days can be compared through it (instruction counts need no such
+    correction).
+    """
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()
+        total = 0
+        for i in range(5_000_000):
+            total += i
+        best = min(best, time.process_time() - start)
+    return round(best * 1000, 1)
+
+
 def write_results(path: Path, results: list[dict[str, Any]], **extra: Any) -> None:
-    """Write ``{"machine", "python", **extra, "results"}`` as JSON to ``path``."""
+    """Write ``{"machine", "cpu_model", "reference_loop_ms", "python", **extra, "results"}``."""
     report = {
         "machine": platform.machine(),
+        "cpu_model": cpu_model(),
+        "reference_loop_ms": reference_loop_ms(),
         "python": platform.python_version(),
         **extra,
         "results": results,
