@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import platform
-import time
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -64,22 +65,40 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def reference_loop_ms(rounds: int = 5) -> float:
-    """CPU time of a fixed pure-Python loop (5M additions), the best of ``rounds``.
+_REFERENCE_LOOP = """
+import time
+
+
+def loop():
+    start = time.process_time()
+    total = 0
+    for i in range(5_000_000):
+        total += i
+    return time.process_time() - start
+
+
+print(round(min(loop() for _ in range(ROUNDS)) * 1000, 1))
+"""
+
+
+def reference_loop_ms(rounds: int = 5) -> float | None:
+    """CPU time of a fixed pure-Python loop (5M additions), the best of ``rounds``, in ms.
 
     Recorded beside each run's results: the same code reads 20-40 % apart on two days of a
     shared machine (another host, other tenants), and this figure says how fast the day was,
     so µs figures from two days can be compared through it (instruction counts need no such
-    correction).
+    correction). It runs in a fresh interpreter: in the bench's own process its cost would
+    depend on the heap the run left (pymalloc's arena list), and a run under callgrind would
+    count it (a child process is not traced unless asked). None if it cannot run.
     """
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.process_time()
-        total = 0
-        for i in range(5_000_000):
-            total += i
-        best = min(best, time.process_time() - start)
-    return round(best * 1000, 1)
+    code = _REFERENCE_LOOP.replace("ROUNDS", str(int(rounds)))
+    try:
+        done = subprocess.run(  # noqa: S603 -- our own interpreter and code
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        )
+        return float(done.stdout.strip())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
 
 
 def write_results(path: Path, results: list[dict[str, Any]], **extra: Any) -> None:
