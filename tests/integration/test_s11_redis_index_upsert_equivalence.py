@@ -17,12 +17,11 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 import pytest
 import redis
 
-from tests.conftest import server_url
+from tests.integration._redis_private import private_db
 from tiermem.longterm.index_redis_scripts import INDEX_REMOVE, INDEX_UPSERT
 from tiermem.store.backends.redis_scripts import LuaScript
 
@@ -403,11 +402,8 @@ in the suite walked them all, 200 times per seed: 50-100 s a seed)."""
 
 @pytest.fixture
 def admin() -> Iterator[redis.Redis]:
-    url = urlsplit(server_url("redis"))._replace(path=f"/{PRIVATE_DB}").geturl()
-    client = redis.Redis.from_url(url)
-    assert client.connection_pool.connection_kwargs["db"] == PRIVATE_DB
-    yield client
-    client.close()
+    with private_db(PRIVATE_DB) as client:
+        yield client
 
 
 def index_state(admin: redis.Redis, prefix: str) -> dict[str, object]:

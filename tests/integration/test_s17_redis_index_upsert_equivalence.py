@@ -18,12 +18,11 @@ from __future__ import annotations
 import random
 import struct
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 import pytest
 import redis
 
-from tests.conftest import server_url
+from tests.integration._redis_private import private_db
 from tests.integration.test_s11_redis_index_upsert_equivalence import index_state
 from tiermem.longterm.index_redis_scripts import INDEX_REMOVE, INDEX_UPSERT
 from tiermem.store.backends.redis_scripts import LuaScript
@@ -122,11 +121,8 @@ def test_the_former_script_is_the_one_redis_ran() -> None:
 
 @pytest.fixture
 def admin() -> Iterator[redis.Redis]:
-    url = urlsplit(server_url("redis"))._replace(path=f"/{PRIVATE_DB}").geturl()
-    client = redis.Redis.from_url(url)
-    assert client.connection_pool.connection_kwargs["db"] == PRIVATE_DB
-    yield client
-    client.close()
+    with private_db(PRIVATE_DB) as client:
+        yield client
 
 
 class Pair:

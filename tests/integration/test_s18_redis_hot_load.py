@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 import pytest
 import redis
 
-from tests.conftest import server_url
+from tests.integration._redis_private import private_db
 from tiermem.store.backends.redis_hot import HOT_LOAD
 from tiermem.store.backends.redis_scripts import LuaScript
 
@@ -78,11 +77,8 @@ GRACE = 60_000_000
 
 @pytest.fixture
 def admin() -> Iterator[redis.Redis]:
-    url = urlsplit(server_url("redis"))._replace(path=f"/{PRIVATE_DB}").geturl()
-    client = redis.Redis.from_url(url)
-    assert client.connection_pool.connection_kwargs["db"] == PRIVATE_DB
-    yield client
-    client.close()
+    with private_db(PRIVATE_DB) as client:
+        yield client
 
 
 def test_the_former_script_is_the_one_of_07fccef() -> None:

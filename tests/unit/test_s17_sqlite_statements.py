@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import PydanticSerializationError
 
+from tests.unit._sqlite_trace import traced
 from tiermem.clock import FakeClock
 from tiermem.errors import ConflictError
 from tiermem.models import MemoryRecord, SessionRecord
@@ -160,24 +161,6 @@ async def durable(tmp_path: Path) -> AsyncIterator[SQLiteDurableStore]:
     store = SQLiteDurableStore(tmp_path / "t.db", clock=FakeClock(START))
     yield store
     await store.aclose()
-
-
-async def traced(store: SQLiteDurableStore) -> list[str]:
-    """Every statement the store's connection runs from now on (but ``PRAGMA``s), by its
-    first three words."""
-    statements: list[str] = []
-
-    def record(sql: str) -> None:
-        if not sql.startswith("PRAGMA"):
-            statements.append(" ".join(sql.split()[:3]))
-
-    def install(conn: sqlite3.Connection) -> None:
-        conn.set_trace_callback(record)
-
-    await store._db.read(install)  # on the worker thread, which owns the connection
-    install(store._db._engine._direct_connection())  # the one direct runs borrow
-    statements.clear()
-    return statements
 
 
 def _memory(version: int, content: str = "tea") -> MemoryRecord:

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit._sqlite_trace import traced
 from tiermem.clock import FakeClock
 from tiermem.errors import ConflictError, TierMemError, ValidationError
 from tiermem.models import ActiveEntity, NewTurn, SessionRef, Turn
@@ -346,24 +347,6 @@ def test_long_sequences_store_what_they_stored(tmp_path: Path, seed: int) -> Non
     assert any(isinstance(o, tuple) and o[0] == "conflict" for o in appended)
 
 
-async def traced(store: SQLiteDurableStore) -> list[str]:
-    """Every statement the store's connection runs from now on (but ``PRAGMA``s), by its
-    first four words."""
-    statements: list[str] = []
-
-    def record(sql: str) -> None:
-        if not sql.startswith("PRAGMA"):
-            statements.append(" ".join(sql.split()[:4]))
-
-    def install(conn: sqlite3.Connection) -> None:
-        conn.set_trace_callback(record)
-
-    await store._db.read(install)  # on the worker thread, which owns the connection
-    install(store._db._engine._direct_connection())  # the one direct runs borrow
-    statements.clear()
-    return statements
-
-
 def _entity(now: datetime) -> EntityChange:
     return EntityChange(
         upsert={"series": ActiveEntity(kind="series", value="Berserk", updated_at=now)}
@@ -376,7 +359,7 @@ async def test_an_append_to_a_live_session_updates_its_header_first(tmp_path: Pa
     try:
         later = START + timedelta(hours=1)
         await store.append_turns("s-1", [text_turn("first")], expires_at=later)
-        statements = await traced(store)
+        statements = await traced(store, words=4)
         await store.append_turns("s-1", [text_turn("a")], expires_at=later)
         await store.append_turns("s-1", [text_turn("b")], first_index=2, expires_at=later)
         await store.append_turns(

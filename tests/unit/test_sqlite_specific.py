@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.unit._sqlite_trace import traced
 from tiermem.composition import open_durable_store, open_hot_store
 from tiermem.errors import (
     BackendError,
@@ -611,25 +612,6 @@ async def test_an_idempotency_key_is_written_with_the_turns_or_not_at_all(
     # Neither failure left the key behind: the retry appends.
     retry = await durable.append_turns("s-1", [text_turn("b"), text_turn("c")], idempotency_key="k")
     assert [t.index for t in retry] == [1, 2]
-
-
-async def traced(store: SQLiteDurableStore) -> list[str]:
-    """Record every statement the store's own connection runs from now on (but the
-    ``PRAGMA`` switches of the connection between the worker and direct runs)."""
-    statements: list[str] = []
-
-    def record(sql: str) -> None:
-        if not sql.startswith("PRAGMA"):
-            statements.append(" ".join(sql.split()[:3]))
-
-    def install(conn: sqlite3.Connection) -> None:
-        conn.set_trace_callback(record)
-
-    await store._db.read(install)  # on the store's worker thread, which owns the connection
-    # Direct runs borrow that connection while the thread is idle (installing again is harmless).
-    install(store._db._engine._direct_connection())
-    statements.clear()
-    return statements
 
 
 async def test_an_append_updates_its_header_then_reads_it(durable: SQLiteDurableStore) -> None:
