@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_core import PydanticSerializationError
 
-from tests.unit._sqlite_trace import traced
+from tests.unit._sqlite_helpers import traced
 from tiermem.clock import FakeClock
 from tiermem.errors import ConflictError
 from tiermem.models import MemoryRecord, SessionRecord

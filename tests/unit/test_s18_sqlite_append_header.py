@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit._sqlite_trace import traced
+from tests.unit._sqlite_helpers import traced
 from tiermem.clock import FakeClock
 from tiermem.errors import ConflictError, TierMemError, ValidationError
 from tiermem.models import ActiveEntity, NewTurn, SessionRef, Turn

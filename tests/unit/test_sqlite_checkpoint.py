@@ -16,13 +16,13 @@ import asyncio
 import logging
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 import tiermem.store.backends.sqlite._checkpoint as checkpoint_module
+from tests.unit._sqlite_helpers import raw
 from tiermem.store.backends.sqlite import SQLiteDurableStore
 from tiermem.store.backends.sqlite._checkpoint import (
     CHECKPOINT_FRAMES,
@@ -42,13 +42,6 @@ async def durable(tmp_path: Path) -> AsyncIterator[SQLiteDurableStore]:
     store = SQLiteDurableStore(tmp_path / "tiermem.db", clock=FakeClock())
     yield store
     await store.aclose()
-
-
-@contextmanager
-def raw(path: Path) -> Iterator[sqlite3.Connection]:
-    """A separate connection to the file, as another process would have."""
-    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        yield conn
 
 
 def checkpointer_of(store: SQLiteDurableStore) -> Checkpointer:

@@ -15,15 +15,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 import pytest
 
-from tests.unit._sqlite_trace import traced
+from tests.unit._sqlite_helpers import raw, traced
 from tiermem.composition import open_durable_store, open_hot_store
 from tiermem.errors import (
     BackendError,
@@ -89,13 +88,6 @@ async def durable(db_path: Path, clock: FakeClock) -> AsyncIterator[SQLiteDurabl
     store = SQLiteDurableStore(db_path, clock=clock)
     yield store
     await store.aclose()
-
-
-@contextmanager
-def raw(path: Path) -> Iterator[sqlite3.Connection]:
-    """A separate connection to the file, as another process would have."""
-    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        yield conn
 
 
 def memory(

@@ -1,10 +1,20 @@
-"""Statement tracing for the SQLite store's tests: which statements an operation runs."""
+"""Helpers of the SQLite store's tests: a raw connection to the file, statement tracing."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
 
 from tiermem.store.backends.sqlite import SQLiteDurableStore
+
+
+@contextmanager
+def raw(path: Path) -> Iterator[sqlite3.Connection]:
+    """A separate connection to the file, as another process would have."""
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        yield conn
 
 
 async def traced(store: SQLiteDurableStore, words: int = 3) -> list[str]:
