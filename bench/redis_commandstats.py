@@ -1,5 +1,8 @@
 """Where redis-server's CPU goes per turn of a Redis + Redis service (issue #8).
 
+With ``--dynamodb-url`` the durable tier is DynamoDB (Redis + DynamoDB), and the same
+figures are the Redis hot tier's alone.
+
 Runs one session's turns (``add_turn`` then ``history()``, background drained, summaries
 on as in a default service) and reports per turn:
 
@@ -73,12 +76,31 @@ def script_names() -> dict[str, str]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    settings = TierMemSettings(
-        hot_backend="redis",
-        durable_backend="redis",
-        redis_url=args.redis_url,
-        redis_prefix=f"bench{uuid.uuid4().hex[:6]}",
-    )
+    prefix = f"bench{uuid.uuid4().hex[:6]}"
+    if args.dynamodb_url:
+        from tiermem.store.backends.dynamodb import create_table
+
+        # DynamoDB Local accepts any credentials; real ones are never needed here.
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+        table = f"tiermem-bench-{prefix}"
+        await create_table(table, endpoint_url=args.dynamodb_url, region_name="us-east-1")
+        settings = TierMemSettings(
+            hot_backend="redis",
+            durable_backend="dynamodb",
+            redis_url=args.redis_url,
+            redis_prefix=prefix,
+            dynamodb_table=table,
+            dynamodb_endpoint_url=args.dynamodb_url,
+            aws_region="us-east-1",
+        )
+    else:
+        settings = TierMemSettings(
+            hot_backend="redis",
+            durable_backend="redis",
+            redis_url=args.redis_url,
+            redis_prefix=prefix,
+        )
     async with MemoryService.from_settings(settings, auto_summarize=args.summaries) as memory:
         warm = await memory.session(user_id="cs-warm")
         for i in range(50):
@@ -132,6 +154,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     # info commands of this bench itself are counted too: drop them.
     rows.pop("info", None)
     return {
+        "pairing": "redis+dynamodb" if args.dynamodb_url else "redis+redis",
         "turns": turns,
         "summaries": args.summaries,
         "client_cpu_us_per_turn": round(client / turns * 1e6, 1),
@@ -150,6 +173,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis-url", default=os.environ.get("TIERMEM_TEST_REDIS_URL"))
+    parser.add_argument(
+        "--dynamodb-url", default=None, help="DynamoDB (Local) endpoint: Redis + DynamoDB"
+    )
     parser.add_argument("--turns", type=int, default=2000)
     parser.add_argument("--no-summaries", dest="summaries", action="store_false")
     parser.add_argument(
