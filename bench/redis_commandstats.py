@@ -93,6 +93,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             dynamodb_table=table,
             dynamodb_endpoint_url=args.dynamodb_url,
             aws_region="us-east-1",
+            index_linger_ms=args.index_linger_ms,
         )
     else:
         settings = TierMemSettings(
@@ -100,8 +101,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             durable_backend="redis",
             redis_url=args.redis_url,
             redis_prefix=prefix,
+            index_linger_ms=args.index_linger_ms,
         )
     async with MemoryService.from_settings(settings, auto_summarize=args.summaries) as memory:
+        assert memory.after_append.linger == args.index_linger_ms / 1000
         warm = await memory.session(user_id="cs-warm")
         for i in range(50):
             await warm.add_turn("user" if i % 2 == 0 else "assistant", MESSAGES[i % len(MESSAGES)])
@@ -157,6 +160,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "pairing": "redis+dynamodb" if args.dynamodb_url else "redis+redis",
         "turns": turns,
         "summaries": args.summaries,
+        "index_linger_ms": args.index_linger_ms,
         "client_cpu_us_per_turn": round(client / turns * 1e6, 1),
         "redis_server_cpu_us_per_turn": round((cpu1 - cpu0) / turns * 1e6, 1),
         "top_level_per_turn": {
@@ -177,6 +181,12 @@ def main() -> None:
         "--dynamodb-url", default=None, help="DynamoDB (Local) endpoint: Redis + DynamoDB"
     )
     parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument(
+        "--index-linger-ms",
+        type=float,
+        default=5.0,
+        help="the service's index_linger_ms setting (default 5, the library's default)",
+    )
     parser.add_argument("--no-summaries", dest="summaries", action="store_false")
     parser.add_argument(
         "--no-slowlog",

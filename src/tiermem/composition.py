@@ -266,6 +266,7 @@ def open_service(
 
     clock = clock or SystemClock()
     engines.setdefault("config", SessionTierConfig(window=settings.hot_window))
+    engines.setdefault("index_linger", settings.index_linger_ms / 1000)
     if "embedder" not in engines:
         engines["embedder"] = open_embedder(settings)
     for name, engine in summary_engines(settings).items():

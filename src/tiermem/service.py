@@ -33,7 +33,7 @@ from typing import Any, Self
 
 from pydantic import ValidationError as PydanticValidationError
 
-from tiermem.background import BackgroundWork
+from tiermem.background import BackgroundWork, Batch
 from tiermem.clock import Clock, IdFactory, SystemClock, UlidFactory
 from tiermem.errors import ValidationError
 from tiermem.extraction.entities import EntityExtractor, RuleEntityExtractor
@@ -56,6 +56,7 @@ from tiermem.models.turns import TURN_SCHEMA_VERSION
 from tiermem.policies.importance import ImportanceScorer, RuleImportanceScorer
 from tiermem.policies.ttl import HybridTtl, TtlPolicy
 from tiermem.session import (
+    AFTER_APPEND,
     Session,
     SessionStats,
     TurnInput,
@@ -84,6 +85,10 @@ _TEXT_FIELDS = shared_fields(("text",))
 """The fields set of a text block built from a string (``TextBlock(text=...)``'s)."""
 
 
+MAX_INDEX_LINGER = 1.0
+"""The longest ``index_linger`` (seconds): a lingering batch holds its background lane."""
+
+
 class MemoryService:
     """Sessions over a hot and a durable store, with the turn pipeline in front.
 
@@ -109,6 +114,7 @@ class MemoryService:
         detector: MemoryDetector | None = None,
         embedder: Embedder | None = None,
         index_turns: bool = True,
+        index_linger: float = AFTER_APPEND.linger,
         background: BackgroundWork | None = None,
         summarizer: SessionSummarizer | None = None,
         extractor: StructuredExtractor | None = None,
@@ -146,6 +152,23 @@ class MemoryService:
         """Recall hits counted in memory, written back in batches off the request path."""
         self.index_turns = index_turns
         """Index archived turns for episodic recall (``recall(scope=("turn",))``)."""
+        if not 0 <= index_linger <= MAX_INDEX_LINGER:
+            raise ValueError(
+                f"index_linger must be 0..{MAX_INDEX_LINGER} seconds, got {index_linger!r}: "
+                "it is how long a short batch of background index writes waits for more"
+            )
+        self.after_append = (
+            AFTER_APPEND
+            if index_linger == AFTER_APPEND.linger
+            else Batch(AFTER_APPEND.run, max_items=AFTER_APPEND.max_items, linger=index_linger)
+        )
+        """The batch kind of this service's background work after an append (indexing,
+        detection). Its ``linger`` (``index_linger``, seconds; setting ``index_linger_ms``) is
+        how long a short batch waits for more turns before its one index write: 5 ms by
+        default, which merges a busy process's turns; where turns come tens of ms apart,
+        each goes alone, and a longer linger merges them at the cost of that much more lag
+        before a turn is searchable or its memories detected (docs/decisions.md, "Index
+        write linger"). ``drain`` and the scoped waits cut it short."""
         self.index_failures = 0
         """Turn-indexing writes that failed (logged); the turns themselves were written."""
         self.auto_detect = auto_detect

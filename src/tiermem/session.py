@@ -510,13 +510,15 @@ class Session:
         )
         if index or detect:
             # One background item for both; queued items of any session are merged into
-            # one index write (AFTER_APPEND), so at 50 sessions it costs one transaction.
+            # one index write (the service's after_append batch), so at 50 sessions it
+            # costs one transaction.
             after = _AfterAppend(self, stored, analyses, index=index, detect=detect)
             background = self._service.background
             # Queued without a coroutine when the lane has room (most turns), and without
             # a future until somebody waits for it.
-            if not background.queue_batched(self._user_id, self._id, AFTER_APPEND, after):
-                await background.submit_batched(self._user_id, self._id, AFTER_APPEND, after)
+            batch = self._service.after_append
+            if not background.queue_batched(self._user_id, self._id, batch, after):
+                await background.submit_batched(self._user_id, self._id, batch, after)
         if self._service.auto_summarize:
             await self._queue_summary(stored)
 

@@ -72,6 +72,14 @@ class TierMemSettings(BaseSettings):
 
     hot_window: int = Field(default=20, ge=1, le=10_000)
     """Turns kept in the hot tier per session (seed 000: 20)."""
+    index_linger_ms: float = Field(default=5, ge=0, le=1000)
+    """How long a short batch of background work after an append (a turn's index write and
+    memory detection) waits for more turns, in milliseconds (0..1000). Turns that arrive
+    meanwhile, of any session, share one index write. 5 (default) merges a busy process's
+    turns; where turns come tens of milliseconds apart each index write goes alone (one
+    script call on Redis: ~220 µs of redis-server a turn), and 50-200 merges them, at the
+    cost of that much more delay before a turn is searchable and its memories detected.
+    See docs/decisions.md, "Index write linger"."""
     gc_grace_seconds: int = Field(default=3600, ge=0)
     """How long native TTLs let data linger past its logical expiry."""
     default_model: str = "claude-3-5-sonnet"
