@@ -37,7 +37,7 @@ from redis.asyncio import Redis
 
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
-from workload import MESSAGES, RESULTS, write_results
+from workload import MESSAGES, RESULTS, redis_dynamodb_settings, write_results
 
 
 async def commandstats(url: str) -> tuple[dict[str, tuple[int, int]], float]:
@@ -78,22 +78,8 @@ def script_names() -> dict[str, str]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     if args.dynamodb_url:
-        from tiermem.store.backends.dynamodb import create_table
-
-        # DynamoDB Local accepts any credentials; real ones are never needed here.
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
-        table = f"tiermem-bench-{prefix}"
-        await create_table(table, endpoint_url=args.dynamodb_url, region_name="us-east-1")
-        settings = TierMemSettings(
-            hot_backend="redis",
-            durable_backend="dynamodb",
-            redis_url=args.redis_url,
-            redis_prefix=prefix,
-            dynamodb_table=table,
-            dynamodb_endpoint_url=args.dynamodb_url,
-            aws_region="us-east-1",
-            index_linger_ms=args.index_linger_ms,
+        settings = await redis_dynamodb_settings(
+            args.redis_url, args.dynamodb_url, prefix, index_linger_ms=args.index_linger_ms
         )
     else:
         settings = TierMemSettings(

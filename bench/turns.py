@@ -61,7 +61,7 @@ from tiermem.service import MemoryService
 from tiermem.session import Session
 from tiermem.settings import TierMemSettings
 from tiermem.testing.round_trips import RoundTrips
-from workload import MESSAGES, RESULTS, write_results
+from workload import MESSAGES, RESULTS, redis_dynamodb_settings, write_results
 
 ALL_PAIRINGS = ("memory+memory", "embedded", "sqlite+sqlite", "redis+redis", "redis+dynamodb")
 WARM_TURNS = 50
@@ -102,22 +102,8 @@ class Servers:
                 sqlite_path=db,  # the search index of a Redis deployment without RediSearch
             )
         assert self.dynamodb_url is not None
-        from tiermem.store.backends.dynamodb import create_table
-
-        # DynamoDB Local accepts any credentials; real ones are never needed here.
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
-        table = f"tiermem-bench-{uuid.uuid4().hex[:6]}"
-        await create_table(table, endpoint_url=self.dynamodb_url, region_name="us-east-1")
-        return TierMemSettings(
-            hot_backend="redis",
-            durable_backend="dynamodb",
-            redis_url=self.redis_url,
-            redis_prefix=prefix,
-            dynamodb_table=table,
-            dynamodb_endpoint_url=self.dynamodb_url,
-            aws_region="us-east-1",
-            sqlite_path=db,
+        return await redis_dynamodb_settings(
+            self.redis_url, self.dynamodb_url, prefix, sqlite_path=db
         )
 
     async def redis_cpu_s(self) -> float | None:

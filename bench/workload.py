@@ -6,12 +6,15 @@ Imported by the scripts in this folder (``python bench/<name>.py`` puts it on th
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
+from tiermem.settings import TierMemSettings
 from tiermem.testing.conversations import generate_conversation
 
 RESULTS = Path(__file__).parent / "results"
@@ -113,3 +116,27 @@ def write_results(path: Path, results: list[dict[str, Any]], **extra: Any) -> No
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+
+
+async def redis_dynamodb_settings(
+    redis_url: str, dynamodb_url: str, prefix: str, **extra: Any
+) -> TierMemSettings:
+    """Settings of a Redis + DynamoDB service on a new table of DynamoDB Local (``extra``:
+    any other setting)."""
+    from tiermem.store.backends.dynamodb import create_table
+
+    # DynamoDB Local accepts any credentials; real ones are never needed here.
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    table = f"tiermem-bench-{uuid.uuid4().hex[:6]}"
+    await create_table(table, endpoint_url=dynamodb_url, region_name="us-east-1")
+    return TierMemSettings(
+        hot_backend="redis",
+        durable_backend="dynamodb",
+        redis_url=redis_url,
+        redis_prefix=prefix,
+        dynamodb_table=table,
+        dynamodb_endpoint_url=dynamodb_url,
+        aws_region="us-east-1",
+        **extra,
+    )
