@@ -104,6 +104,11 @@ class _Lane:
         self._bound = bound
         self._line: deque[asyncio.Future[None]] = deque()
         self._admitted = 0  # writers let in that have not put their entry yet
+        # The worker's lingering batch (see ``BackgroundWork._linger``): its wake-up, and
+        # how many queued entries fill it. A lane that fills the batch, or a writer left
+        # waiting for room, ends the linger: it never holds back a full batch or a turn.
+        self._linger: asyncio.Future[None] | None = None
+        self._linger_full = 0
 
     def qsize(self) -> int:
         return len(self._entries)
@@ -115,6 +120,8 @@ class _Lane:
         if self._line or self._room() <= 0:
             ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._line.append(ticket)
+            if self._linger is not None:
+                _wake(self._linger)  # a writer waits for room: run the batch now
             try:
                 await ticket
             except asyncio.CancelledError:
@@ -140,6 +147,8 @@ class _Lane:
             self._getter = None
             if not getter.done():
                 getter.set_result(None)
+        elif self._linger is not None and len(entries) >= self._linger_full:
+            _wake(self._linger)  # the lingering batch is full
         return True
 
     def put_nowait(self, entry: _Entry | None) -> None:
@@ -150,6 +159,8 @@ class _Lane:
             self._getter = None
             if not getter.done():
                 getter.set_result(None)
+        elif self._linger is not None and len(self._entries) >= self._linger_full:
+            _wake(self._linger)
 
     def waiter(self) -> asyncio.Future[None] | None:
         """None if an entry is queued; else a future the next :meth:`put_nowait` completes
@@ -383,7 +394,7 @@ class BackgroundWork:
                     if lingered:
                         break
                     lingered = True
-                    await self._linger(batch.linger)
+                    await self._linger(batch.linger, lane, batch.max_items - len(entries))
                     continue
                 following = lane.get_nowait()
                 if lane._line:
@@ -405,21 +416,22 @@ class BackgroundWork:
                 # drain the whole queue while every writer waits.
                 await asyncio.sleep(0)
 
-    async def _linger(self, seconds: float) -> None:
-        """Sleep ``seconds``, or less if somebody waits for the jobs (see ``_hurry``)."""
-        if self._waiting:
+    async def _linger(self, seconds: float, lane: _Lane, full: int) -> None:
+        """Sleep ``seconds``, or less: until ``lane`` queues ``full`` entries or a writer
+        waits for room in it, or somebody waits for the jobs (see ``_hurry``)."""
+        if self._waiting or lane._line:
             return
         loop = asyncio.get_running_loop()
         woken: asyncio.Future[None] = loop.create_future()
         timer = self._lingering[woken] = loop.call_at(loop.time() + seconds, _wake, woken)
+        lane._linger, lane._linger_full = woken, full
         try:
             await woken
-        except BaseException:  # cancelled: the timer must not outlive the wait
-            timer.cancel()
-            raise
         finally:
-            # Woken by its timer (most lingers): nothing to cancel; by ``_hurry``, which
-            # cancelled the timer.
+            # Woken by its timer (most lingers), cancelling it is a no-op; woken by the lane
+            # or ``_hurry``, or cancelled, the timer must not outlive the wait.
+            timer.cancel()
+            lane._linger = None
             del self._lingering[woken]
 
     def _hurry(self) -> None:

@@ -33,7 +33,7 @@ from typing import Any, Self
 
 from pydantic import ValidationError as PydanticValidationError
 
-from tiermem.background import BackgroundWork, Batch
+from tiermem.background import BackgroundWork
 from tiermem.clock import Clock, IdFactory, SystemClock, UlidFactory
 from tiermem.errors import ValidationError
 from tiermem.extraction.entities import EntityExtractor, RuleEntityExtractor
@@ -60,6 +60,7 @@ from tiermem.session import (
     Session,
     SessionStats,
     TurnInput,
+    after_append_batch,
     check_turn_fields,
     content_blocks,
     invalid_turn,
@@ -122,6 +123,12 @@ class MemoryService:
         auto_summarize: bool = True,
         rollup_policy: RollupPolicy | None = None,
     ) -> None:
+        if isinstance(index_linger, bool) or not 0 <= index_linger <= MAX_INDEX_LINGER:
+            # Checked before anything is built: nothing is left open by a bad value.
+            raise ValueError(
+                f"index_linger must be 0..{MAX_INDEX_LINGER} seconds, got {index_linger!r}: "
+                "it is how long a short batch of background index writes waits for more"
+            )
         self.clock = clock or SystemClock()
         self.ids = ids or UlidFactory()
         self.tokens = tokens or TiktokenCounter()
@@ -152,16 +159,7 @@ class MemoryService:
         """Recall hits counted in memory, written back in batches off the request path."""
         self.index_turns = index_turns
         """Index archived turns for episodic recall (``recall(scope=("turn",))``)."""
-        if not 0 <= index_linger <= MAX_INDEX_LINGER:
-            raise ValueError(
-                f"index_linger must be 0..{MAX_INDEX_LINGER} seconds, got {index_linger!r}: "
-                "it is how long a short batch of background index writes waits for more"
-            )
-        self.after_append = (
-            AFTER_APPEND
-            if index_linger == AFTER_APPEND.linger
-            else Batch(AFTER_APPEND.run, max_items=AFTER_APPEND.max_items, linger=index_linger)
-        )
+        self.after_append = after_append_batch(index_linger)
         """The batch kind of this service's background work after an append (indexing,
         detection). Its ``linger`` (``index_linger``, seconds; setting ``index_linger_ms``) is
         how long a short batch waits for more turns before its one index write: 5 ms by

@@ -10,6 +10,7 @@ tracks its entities, and queues its indexing and memory detection as background 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -1228,6 +1229,16 @@ def _index_failed(item: _AfterAppend, exc: TierMemError) -> None:
 AFTER_APPEND: Batch[_AfterAppend] = Batch(_after_appends, max_items=64, linger=0.005)
 """Queued appends merged into one background call (bounded: a large batch would hold the
 worker, and the index transaction, for long)."""
+
+
+@functools.lru_cache(maxsize=16)
+def after_append_batch(linger: float) -> Batch[_AfterAppend]:
+    """The batch of :data:`AFTER_APPEND`'s kind with another ``linger`` (seconds): one per
+    value, so services sharing a :class:`~tiermem.background.BackgroundWork` with the same
+    linger merge their items (batches are told apart by identity)."""
+    if linger == AFTER_APPEND.linger:
+        return AFTER_APPEND
+    return Batch(_after_appends, max_items=AFTER_APPEND.max_items, linger=linger)
 
 
 def _view_policy(optimize: object) -> OptimizePolicy | None:
