@@ -1,15 +1,16 @@
 """redis-server's instructions per Lua script change, without the client's noise (issue #8).
 
 ``capture`` runs ``bench/turn_cpu.py``'s plain turn (``add_turn`` then ``history()``,
-background drained) on a Redis + Redis service and records every round trip of the direct
-lane, as the bytes it wrote; ``replay`` writes them again, in order, to a fresh server,
-after loading every script of the tree on ``PYTHONPATH``: ``--variant NAME=FILE`` loads
-FILE as script NAME instead (its SHA1 replaces the former one in the recorded calls) and
-``--skip NAME`` leaves out the calls of NAME. Replies are not compared; errors are
-counted and printed. Recorded arguments hold the capture's clock (``now``), so a replay
-runs the same branches each time: under callgrind, two replays of captures of N and M
-turns give the server's instructions per turn, ``(I(M) - I(N)) / (M - N)``, for the
-scripts as they are and as changed, without running the client under valgrind::
+background drained) on a Redis + Redis service (``--dynamodb-url``: Redis + DynamoDB, the
+hot tier's calls) and records every round trip of the direct lane, as the bytes it
+wrote; ``replay`` writes them again, in order, to a fresh server, after loading every
+script of the tree on ``PYTHONPATH``: ``--variant NAME=FILE`` loads FILE as script NAME
+instead (its SHA1 replaces the former one in the recorded calls) and ``--skip NAME``
+leaves out the calls of NAME. Replies are not compared; errors are counted and printed.
+Recorded arguments hold the capture's clock (``now``), so a replay runs the same branches
+each time: under callgrind, two replays of captures of N and M turns give the server's
+instructions per turn, ``(I(M) - I(N)) / (M - N)``, for the scripts as they are and as
+changed, without running the client under valgrind::
 
     PYTHONPATH=src:bench python bench/redis_script_replay.py capture \\
         --redis-url redis://127.0.0.1:6379/0 --turns 2500 --out /tmp/c2500.pkl
@@ -56,11 +57,14 @@ def scripts() -> dict[str, Any]:
     return found
 
 
-def capture(url: str, turns: int, out: Path, workload: str) -> None:
+def capture(
+    url: str, turns: int, out: Path, workload: str, dynamodb_url: str | None = None
+) -> None:
     import turn_cpu
     from tiermem.service import MemoryService
     from tiermem.settings import TierMemSettings
     from tiermem.store.backends import redis_scripts
+    from workload import redis_dynamodb_settings
 
     log: list[tuple[bytes, int]] = []
     lane = redis_scripts.DirectLane
@@ -72,11 +76,14 @@ def capture(url: str, turns: int, out: Path, workload: str) -> None:
 
     lane.roundtrip = recorded  # type: ignore[method-assign]
     prefix = f"rp{uuid.uuid4().hex[:6]}"
-
-    def service(pairing: str, tmp: Path, *, summaries: bool = False) -> MemoryService:
+    if dynamodb_url is None:
         settings = TierMemSettings(
             hot_backend="redis", durable_backend="redis", redis_url=url, redis_prefix=prefix
         )
+    else:  # Redis + DynamoDB: only the hot tier's round trips are Redis's
+        settings = asyncio.run(redis_dynamodb_settings(url, dynamodb_url, prefix))
+
+    def service(pairing: str, tmp: Path, *, summaries: bool = False) -> MemoryService:
         return MemoryService.from_settings(settings, auto_summarize=summaries)
 
     turn_cpu._service = service
@@ -142,6 +149,9 @@ def main() -> None:
     cap.add_argument("--turns", type=int, required=True)
     cap.add_argument("--out", type=Path, required=True)
     cap.add_argument("--workload", default="bench")
+    cap.add_argument(
+        "--dynamodb-url", help="capture a Redis + DynamoDB service (the hot tier's calls)"
+    )
     rep = sub.add_parser("replay")
     rep.add_argument("--socket", required=True, help="the fresh server's unix socket")
     rep.add_argument("--capture", type=Path, required=True)
@@ -149,7 +159,7 @@ def main() -> None:
     rep.add_argument("--skip", action="append", default=[], help="a script's name")
     args = parser.parse_args()
     if args.command == "capture":
-        capture(args.redis_url, args.turns, args.out, args.workload)
+        capture(args.redis_url, args.turns, args.out, args.workload, args.dynamodb_url)
     else:
         variants = dict(v.split("=", 1) for v in args.variant)
         replay(args.socket, args.capture, variants, args.skip)

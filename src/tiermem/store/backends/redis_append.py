@@ -170,11 +170,12 @@ local function hot_read(now)
          m[7] ~= false and m[7] == m[2]
 end
 local function hot_commit(version, entities, state, expires, ttl, next_index, now, deadline,
-                          fresh, fresh2)
+                          fresh, fresh2, extra)
   -- Version, expiry and next index; the native TTL of the four keys is re-set only when
   -- native_ttl says so (meta 'd' keeps the deadline they were given), else only the keys
   -- this write may have created (HK indexes `fresh`, `fresh2`, or nil) get the deadline
-  -- the others have.
+  -- the others have. `extra` (or nil): more meta field/value pairs, written by the same
+  -- HSET (a redis.call saved).
   -- Part markers, for readers that cache the session: 'ev' and 'sv' are the versions at
   -- which the entities and the state hash last changed (`entities`, `state`: this write
   -- changed them, or the markers were not current), 'c' the version of the last write
@@ -182,7 +183,13 @@ local function hot_commit(version, entities, state, expires, ttl, next_index, no
   -- 'c' differs from 'v' the markers say nothing, and the next write sets both afresh.
   local set, until_us = native_ttl(deadline, now, tonumber(ttl))
   local v = string.format('%d', version)
-  local f = {'v', v, 'x', expires, 'c', v}
+  local f = extra or {}
+  f[#f + 1] = 'v'
+  f[#f + 1] = v
+  f[#f + 1] = 'x'
+  f[#f + 1] = expires
+  f[#f + 1] = 'c'
+  f[#f + 1] = v
   if next_index then
     f[#f + 1] = 'n'
     f[#f + 1] = string.format('%d', next_index)
@@ -223,9 +230,10 @@ local function hot_entities(at, removed, upserts)
   return created
 end
 local function hot_push(turns, window)
-  -- Answers whether the list was created by this push (it has no native TTL yet).
+  -- Answers whether the list was created by this push (it has no native TTL yet). A
+  -- list still within the window is not trimmed (most sessions are shorter than it).
   local length = redis.call('RPUSH', HK[2], unpack(turns))
-  redis.call('LTRIM', HK[2], -window, -1)
+  if length > window then redis.call('LTRIM', HK[2], -window, -1) end
   return length == #turns
 end
 local function fresh_keys(created_turns, created_entities)
@@ -440,8 +448,9 @@ _HOT_APPEND_BODY = """
 -- call that was applied is answered as the first time and appends nothing.
 local now = tonumber(ARGV[1])
 local live, version, start, epoch, recent, deadline, marked = hot_read(now)
-if recent then
+if recent and string.find(recent, ' ' .. ARGV[8] .. ':', 1, true) then
   -- A resend of this very call (its write id is ARGV[8], hex): answer as the first time.
+  -- (The plain find first, as seen_append does: the usual answer is no.)
   local v, s = string.match(recent, ' ' .. ARGV[8] .. ':(%d+):(%d+)')
   if v then return {'ok', tonumber(v), tonumber(s), v == '1' and 1 or 0, epoch} end
 end
@@ -462,11 +471,15 @@ for i = tpl_at, #ARGV do
   turns[#turns + 1] = ARGV[i] .. ',"index":' .. string.format('%d', start + i - tpl_at) .. '}'
 end
 local created = hot_push(turns, tonumber(ARGV[4]))
-if ARGV[7] ~= '' then redis.call('HSET', HK[1], 'm', ARGV[7]) end
-redis.call('HSET', HK[1], 'w', with_write(live and recent, ARGV[8], version + 1, start))
-local ent_created = hot_entities(11, removed, upserts)
+-- The recent write ids and the metadata go in hot_commit's HSET.
+local meta = {'w', with_write(live and recent, ARGV[8], version + 1, start)}
+if ARGV[7] ~= '' then
+  meta[3] = 'm'
+  meta[4] = ARGV[7]
+end
+local fresh, fresh2 = fresh_keys(created, hot_entities(11, removed, upserts))
 hot_commit(version + 1, not marked or removed + upserts > 0, not marked, ARGV[2], ARGV[3],
-           start + #turns, now, live and deadline, fresh_keys(created, ent_created))
+           start + #turns, now, live and deadline, fresh, fresh2, meta)
 return {'ok', version + 1, start, live and 0 or 1, epoch}
 """
 
