@@ -2,10 +2,12 @@
 # The project's single test command (CI runs it via .ci/run).
 #
 #   scripts/test.sh [pytest args...]
-#       install everything, start a private redis-server and DynamoDB Local on
-#       free loopback ports, then run ruff, mypy and pytest against them (mypy runs
-#       in the background while the services start and pytest runs; its report follows
-#       pytest's, and either failing fails the run).
+#       install everything, start private servers on free loopback ports (per pytest
+#       worker: a redis-server, a 3-master Redis Cluster and a DynamoDB Local), then run
+#       ruff, mypy and pytest against them. pytest runs in TIERMEM_TEST_WORKERS processes
+#       (default 2, pytest-xdist; "-n 0" among the pytest args runs one process, against
+#       the first set). mypy runs in the background while the services start and pytest
+#       runs; its report follows pytest's, and either failing fails the run.
 #
 #   TIERMEM_TEST_SERVICES_ONLY=1 scripts/test.sh [command...]
 #       start the services, print the exported variables, run the command
@@ -79,22 +81,31 @@ DDB_JAR="${DDB_JARS[0]}"
 echo "jar: $DDB_JAR"
 
 # ---------------------------------------------------------------- services
+# pytest runs in WORKERS processes (pytest-xdist), each against a set of servers of its
+# own (a redis-server, a 3-master Redis Cluster, a DynamoDB Local): tests read server-wide
+# state (INFO commandstats, the slowlog, keyspace events) and change it (SCRIPT FLUSH,
+# CONFIG SET), so two workers never share a server. The services-only mode starts one set.
+if [ "$SERVICES_ONLY" = 1 ]; then
+    WORKERS="${TIERMEM_TEST_WORKERS:-1}"
+else
+    WORKERS="${TIERMEM_TEST_WORKERS:-2}"
+fi
+case "$WORKERS" in ''|*[!0-9]*|0) die "TIERMEM_TEST_WORKERS must be a whole number >= 1, got '$WORKERS'" ;; esac
 RUN_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tiermem-test.XXXXXX")"
-REDIS_PID="" DDB_PID="" CLUSTER_PIDS="" MYPY_PID=""
+SERVER_PIDS="" MYPY_PID=""
 stop_services() {
     local rc=$? pid
     trap - EXIT INT TERM
     # A mypy still running (the run stopped early) is not waited for.
     [ -z "$MYPY_PID" ] || kill "$MYPY_PID" 2>/dev/null || true
-    for pid in $REDIS_PID $DDB_PID $CLUSTER_PIDS; do kill "$pid" 2>/dev/null || true; done
-    for pid in $REDIS_PID $DDB_PID $CLUSTER_PIDS; do
+    for pid in $SERVER_PIDS; do kill "$pid" 2>/dev/null || true; done
+    for pid in $SERVER_PIDS; do
         # Give each up to ~10 s to exit cleanly, then force it.
         for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
-    [ -z "$REDIS_PID$DDB_PID$CLUSTER_PIDS" ] \
-        || echo "== stopped services (pids $REDIS_PID $DDB_PID$CLUSTER_PIDS)"
+    [ -z "$SERVER_PIDS" ] || echo "== stopped services (pids$SERVER_PIDS)"
     rm -rf "$RUN_DIR"
     exit "$rc"
 }
@@ -103,20 +114,11 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # mypy (strict, ~95 s of CPU from a fresh clone with no cache) needs neither the services
-# nor the tests: it runs on the CPU the single pytest process leaves idle (CI has 2 cores),
-# instead of in front of it. Its report is printed after pytest's.
+# nor the tests: it runs beside them, and its report is printed after pytest's.
 if [ "$SERVICES_ONLY" != 1 ]; then
     mypy src >"$RUN_DIR/mypy.log" 2>&1 &
     MYPY_PID=$!
 fi
-
-# Ask the kernel for two distinct free loopback ports (both held open at once).
-read -r REDIS_PORT DDB_PORT < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(2)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in ss))')
-[ -n "${DDB_PORT:-}" ] || die "could not pick free ports"
 
 # wait_until NAME PID LOG CHECK...: poll CHECK until it succeeds; fail early if
 # the server process died, and show its log either way on failure.
@@ -134,20 +136,20 @@ wait_until() {
     done
 }
 
-say "starting redis-server on 127.0.0.1:$REDIS_PORT"
-# No persistence: tests must not leave dump files behind or depend on them.
-"$REDIS_BIN" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
-    --daemonize no --dir "$RUN_DIR" >"$RUN_DIR/redis.log" 2>&1 &
-REDIS_PID=$!
-wait_until redis-server "$REDIS_PID" "$RUN_DIR/redis.log" \
-    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping
-
-# A 3-master Redis Cluster for the cluster backend. A cluster node also listens on its
-# port + 10000 (the cluster bus), so pick ports whose bus port is free too.
-read -r -a CLUSTER_PORTS < <(python3 -c '
-import random, socket
+# Free loopback ports: `free_ports N` prints N distinct ports (all held open at once);
+# `free_cluster_ports N` prints N ports whose cluster bus port (port + 10000) is free too.
+free_ports() {
+    python3 -c '
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in ss))' "$1"
+}
+free_cluster_ports() {
+    python3 -c '
+import random, socket, sys
 picked, held = [], []
-while len(picked) < 3:
+while len(picked) < int(sys.argv[1]):
     port = random.randint(20000, 29999)
     try:
         ss = [socket.socket() for _ in (0, 1)]
@@ -155,43 +157,12 @@ while len(picked) < 3:
     except OSError:
         continue
     held += ss; picked.append(port)
-print(*picked)')
-[ "${#CLUSTER_PORTS[@]}" -eq 3 ] || die "could not pick free ports for the Redis Cluster"
-say "starting a 3-master Redis Cluster on 127.0.0.1:${CLUSTER_PORTS[*]}"
-CLUSTER_PIDS=""
-for port in "${CLUSTER_PORTS[@]}"; do
-    mkdir -p "$RUN_DIR/cluster-$port"
-    "$REDIS_BIN" --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
-        --cluster-enabled yes --cluster-config-file "nodes-$port.conf" \
-        --cluster-node-timeout 5000 --daemonize no --dir "$RUN_DIR/cluster-$port" \
-        >"$RUN_DIR/cluster-$port.log" 2>&1 &
-    CLUSTER_PIDS="$CLUSTER_PIDS $!"
-    wait_until "redis cluster node $port" "$!" "$RUN_DIR/cluster-$port.log" \
-        redis-cli -h 127.0.0.1 -p "$port" ping
-done
-redis-cli --cluster create $(printf '127.0.0.1:%s ' "${CLUSTER_PORTS[@]}") \
-    --cluster-replicas 0 --cluster-yes >"$RUN_DIR/cluster-create.log" 2>&1 \
-    || { cat "$RUN_DIR/cluster-create.log" >&2; die "redis-cli --cluster create failed"; }
-cluster_ok() {
-    local port
-    for port in "${CLUSTER_PORTS[@]}"; do
-        redis-cli -h 127.0.0.1 -p "$port" cluster info | grep -q '^cluster_state:ok' || return 1
-    done
+print(*picked)' "$1"
 }
-first_cluster_pid="${CLUSTER_PIDS# }"; first_cluster_pid="${first_cluster_pid%% *}"
-wait_until "redis cluster" "$first_cluster_pid" "$RUN_DIR/cluster-create.log" cluster_ok
 
-say "starting DynamoDB Local on 127.0.0.1:$DDB_PORT"
-# DynamoDB Local has no bind-address option (it listens on all interfaces);
-# clients use 127.0.0.1. -sharedDb: one database whatever the region/creds;
-# -disableTelemetry: no outbound traffic.
-t0=$(date +%s%N)
-java -Djava.library.path="$(dirname "$DDB_JAR")/DynamoDBLocal_lib" -jar "$DDB_JAR" \
-    -inMemory -sharedDb -disableTelemetry -port "$DDB_PORT" >"$RUN_DIR/dynamodb.log" 2>&1 &
-DDB_PID=$!
 # A real ListTables call (DynamoDB Local checks the auth header's shape, not the signature).
 ddb_ready() {
-    python3 - "$DDB_PORT" <<'EOF'
+    python3 - "$1" <<'EOF'
 import json, sys, urllib.request
 req = urllib.request.Request(
     f"http://127.0.0.1:{sys.argv[1]}/", data=b"{}", method="POST",
@@ -203,19 +174,97 @@ with urllib.request.urlopen(req, timeout=2) as r:
     json.load(r)["TableNames"]
 EOF
 }
-wait_until "DynamoDB Local" "$DDB_PID" "$RUN_DIR/dynamodb.log" ddb_ready
+
+cluster_ok() {
+    local port
+    for port in "$@"; do
+        redis-cli -h 127.0.0.1 -p "$port" cluster info | grep -q '^cluster_state:ok' || return 1
+    done
+}
+
+read -r -a PORTS < <(free_ports $((2 * WORKERS)))
+[ "${#PORTS[@]}" -eq $((2 * WORKERS)) ] || die "could not pick free ports"
+read -r -a CLUSTER_PORTS < <(free_cluster_ports $((3 * WORKERS)))
+[ "${#CLUSTER_PORTS[@]}" -eq $((3 * WORKERS)) ] || die "could not pick free ports for the Redis Clusters"
+REDIS_URLS=() CLUSTER_URLS=() DDB_URLS=() DDB_PIDS=()
+
+# The DynamoDB Locals first: a JVM takes longest to answer, so they start while the rest does.
+# DynamoDB Local has no bind-address option (it listens on all interfaces); clients use
+# 127.0.0.1. -sharedDb: one database whatever the region/creds; -disableTelemetry: no
+# outbound traffic.
+t0=$(date +%s%N)
+for ((w = 0; w < WORKERS; w++)); do
+    port=${PORTS[$((2 * w + 1))]}
+    say "starting DynamoDB Local $w on 127.0.0.1:$port"
+    java -Djava.library.path="$(dirname "$DDB_JAR")/DynamoDBLocal_lib" -jar "$DDB_JAR" \
+        -inMemory -sharedDb -disableTelemetry -port "$port" >"$RUN_DIR/dynamodb-$w.log" 2>&1 &
+    DDB_PIDS+=("$!"); SERVER_PIDS="$SERVER_PIDS $!"
+    DDB_URLS+=("http://127.0.0.1:$port")
+done
+
+for ((w = 0; w < WORKERS; w++)); do
+    port=${PORTS[$((2 * w))]}
+    say "starting redis-server $w on 127.0.0.1:$port"
+    # No persistence: tests must not leave dump files behind or depend on them.
+    mkdir -p "$RUN_DIR/redis-$w"
+    "$REDIS_BIN" --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+        --daemonize no --dir "$RUN_DIR/redis-$w" >"$RUN_DIR/redis-$w.log" 2>&1 &
+    SERVER_PIDS="$SERVER_PIDS $!"
+    wait_until "redis-server $w" "$!" "$RUN_DIR/redis-$w.log" \
+        redis-cli -h 127.0.0.1 -p "$port" ping
+    REDIS_URLS+=("redis://127.0.0.1:$port/0")
+
+    # A 3-master Redis Cluster for the cluster backend. A cluster node also listens on its
+    # port + 10000 (the cluster bus), so its ports were picked with that one free too.
+    nodes=("${CLUSTER_PORTS[@]:$((3 * w)):3}")
+    say "starting Redis Cluster $w (3 masters) on 127.0.0.1:${nodes[*]}"
+    first_pid=""
+    for node in "${nodes[@]}"; do
+        mkdir -p "$RUN_DIR/cluster-$node"
+        "$REDIS_BIN" --bind 127.0.0.1 --port "$node" --save '' --appendonly no \
+            --cluster-enabled yes --cluster-config-file "nodes-$node.conf" \
+            --cluster-node-timeout 5000 --daemonize no --dir "$RUN_DIR/cluster-$node" \
+            >"$RUN_DIR/cluster-$node.log" 2>&1 &
+        SERVER_PIDS="$SERVER_PIDS $!"
+        first_pid=${first_pid:-$!}
+        wait_until "redis cluster node $node" "$!" "$RUN_DIR/cluster-$node.log" \
+            redis-cli -h 127.0.0.1 -p "$node" ping
+    done
+    redis-cli --cluster create $(printf '127.0.0.1:%s ' "${nodes[@]}") \
+        --cluster-replicas 0 --cluster-yes >"$RUN_DIR/cluster-create-$w.log" 2>&1 \
+        || { cat "$RUN_DIR/cluster-create-$w.log" >&2; die "redis-cli --cluster create failed"; }
+    wait_until "redis cluster $w" "$first_pid" "$RUN_DIR/cluster-create-$w.log" \
+        cluster_ok "${nodes[@]}"
+    CLUSTER_URLS+=("redis://127.0.0.1:${nodes[0]}/0")
+done
+
+for ((w = 0; w < WORKERS; w++)); do
+    port=${PORTS[$((2 * w + 1))]}
+    wait_until "DynamoDB Local $w" "${DDB_PIDS[$w]}" "$RUN_DIR/dynamodb-$w.log" ddb_ready "$port"
+done
 echo "DynamoDB Local answered after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 
-export TIERMEM_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
-export TIERMEM_TEST_DYNAMODB_URL="http://127.0.0.1:$DDB_PORT"
-export TIERMEM_TEST_REDIS_CLUSTER_URL="redis://127.0.0.1:${CLUSTER_PORTS[0]}/0"
+# The first set under the plain names (benches, the services-only mode, a single pytest
+# process); worker gwN of pytest-xdist reads set N's names (tests/conftest.py).
+export TIERMEM_TEST_REDIS_URL="${REDIS_URLS[0]}"
+export TIERMEM_TEST_DYNAMODB_URL="${DDB_URLS[0]}"
+export TIERMEM_TEST_REDIS_CLUSTER_URL="${CLUSTER_URLS[0]}"
 export TIERMEM_TEST_REDIS_SERVER_BIN="$REDIS_BIN"
 export TIERMEM_REQUIRE_BACKENDS=1
 export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1
-for v in TIERMEM_TEST_REDIS_URL TIERMEM_TEST_REDIS_CLUSTER_URL TIERMEM_TEST_DYNAMODB_URL TIERMEM_TEST_REDIS_SERVER_BIN \
-         TIERMEM_REQUIRE_BACKENDS AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_DEFAULT_REGION; do
-    echo "export $v=${!v}"
-done
+SHOWN=(TIERMEM_TEST_REDIS_URL TIERMEM_TEST_REDIS_CLUSTER_URL TIERMEM_TEST_DYNAMODB_URL
+       TIERMEM_TEST_REDIS_SERVER_BIN TIERMEM_REQUIRE_BACKENDS AWS_ACCESS_KEY_ID
+       AWS_SECRET_ACCESS_KEY AWS_DEFAULT_REGION)
+if [ "$WORKERS" -gt 1 ]; then
+    for ((w = 0; w < WORKERS; w++)); do
+        export "TIERMEM_TEST_REDIS_URL_GW$w=${REDIS_URLS[$w]}"
+        export "TIERMEM_TEST_REDIS_CLUSTER_URL_GW$w=${CLUSTER_URLS[$w]}"
+        export "TIERMEM_TEST_DYNAMODB_URL_GW$w=${DDB_URLS[$w]}"
+        SHOWN+=("TIERMEM_TEST_REDIS_URL_GW$w" "TIERMEM_TEST_REDIS_CLUSTER_URL_GW$w"
+                "TIERMEM_TEST_DYNAMODB_URL_GW$w")
+    done
+fi
+for v in "${SHOWN[@]}"; do echo "export $v=${!v}"; done
 
 # ---------------------------------------------------------------- checks
 if [ "$SERVICES_ONLY" = 1 ]; then
@@ -229,9 +278,11 @@ for d in src tests bench; do [ -d "$d" ] && LINT_DIRS+=("$d"); done
 say "ruff check ${LINT_DIRS[*]}"
 ruff check "${LINT_DIRS[@]}"
 
-say "pytest $*"
+PYTEST_ARGS=()
+[ "$WORKERS" -eq 1 ] || PYTEST_ARGS=(-n "$WORKERS")
+say "pytest ${PYTEST_ARGS[*]} $*"
 rc=0
-python -m pytest "$@" || rc=$?
+python -m pytest "${PYTEST_ARGS[@]}" "$@" || rc=$?
 # pytest's 5 means "no tests collected": that is a failure for us too.
 [ "$rc" -ne 5 ] || echo "test.sh: pytest collected no tests: failing" >&2
 

@@ -53,11 +53,48 @@ def _temproot_in_memory(shm: Path = Path("/dev/shm"), need: int = 2 << 30) -> No
 
 _temproot_in_memory()
 
+
+def _servers_of_this_worker() -> None:
+    """Point the plain server variables at this pytest-xdist worker's own servers:
+    scripts/test.sh starts a set per worker (``TIERMEM_TEST_REDIS_URL_GW0``, ...), since
+    tests read and change server-wide state (INFO commandstats, the slowlog, SCRIPT FLUSH,
+    CONFIG SET) that another worker's tests would disturb. Set in the environment, so the
+    processes a test starts (servers, workers) use the same set."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker:
+        return
+    for var in (
+        "TIERMEM_TEST_REDIS_URL",
+        "TIERMEM_TEST_REDIS_CLUSTER_URL",
+        "TIERMEM_TEST_DYNAMODB_URL",
+    ):
+        own = os.environ.get(f"{var}_{worker.upper()}")
+        if own:
+            os.environ[var] = own
+        elif os.environ.get(var) and require_backends():
+            # One set shared by several workers would let their tests disturb each other.
+            raise pytest.UsageError(
+                f"{var} is set but {var}_{worker.upper()} is not: run the suite through "
+                "scripts/test.sh, which starts servers for each worker, or pass -n 0"
+            )
+
+
 BACKENDS = ["memory", "sqlite", "redis", "redis-cluster", "dynamodb"]
 
 
 def require_backends() -> bool:
     return os.environ.get("TIERMEM_REQUIRE_BACKENDS", "") == "1"
+
+
+_servers_of_this_worker()
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # A pytest-xdist worker runs with COLUMNS=80 in its environment (a lone pytest process
+    # has none). rich reads it when a console is built and keeps it, so the CLI's output
+    # would wrap where it does not in one process, whichever test built the console first.
+    # The workers run as one process does: no size set.
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 
 def server_url(backend: str) -> str:
