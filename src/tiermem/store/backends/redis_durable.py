@@ -207,14 +207,15 @@ SESSION_PURGE = LuaScript(
     """
 -- KEYS: 1 archive, 2 records, 3 dmeta, 4 idem. ARGV: 1 now, 2 user_id. A purge of the user
 -- deletes the session unless another user holds it now (the id was registered again after
--- the user's session died); the note of the user goes either way.
+-- the user's session died); the note of the user goes either way. Every header field goes,
+-- the native deadline 't' too (the header, named after the session, must not outlive it).
 local h = redis.call('HGET', KEYS[3], 'h')
 local live = h == 'inf' or (h ~= false and tonumber(h) > tonumber(ARGV[1]))
 local owner = redis.call('HGET', KEYS[3], 'o')
 redis.call('HDEL', KEYS[3], 'u=' .. ARGV[2])
 if live and owner and owner ~= ARGV[2] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[4])
-redis.call('HDEL', KEYS[3], 'h', 'o', 'c', 'w')
+redis.call('HDEL', KEYS[3], 'h', 'o', 'c', 'w', 't')
 return 1
 """,
 )
