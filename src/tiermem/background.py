@@ -385,6 +385,7 @@ class BackgroundWork:
             if entry.batch is None:
                 assert entry.job is not None  # a plain job's entry always has one
                 await self._settle_run([entry], entry.job)
+                entry = None  # not held while waiting for the next (it may hold a turn)
                 continue
             batch = entry.batch
             entries = [entry]
@@ -410,7 +411,12 @@ class BackgroundWork:
                 self._failed(entries, exc)
             else:
                 self._succeeded(entries)
-            if len(entries) > 1:
+            many = len(entries) > 1
+            # Nothing of the batch is held while waiting for the next: its items hold turns
+            # (a purged user's text must not stay in memory until the next batch comes).
+            entries.clear()
+            entry = following = None
+            if many:
                 # Taking many items may have freed room for many waiting writers: let them
                 # run before the next batch, or a worker whose jobs never suspend would
                 # drain the whole queue while every writer waits.

@@ -72,6 +72,7 @@ from tiermem.store.keys import validate_id
 from tiermem.summaries.models import SessionSummarizer, StructuredExtractor
 from tiermem.summaries.rolling import SummaryPolicy
 from tiermem.summaries.rollup import RollupPolicy
+from tiermem.text_caches import forget_texts
 from tiermem.tiers.config import SessionTierConfig
 from tiermem.tiers.sweeper import ExpirySweeper, Handoff
 from tiermem.tiers.tiered import TieredSessionStore, TierMetrics
@@ -270,8 +271,17 @@ class MemoryService:
         """
         validate_id(user_id, what="user_id")
         await self.background.wait_for(user_id=user_id)
-        deleted = await self.tiers.forget_user_sessions(user_id)
-        return deleted + await self.longterm.purge_user(user_id)
+        deleted = await self.tiers.forget_user_sessions(user_id, forget=self._forget_session)
+        deleted += await self.longterm.purge_user(user_id)
+        forget_texts()
+        return deleted
+
+    def _forget_session(self, session_id: str) -> None:
+        """Drop what this process keeps of a deleted session: the summary jobs' records,
+        watermark and turns, and the context cache's entry (bounded caches, but a purged
+        user's facts must not stay in memory until they are evicted)."""
+        self.summaries.forget(session_id)
+        self.context_cache.drop(session_id)
 
     async def roll_up(self, user_id: str) -> int:
         """Roll the user's older session summaries into weekly and monthly ones (run after

@@ -65,6 +65,7 @@ from tiermem.store.codec import check_idempotency_key
 from tiermem.store.contract import MAX_TURNS_PER_APPEND, EntityChange
 from tiermem.store.keys import validate_id
 from tiermem.summaries.structured import ENTITY_SLOTS, SUBJECT_SLOTS, wrong_regions
+from tiermem.text_caches import forget_texts
 from tiermem.tiers.tiered import SessionView, derive_metadata, rebase_entity_change
 
 if TYPE_CHECKING:
@@ -740,6 +741,7 @@ class Session:
             await self._service.longterm.unindex_turns(self.user_id, self.id, [index])
         # ...and so is what the handoff derived from it (long-term memory, roll-ups).
         await self._service.handoff.redacted(self.user_id, self.id, index, self._tiers.durable_view)
+        forget_texts()  # the turn's former text, in the caches of what was read
         return redacted
 
     # -- metadata, entities, state ----------------------------------------------------

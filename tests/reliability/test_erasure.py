@@ -2,8 +2,8 @@
 
 A user's data goes everywhere a deployment writes: hot tier, archive, session records
 (state, summaries, structured memory, handoff), long-term memories, knowledge documents,
-the recall index, the user's session list. On the embedded SQLite deployment and on
-Redis + DynamoDB (real servers), the test writes all of that, then:
+the recall index, the user's session list. On the embedded SQLite deployment, on
+Redis + Redis and on Redis + DynamoDB (real servers), the test writes all of that, then:
 
 * redacts one turn: its content is gone from the hot window, the archive, recall, and --
   after the next summarization pass -- from the summaries; a raw scan of every store finds
@@ -65,10 +65,18 @@ class Deployment:
         return found
 
 
-@pytest.fixture(params=["sqlite", "redis+dynamodb"])
+@pytest.fixture(params=["sqlite", "redis+redis", "redis+dynamodb"])
 async def deployment(request: pytest.FixtureRequest, tmp_path: Path) -> Deployment:
     if request.param == "sqlite":
         settings = TierMemSettings(sqlite_path=tmp_path / "t.db")
+    elif request.param == "redis+redis":
+        settings = TierMemSettings(
+            hot_backend="redis",
+            durable_backend="redis",
+            redis_url=server_url("redis"),
+            redis_prefix=f"e{uuid.uuid4().hex[:8]}",
+            sqlite_path=tmp_path / "index.db",  # the search index (no RediSearch here)
+        )
     else:
         endpoint = server_url("dynamodb")
         settings = TierMemSettings(
@@ -142,3 +150,83 @@ async def test_redaction_and_purge_leave_nothing_in_any_store(deployment: Deploy
         kept = await memory.session(other_sid, user_id=other)
         assert (await kept.get_turn(0)).text.endswith("Berserk vol 42?")
         assert await memory.longterm.recall(other, KEPT)
+
+
+def held_in_memory(needles: list[str]) -> list[str]:
+    """The strings (and bytes) of this process that contain a needle, each with the type
+    of the tracked object it was found under: through every object the garbage collector
+    tracks and, below them, the containers it does not track (tuples and dicts of
+    strings). The needles themselves, this scan's own objects and the frames now running
+    (the test's locals) are left out."""
+    import gc
+    import sys
+
+    raw = [n.encode() for n in needles]
+    found: list[str] = []
+    skip = {id(n) for n in needles} | {id(raw), id(found), id(needles)}
+    frame = sys._getframe()
+    while frame is not None:
+        skip.add(id(frame))
+        frame = frame.f_back
+    seen: set[int] = set()
+    objects = gc.get_objects()
+    skip.add(id(objects))
+    stack = [(o, o) for o in objects if id(o) not in skip]
+    del objects
+    skip.add(id(stack))
+    while stack:
+        obj, root = stack.pop()
+        for ref in gc.get_referents(obj):
+            if id(ref) in skip or id(ref) in seen:
+                continue
+            if isinstance(ref, str):
+                hit = any(n in ref for n in needles)
+            elif isinstance(ref, (bytes, bytearray)):
+                hit = any(n in ref for n in raw)
+            else:
+                if not gc.is_tracked(ref):  # an untracked tuple or dict: look inside
+                    seen.add(id(ref))
+                    stack.append((ref, root))
+                continue
+            if hit:
+                seen.add(id(ref))
+                where = type(root).__qualname__
+                if isinstance(root, dict):
+                    where += f" {list(root)[:3]}"
+                found.append(f"{where}: {ref[:100]!r}")
+    return found
+
+
+async def test_after_a_purge_the_process_keeps_none_of_the_users_text(
+    deployment: Deployment,
+) -> None:
+    """A purge also empties what this process keeps of the user: the summary jobs' and the
+    context cache's entries of their sessions, the caches keyed by text (every Lru, the
+    entity tables) and the background worker's last batch. Found by walking every object
+    of the process after the purge (``held_in_memory``); the scan sees the text before it."""
+    run = uuid.uuid4().hex[:8]
+    user, sid = f"u-{run}", f"s-{run}"
+    # Made here, not a constant: no source line or earlier report of this process holds it.
+    secret = f"zqv{uuid.uuid4().hex[:10]}"
+    async with MemoryService.from_settings(deployment.settings) as memory:
+        session = await _fill(memory, user, sid, secret)
+        for n in range(12):
+            await session.add_turn(
+                "user" if n % 2 == 0 else "assistant",
+                f"My cat {secret}ette likes the series {secret} Chronicles vol {n}.",
+            )
+            await session.history()
+        last = (await session.metadata()).turn_count - 1
+        await session.summaries(wait_through=last)
+        await session.context(query=f"what about {secret}?")
+        await memory.longterm.recall(user, f"{secret} chronicles")
+        await memory.drain()
+        del session
+        before = held_in_memory([secret])
+        assert before, "the scan must see the text before the purge"
+        del before
+
+        await memory.purge_user(user)
+        await memory.drain()
+        left = held_in_memory([secret])
+        assert left == [], "\n".join(left)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tiermem.errors import ValidationError
+from tiermem.text_caches import track
 from tiermem.tokens import BaseTokenCounter, TokenCounter
 
 __all__ = ["MemoTokenCounter"]
@@ -69,6 +70,7 @@ class MemoTokenCounter(BaseTokenCounter):
             isinstance(counter, BaseTokenCounter)
             and type(counter).count_blocks is BaseTokenCounter.count_blocks
         )
+        track(self)  # emptied by forget_texts (keys are texts)
 
     @property
     def size(self) -> int:
@@ -113,6 +115,10 @@ class MemoTokenCounter(BaseTokenCounter):
             before = len(self._counts)
             self._trim(max(0, max_entries), self._chars if max_chars is None else max_chars)
             return before - len(self._counts)
+
+    def clear(self) -> None:
+        """Empty the memo (``shrink()``)."""
+        self.shrink()
 
     def _trim(self, entries: int, chars: int) -> None:
         counts = self._counts

@@ -53,6 +53,7 @@ from tiermem.models.turns import Entity
 from tiermem.policies.phrases import LATIN_WORD_CHARS as _L
 from tiermem.policies.phrases import PhraseIndex, TextView, phrase_key
 from tiermem.policies.turn_text import TurnText, as_turn_text
+from tiermem.text_caches import track_table
 
 __all__ = [
     "DEFAULT_ENTITY_RULES",
@@ -549,6 +550,8 @@ names several new ones per turn, each an object (and its field set) the garbage
 collector walks for as long as it is kept, so the table must not hold many of those."""
 _ENTITIES: dict[tuple[str, str], Entity] = {}
 _ENTITY_TUPLES: dict[tuple[tuple[str, str], ...], tuple[Entity, ...]] = {}
+track_table(_ENTITIES.clear)  # keyed by entity values: a user's words
+track_table(_ENTITY_TUPLES.clear)
 
 
 def _entities(pairs: tuple[tuple[str, str], ...]) -> tuple[Entity, ...]:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, MutableMapping
 
 from tiermem.policies.phrases import nfkc
 from tiermem.policies.turn_text import TurnText
+from tiermem.text_caches import track_table
 
 __all__ = [
     "BM25_B",
@@ -128,6 +129,7 @@ class _TermMemo(dict[str, str]):
 
 
 _TERMS = _TermMemo()
+track_table(_TERMS.clear)  # keyed by a user's words
 _term = _TERMS.__getitem__
 """The index term of a word (see :class:`_TermMemo`)."""
 

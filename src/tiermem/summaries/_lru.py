@@ -19,7 +19,16 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["INLINE_KEY", "Lru", "counted", "held_count", "keep_count", "text_key"]
+from tiermem.text_caches import track
+
+__all__ = [
+    "INLINE_KEY",
+    "Lru",
+    "counted",
+    "held_count",
+    "keep_count",
+    "text_key",
+]
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -53,6 +62,7 @@ class Lru(Generic[K, V]):
     where every full collection walks it."""
 
     __slots__ = (
+        "__weakref__",
         "_data",
         "_lock",
         "_max_chars",
@@ -81,6 +91,7 @@ class Lru(Generic[K, V]):
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        track(self)  # emptied by forget_texts (keys are texts)
 
     def get(self, key: K, compute: Callable[[], V]) -> V:
         data = self._data

@@ -86,6 +86,7 @@ from tiermem.summaries.structured import (
     SentenceReading,
     value_key,
 )
+from tiermem.text_caches import track
 from tiermem.tokens import TokenCounter
 
 __all__ = ["ExtractiveSummarizer"]
@@ -242,6 +243,17 @@ class ExtractiveSummarizer(LineTokens):
         """The candidates and their ranking of the last :data:`RANKINGS` summaries of a
         prior and a kept span (:meth:`_ranking`), by the prior and the id of the span's
         references to its turns (:meth:`_from_turns`)."""
+        track(self, "forget_texts")
+
+    def forget_texts(self) -> None:
+        """Drop the rows and rankings kept whole (:attr:`_priors`, :attr:`_spans`,
+        :attr:`_rankings`: texts of turns and summaries); the line caches are
+        :class:`~tiermem.summaries._lru.Lru`, emptied on their own
+        (:func:`~tiermem.text_caches.forget_texts`)."""
+        with self._whole_lock:
+            self._priors.clear()
+            self._spans.clear()
+            self._rankings.clear()
 
     async def summarize(
         self,

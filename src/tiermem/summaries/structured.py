@@ -84,6 +84,7 @@ from tiermem.policies.phrases import TextView, normal_form
 from tiermem.policies.turn_text import rule_window
 from tiermem.summaries._lru import INLINE_KEY, Lru, text_key
 from tiermem.summaries.models import Fact, Item, StructuredMemory
+from tiermem.text_caches import track_table
 
 __all__ = [
     "ENTITY_SLOTS",
@@ -577,6 +578,7 @@ RECENT_KEY_CHARS = 65_536
 """Only texts up to this many characters are remembered: at most 8 x 64 K characters held."""
 _RECENT_KEYS: list[tuple[str, str | bytes]] = []
 """``(text, text_key(text))`` of the last long texts asked, most recent first."""
+track_table(_RECENT_KEYS.clear)  # texts of summaries
 
 
 def whole_key(text: str) -> str | bytes:

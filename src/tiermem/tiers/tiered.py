@@ -1482,16 +1482,21 @@ class TieredSessionStore:
         await self.durable.delete_session(session_id)
         return count
 
-    async def forget_user_sessions(self, user_id: str) -> int:
+    async def forget_user_sessions(
+        self, user_id: str, *, forget: Callable[[str], None] | None = None
+    ) -> int:
         """Delete every session of a user from the hot tier, and from the durable tier all
         but the last page of them (the durable purge of the user removes that one, with
         their memories). Returns how many sessions were deleted here. The hot tier is not
-        bypassed: a purge must not leave copies behind."""
+        bypassed: a purge must not leave copies behind. ``forget`` is called with each
+        session's id once its hot copy is gone (the caller drops what it holds of it)."""
         deleted = 0
         while True:
             refs = await self.durable.list_sessions(user_id, limit=_PURGE_PAGE)
             for ref in refs:
                 await self.hot.delete(ref.session_id)
+                if forget is not None:
+                    forget(ref.session_id)
             if len(refs) < _PURGE_PAGE:
                 return deleted
             # More sessions than one page lists: drop these from the list to reach the rest.
