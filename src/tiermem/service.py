@@ -258,11 +258,14 @@ class MemoryService:
         """GDPR erasure: delete everything of the user from every tier.
 
         In order: pending auto-detection is awaited; each of the user's sessions (listed
-        from the durable tier) is deleted from the hot tier; the durable tier purges the
-        sessions' turns and records and the user's memories and change log; the search
-        index drops every document of the user. Returns how many sessions and memories the
-        durable tier deleted. A hot tier that cannot be reached raises (it is not bypassed:
-        a purge must not leave copies behind). Writes made for the user while the purge
+        from the durable tier) is deleted from the hot tier, and this process forgets what
+        it kept of it; the durable tier purges the sessions' turns and records and the
+        user's memories and change log; the search index drops every document of the user;
+        the process's caches keyed by text are emptied
+        (:func:`~tiermem.text_caches.forget_texts`; other processes keep theirs until they
+        evict the text). Returns how many sessions and memories the durable tier deleted.
+        A hot tier that cannot be reached raises (it is not bypassed: a purge must not leave
+        copies behind). Writes made for the user while the purge
         runs may survive it; purge when the user has no active session.
 
         Raises:
