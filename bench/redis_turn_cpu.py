@@ -6,6 +6,9 @@ in-process pairings; this probe reuses its measurement loop with a Redis service
     PYTHONPATH=src:bench python bench/redis_turn_cpu.py \
         --redis-url redis://127.0.0.1:6379/0 [--turns 2000] [--summaries] [--out FILE]
 
+With ``--dynamodb-url`` the durable tier is DynamoDB (a new table on DynamoDB Local): a
+Redis + DynamoDB service, as ``bench/turns.py`` builds it.
+
 Prints the client's process CPU µs per turn (redis-server's CPU is not counted: see
 ``bench/turns.py`` for both). For instructions, run it under ``valgrind --tool=callgrind``
 at two turn counts (e.g. 2500 and 500) and divide the difference by the difference in
@@ -23,12 +26,13 @@ from pathlib import Path
 import turn_cpu
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
-from workload import RESULTS, WORKLOADS, write_results
+from workload import RESULTS, WORKLOADS, redis_dynamodb_settings, write_results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis-url", default=os.environ.get("TIERMEM_TEST_REDIS_URL"))
+    parser.add_argument("--dynamodb-url", help="Redis + DynamoDB (DynamoDB Local's URL)")
     parser.add_argument("--turns", type=int, default=2000)
     parser.add_argument("--summaries", action="store_true")
     parser.add_argument("--workload", choices=WORKLOADS, default="bench")
@@ -38,22 +42,25 @@ def main() -> None:
         raise SystemExit("--redis-url (or TIERMEM_TEST_REDIS_URL) is required")
     prefix = f"rtc{uuid.uuid4().hex[:6]}"
 
-    def service(pairing: str, tmp: Path, *, summaries: bool = False) -> MemoryService:
+    pairing = "redis+dynamodb" if args.dynamodb_url else "redis+redis"
+    if args.dynamodb_url:
+        settings = asyncio.run(redis_dynamodb_settings(args.redis_url, args.dynamodb_url, prefix))
+    else:
         settings = TierMemSettings(
             hot_backend="redis",
             durable_backend="redis",
             redis_url=args.redis_url,
             redis_prefix=prefix,
         )
+
+    def service(pairing: str, tmp: Path, *, summaries: bool = False) -> MemoryService:
         return MemoryService.from_settings(settings, auto_summarize=summaries)
 
     turn_cpu._service = service  # the loop of turn_cpu.measure, on a Redis service
     result = asyncio.run(
-        turn_cpu.measure(
-            "redis+redis", args.turns, summaries=args.summaries, workload=args.workload
-        )
+        turn_cpu.measure(pairing, args.turns, summaries=args.summaries, workload=args.workload)
     )
-    print(f"redis+redis summaries={args.summaries}: {result['cpu_us_per_turn']} µs CPU/turn")
+    print(f"{pairing} summaries={args.summaries}: {result['cpu_us_per_turn']} µs CPU/turn")
     write_results(args.out, [result])
 
 

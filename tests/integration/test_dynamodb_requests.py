@@ -444,3 +444,52 @@ async def test_a_remembered_entities_record_that_went_stale_is_read_again_not_lo
     record = await theirs.get_record(sid, ENTITIES_RECORD)
     assert record is not None
     assert (record.version, sorted(record.data)) == (3, ["hero", "series", "volume"])
+
+
+async def test_requests_are_signed_by_the_fast_signer_as_botocore_would_sign_them(
+    table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store's own client signs with :class:`FastSigV4Auth` (chosen through botocore's
+    ``choose-signer`` event), and each request's Authorization header is the one botocore's
+    SigV4Auth computes for the same request at the same instant. DynamoDB Local accepts any
+    signature: the comparison is what shows AWS would accept these."""
+    import copy
+    import datetime as dt
+
+    import botocore.auth
+    from botocore.credentials import ReadOnlyCredentials
+
+    from tiermem.store.backends.dynamodb_signing import SIGNATURE_VERSION
+
+    instant = dt.datetime(2026, 11, 24, 12, 0, 0)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *a, **k: instant)
+    session = fresh_dynamodb_session()
+    unsigned: list[tuple[str, Any]] = []
+    sent: list[str] = []
+
+    def before_sign(request: Any, signature_version: str, **_: Any) -> None:
+        unsigned.append((signature_version, copy.deepcopy(request)))
+
+    def before_send(request: Any, **_: Any) -> None:
+        value = request.headers["Authorization"]
+        sent.append(value.decode() if isinstance(value, bytes) else value)
+
+    session.events.register("before-sign.dynamodb", before_sign)
+    session.events.register("before-send.dynamodb", before_send)
+    store = DynamoDBDurableStore(table, endpoint_url=server_url("dynamodb"), session=session)
+    try:
+        sid = fresh_id("s")
+        await store.put_record(sid, "summary", {"n": 1})
+        got = await store.get_record(sid, "summary")
+    finally:
+        await store.aclose()
+    assert got is not None
+    assert got.data == {"n": 1}
+    assert len(sent) >= 2
+    assert len(unsigned) == len(sent)
+    assert {version for version, _ in unsigned} == {SIGNATURE_VERSION}
+    frozen = await session.get_credentials()
+    keys = ReadOnlyCredentials(frozen.access_key, frozen.secret_key, frozen.token)
+    for (_, request), authorization in zip(unsigned, sent, strict=True):
+        botocore.auth.SigV4Auth(keys, "dynamodb", "us-east-1").add_auth(request)
+        assert request.headers["Authorization"] == authorization

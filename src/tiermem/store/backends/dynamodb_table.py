@@ -60,6 +60,7 @@ from tiermem.errors import (
     BackendUnavailableError,
     ValidationError,
 )
+from tiermem.store.backends import dynamodb_signing
 from tiermem.store.codec import check_kind
 from tiermem.store.contract import EntityChange
 from tiermem.store.keys import escape_segment, unescape_segment
@@ -640,6 +641,7 @@ class DynamoDBTable:
                     )
                 except (BotoCoreError, ClientError) as exc:
                     raise self._map(exc, "open the client") from exc
+                dynamodb_signing.install(self._client)
                 self._stack = stack
         return self._client
 

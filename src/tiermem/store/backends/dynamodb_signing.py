@@ -1,0 +1,164 @@
+"""Signature V4 for the DynamoDB clients tiermem opens, at a fraction of botocore's CPU.
+
+botocore's :class:`~botocore.auth.SigV4Auth` costs about a tenth of a DynamoDB request's
+client instructions: it builds the headers to sign twice, each time in an
+``email.message``-based header map, parses the URL twice, derives the signing key (four
+HMACs) on every request, and hashes the payload through ``request.body``, which prepares
+the whole request (a copy of every header) to hand back the same bytes.
+:class:`FastSigV4Auth` is the same algorithm with those costs taken out: one pass over the
+headers into a plain dict, the URL's parts and the signing key kept (both bounded), the
+body hashed as it is; the rest (the date header, the session token, an unsigned or
+streamed payload, query parameters) is done by botocore's own methods, so a request gets
+exactly the headers botocore's signer would give it. A header name with spaces around it
+(botocore strips it in one place and not in another) is signed by botocore's code itself.
+``tests/unit/test_dynamodb_signing.py`` compares both signers' headers on many requests.
+
+It is installed through botocore's public extension points: the class is registered in
+:data:`botocore.auth.AUTH_TYPE_MAPS` under :data:`SIGNATURE_VERSION`, and
+:func:`install` registers a ``choose-signer`` handler on one client's events that picks it
+wherever botocore would sign with plain ``v4``. Only clients the DynamoDB stores open
+themselves get it; a client passed in is left as its owner configured it.
+"""
+
+from __future__ import annotations
+
+import hmac
+from hashlib import sha256
+from typing import Any
+
+import botocore.auth
+from botocore.auth import SIGNED_HEADERS_BLACKLIST, SIGV4_TIMESTAMP, SigV4Auth
+from botocore.compat import urlsplit
+from botocore.exceptions import NoCredentialsError
+
+__all__ = ["SIGNATURE_VERSION", "FastSigV4Auth", "install"]
+
+SIGNATURE_VERSION = "v4-tiermem"
+"""The name :class:`FastSigV4Auth` is registered under in botocore's signer table."""
+
+CACHE_ENTRIES = 64
+"""Most entries each of the two caches (signing keys, URL parts) keeps; a full cache is
+emptied and refilled. Keys change once a day per credential and region, URLs once per
+endpoint, so either fills only with that many credentials or endpoints in one process."""
+
+# botocore's stubs leave out the signer's private helpers, which this module reuses so that
+# every step it does not change stays botocore's own.
+_botocore_auth: Any = botocore.auth
+_UNSIGNED = frozenset(SIGNED_HEADERS_BLACKLIST)
+_keys: dict[tuple[str, str, str, str], bytes] = {}
+_urls: dict[str, tuple[str, str, str]] = {}
+
+
+class FastSigV4Auth(SigV4Auth):
+    """:class:`~botocore.auth.SigV4Auth` with its per-request overhead taken out; the
+    headers it sets are the same (see the module docstring)."""
+
+    def add_auth(self, request: Any) -> None:
+        this: Any = self  # for botocore's private helpers (see ``_botocore_auth``)
+        credentials = this.credentials
+        if credentials is None:
+            raise NoCredentialsError()
+        headers = request.headers
+        # The module's attribute, looked up now, as botocore's signer does (tests freeze it).
+        timestamp = _botocore_auth.get_current_datetime().strftime(SIGV4_TIMESTAMP)
+        request.context["timestamp"] = timestamp
+        this._modify_request_before_signing(request)
+        signed: dict[str, list[str]] = {}
+        for name, value in headers.items():
+            lname = name.lower()
+            if lname not in _UNSIGNED:
+                if lname != lname.strip():  # botocore strips such a name in one place only
+                    super().add_auth(request)
+                    return
+                values = signed.get(lname)
+                if values is None:
+                    signed[lname] = [value]
+                else:
+                    values.append(value)
+        url = request.url
+        parts = _urls.get(url)
+        if parts is None:
+            parts = _url_parts(this, url)
+        path, query, host = parts
+        if request.params:
+            query = self.canonical_query_string(request)
+        if "host" not in signed:
+            signed["host"] = [host]
+        names = sorted(signed)
+        canonical_headers = "\n".join(
+            f"{name}:{','.join(' '.join(v.split()) for v in signed[name])}" for name in names
+        )
+        signed_names = ";".join(names)
+        body_hash = headers.get("X-Amz-Content-SHA256")
+        if body_hash is None:
+            data = request.data
+            if type(data) is bytes and not this._is_streaming_checksum_payload(request):
+                # ``payload``, without ``request.body``, which prepares the whole request
+                # (a copy of every header) to hand back the same bytes. (An unsigned
+                # payload has its X-Amz-Content-SHA256 header by now.)
+                body_hash = sha256(data).hexdigest()
+            else:
+                body_hash = self.payload(request)
+        canonical_request = "\n".join(
+            (request.method.upper(), path, query, canonical_headers + "\n", signed_names, body_hash)
+        )
+        day = timestamp[:8]
+        scope = f"{day}/{this._region_name}/{this._service_name}/aws4_request"
+        string_to_sign = (
+            f"AWS4-HMAC-SHA256\n{timestamp}\n{scope}\n"
+            f"{sha256(canonical_request.encode('utf-8')).hexdigest()}"
+        )
+        signature = hmac.new(
+            _signing_key(credentials.secret_key, day, this._region_name, this._service_name),
+            string_to_sign.encode("utf-8"),
+            sha256,
+        ).hexdigest()
+        headers["Authorization"] = (
+            f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "
+            f"SignedHeaders={signed_names}, Signature={signature}"
+        )
+
+
+def _url_parts(auth: Any, url: str) -> tuple[str, str, str]:
+    """The canonical path, the canonical query string of the URL, and the host header
+    value, by botocore's own functions; kept for the next request to ``url``."""
+    split = urlsplit(url)
+    parts = (
+        auth._normalize_url_path(split.path),
+        auth._canonical_query_string_url(split),
+        _botocore_auth._host_from_url(url),
+    )
+    if len(_urls) >= CACHE_ENTRIES:
+        _urls.clear()
+    _urls[url] = parts
+    return parts
+
+
+def _signing_key(secret: str, day: str, region: str, service: str) -> bytes:
+    """The SigV4 signing key of ``secret`` for ``day`` (YYYYMMDD), region and service:
+    four chained HMACs, computed once per day and kept."""
+    cache_key = (secret, day, region, service)
+    key = _keys.get(cache_key)
+    if key is None:
+        key = f"AWS4{secret}".encode()
+        for part in (day, region, service, "aws4_request"):
+            key = hmac.new(key, part.encode("utf-8"), sha256).digest()
+        if len(_keys) >= CACHE_ENTRIES:
+            _keys.clear()
+        _keys[cache_key] = key
+    return key
+
+
+def _choose(signature_version: Any = None, **_: Any) -> str | None:
+    """``choose-signer`` handler: this signer wherever botocore would use plain ``v4``
+    (None leaves botocore's choice as it is)."""
+    return SIGNATURE_VERSION if signature_version == "v4" else None
+
+
+def install(client: Any) -> None:
+    """Sign ``client``'s ``v4`` requests with :class:`FastSigV4Auth` (one client's events;
+    other clients are untouched)."""
+    client.meta.events.register("choose-signer.dynamodb", _choose)
+
+
+botocore.auth.AUTH_TYPE_MAPS[SIGNATURE_VERSION] = FastSigV4Auth

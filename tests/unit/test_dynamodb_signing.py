@@ -1,0 +1,162 @@
+"""The fast Signature V4 signer gives every request exactly the headers botocore's gives it.
+
+Both signers sign copies of the same request at the same frozen instant (botocore's signer
+and ours read the time through ``botocore.auth.get_current_datetime``), and every header is
+compared, ``Authorization`` included. botocore's :class:`~botocore.auth.SigV4Auth` is the
+reference: DynamoDB Local accepts any signature, so this comparison is what shows the
+signatures would hold against AWS.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import botocore.auth
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import ReadOnlyCredentials
+
+from tiermem.store.backends import dynamodb_signing
+from tiermem.store.backends.dynamodb_signing import FastSigV4Auth
+
+KEYS = ReadOnlyCredentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", None)
+TOKEN = ReadOnlyCredentials("ASIAEXAMPLE", "secret/with+chars", "FwoGZXIvYXdzEXAMPLE//token==")
+BODY = b'{"TableName": "t", "Key": {"pk": {"S": "S#x"}, "sk": {"S": "M"}}}'
+HEADERS = {
+    "X-Amz-Target": "DynamoDB_20120810.GetItem",
+    "Content-Type": "application/x-amz-json-1.0",
+    "User-Agent": "Botocore/1.40 ua/2.1 lib/tiermem#1",
+    "amz-sdk-invocation-id": "7c1d-41",
+    "amz-sdk-request": "attempt=1; max=3",
+    "Content-Length": str(len(BODY)),
+}
+
+
+def _request(
+    url: str = "https://dynamodb.us-east-1.amazonaws.com/",
+    *,
+    headers: dict[str, str] | None = None,
+    params: dict[str, str] | None = None,
+    context: dict[str, Any] | None = None,
+    method: str = "POST",
+    body: bytes | str = BODY,
+) -> AWSRequest:
+    request = AWSRequest(
+        method=method, url=url, data=body, headers=HEADERS if headers is None else headers
+    )
+    if params:
+        request.params = params
+    request.context = dict(context or {})
+    return request
+
+
+def _signed(cls: type[SigV4Auth], request: AWSRequest, credentials: Any, region: str) -> Any:
+    cls(credentials, "dynamodb", region).add_auth(request)
+    return request
+
+
+@pytest.fixture
+def frozen(monkeypatch: pytest.MonkeyPatch) -> list[datetime.datetime]:
+    """The instant both signers read; a test may move it."""
+    now = [datetime.datetime(2026, 11, 24, 23, 59, 59)]
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *a, **k: now[0])
+    return now
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "plain https": {},
+    "session token": {"credentials": TOKEN},
+    "http on a port (DynamoDB Local)": {"url": "http://127.0.0.1:8000/"},
+    "https on its default port": {"url": "https://dynamodb.eu-west-1.amazonaws.com:443/"},
+    "ipv6 endpoint": {"url": "http://[::1]:8000/"},
+    "upper-case host and a path": {"url": "https://DynamoDB.example.COM/a b/../c/"},
+    "query in the url": {"url": "https://dynamodb.example.com/?b=2&a=1&a=0"},
+    "query as params": {"params": {"Z": "1", "a b": "x/y"}},
+    "values with runs of spaces": {
+        "headers": HEADERS | {"X-Custom": "  a   b\t c  ", "x-amz-meta": "1,2"},
+    },
+    "a host header already set": {"headers": HEADERS | {"Host": "proxy.internal:8443"}},
+    "payload hash header given": {
+        "headers": HEADERS | {"X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"},
+    },
+    "unsigned payload over https": {"context": {"payload_signing_enabled": False}},
+    "no body": {"body": b""},
+    "a text body": {"body": BODY.decode()},
+    "a streaming checksum": {"context": {"checksum": {"request_algorithm": {"in": "trailer"}}}},
+    "another region": {"region": "ap-southeast-2"},
+    "a GET": {"method": "get"},
+    "a Date header (botocore rewrites it)": {
+        "headers": HEADERS | {"Date": "Mon, 01 Jan 2001 00:00:00 GMT"},
+    },
+    "a non-ASCII value": {"headers": HEADERS | {"X-Note": "café"}},
+    # Not on the fast path: botocore's own code signs it.
+    "a header name with spaces": {"headers": HEADERS | {" X-Spaced ": "v"}},
+    "a stale Authorization header (a retry)": {
+        "headers": HEADERS | {"Authorization": "old", "X-Amz-Date": "20000101T000000Z"},
+    },
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_the_fast_signer_sets_the_headers_botocore_sets(
+    case: str, frozen: list[datetime.datetime]
+) -> None:
+    spec = dict(CASES[case])
+    credentials = spec.pop("credentials", KEYS)
+    region = spec.pop("region", "us-east-1")
+    reference = _signed(SigV4Auth, _request(**spec), credentials, region)
+    ours = _signed(FastSigV4Auth, _request(**spec), credentials, region)
+    assert dict(ours.headers) == dict(reference.headers)
+    assert ours.headers["Authorization"].startswith("AWS4-HMAC-SHA256 Credential=")
+    assert ours.context["timestamp"] == reference.context["timestamp"]
+
+
+def test_a_new_day_signs_with_a_new_key(frozen: list[datetime.datetime]) -> None:
+    """The signing key is kept per day: a request after midnight is signed with the new
+    day's key, as botocore derives it."""
+    signatures = []
+    for instant in (frozen[0], frozen[0] + datetime.timedelta(seconds=1)):
+        frozen[0] = instant
+        reference = _signed(SigV4Auth, _request(), KEYS, "us-east-1")
+        ours = _signed(FastSigV4Auth, _request(), KEYS, "us-east-1")
+        assert ours.headers["Authorization"] == reference.headers["Authorization"]
+        signatures.append(ours.headers["Authorization"])
+    assert "/20261125/" in signatures[1]
+    assert signatures[0] != signatures[1]
+
+
+def test_rotated_credentials_sign_with_their_own_key(frozen: list[datetime.datetime]) -> None:
+    rotated = ReadOnlyCredentials(KEYS.access_key, "another-secret", None)
+    for credentials in (KEYS, rotated, KEYS):
+        reference = _signed(SigV4Auth, _request(), credentials, "us-east-1")
+        ours = _signed(FastSigV4Auth, _request(), credentials, "us-east-1")
+        assert ours.headers["Authorization"] == reference.headers["Authorization"]
+
+
+def test_no_credentials_is_botocores_error() -> None:
+    from botocore.exceptions import NoCredentialsError
+
+    with pytest.raises(NoCredentialsError):
+        FastSigV4Auth(None, "dynamodb", "us-east-1").add_auth(_request())
+
+
+def test_the_caches_stay_bounded(frozen: list[datetime.datetime]) -> None:
+    limit = dynamodb_signing.CACHE_ENTRIES
+    for i in range(limit * 3):
+        credentials = ReadOnlyCredentials("AKID", f"secret-{i}", None)
+        _signed(FastSigV4Auth, _request(f"http://127.0.0.1:{8000 + i}/"), credentials, "r")
+        assert len(dynamodb_signing._keys) <= limit
+        assert len(dynamodb_signing._urls) <= limit
+    # Still right after the caches were emptied and refilled.
+    reference = _signed(SigV4Auth, _request(), KEYS, "us-east-1")
+    ours = _signed(FastSigV4Auth, _request(), KEYS, "us-east-1")
+    assert ours.headers["Authorization"] == reference.headers["Authorization"]
+
+
+def test_choose_signer_replaces_only_plain_v4() -> None:
+    assert dynamodb_signing._choose(signature_version="v4") == dynamodb_signing.SIGNATURE_VERSION
+    for other in ("v4a", "v4-query", "s3v4", None):
+        assert dynamodb_signing._choose(signature_version=other) is None
+    assert botocore.auth.AUTH_TYPE_MAPS[dynamodb_signing.SIGNATURE_VERSION] is FastSigV4Auth
