@@ -160,3 +160,44 @@ def test_choose_signer_replaces_only_plain_v4() -> None:
     for other in ("v4a", "v4-query", "s3v4", None):
         assert dynamodb_signing._choose(signature_version=other) is None
     assert botocore.auth.AUTH_TYPE_MAPS[dynamodb_signing.SIGNATURE_VERSION] is FastSigV4Auth
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.registered: list[str] = []
+
+    def register(self, event: str, handler: Any) -> None:
+        self.registered.append(event)
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.meta = type("Meta", (), {"events": _Events()})()
+
+
+def test_it_is_installed_on_the_botocore_it_was_tested_with() -> None:
+    client = _Client()
+    assert dynamodb_signing.supported()
+    assert dynamodb_signing.install(client)
+    assert client.meta.events.registered == ["choose-signer.dynamodb"]
+
+
+@pytest.mark.parametrize(
+    ("owner", "helper"),
+    [
+        (SigV4Auth, "_is_streaming_checksum_payload"),
+        (SigV4Auth, "_modify_request_before_signing"),
+        (botocore.auth, "get_current_datetime"),  # botocore before 1.40.2
+        (botocore.auth, "_host_from_url"),
+    ],
+)
+def test_an_older_botocore_keeps_its_own_signer(
+    owner: Any, helper: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dynamodb extra allows botocore releases whose signer lacks a helper the fast
+    signer calls: the client is then left to botocore's signer, not broken."""
+    monkeypatch.delattr(owner, helper)
+    client = _Client()
+    assert not dynamodb_signing.supported()
+    assert not dynamodb_signing.install(client)
+    assert client.meta.events.registered == []

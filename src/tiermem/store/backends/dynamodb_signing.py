@@ -31,7 +31,7 @@ from botocore.auth import SIGNED_HEADERS_BLACKLIST, SIGV4_TIMESTAMP, SigV4Auth
 from botocore.compat import urlsplit
 from botocore.exceptions import NoCredentialsError
 
-__all__ = ["SIGNATURE_VERSION", "FastSigV4Auth", "install"]
+__all__ = ["SIGNATURE_VERSION", "FastSigV4Auth", "install", "supported"]
 
 SIGNATURE_VERSION = "v4-tiermem"
 """The name :class:`FastSigV4Auth` is registered under in botocore's signer table."""
@@ -155,10 +155,36 @@ def _choose(signature_version: Any = None, **_: Any) -> str | None:
     return SIGNATURE_VERSION if signature_version == "v4" else None
 
 
-def install(client: Any) -> None:
+_HELPERS = (
+    "_modify_request_before_signing",
+    "_is_streaming_checksum_payload",
+    "_normalize_url_path",
+    "_canonical_query_string_url",
+    "canonical_query_string",
+    "payload",
+)
+_MODULE_HELPERS = ("get_current_datetime", "_host_from_url")
+
+
+def supported() -> bool:
+    """Whether the installed botocore's signer has every helper :class:`FastSigV4Auth`
+    calls. The dynamodb extra allows botocore releases older than the one the tests run
+    (``botocore.auth.get_current_datetime``, the signer's clock, came with 1.40.2; before,
+    its ``add_auth`` read ``utcnow`` itself): with one of those, requests keep botocore's
+    own signer."""
+    return all(hasattr(SigV4Auth, name) for name in _HELPERS) and all(
+        hasattr(_botocore_auth, name) for name in _MODULE_HELPERS
+    )
+
+
+def install(client: Any) -> bool:
     """Sign ``client``'s ``v4`` requests with :class:`FastSigV4Auth` (one client's events;
-    other clients are untouched)."""
+    other clients are untouched); False, and nothing changed, when the installed botocore
+    is not one it supports (:func:`supported`)."""
+    if not supported():
+        return False
     client.meta.events.register("choose-signer.dynamodb", _choose)
+    return True
 
 
 botocore.auth.AUTH_TYPE_MAPS[SIGNATURE_VERSION] = FastSigV4Auth
