@@ -175,6 +175,12 @@ class _Client:
         self.meta = type("Meta", (), {"events": _Events()})()
 
 
+@pytest.fixture(autouse=True)
+def fresh_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test decides anew whether the fast signer agrees with botocore's."""
+    monkeypatch.setattr(dynamodb_signing, "_agreed", [])
+
+
 def test_it_is_installed_on_the_botocore_it_was_tested_with() -> None:
     client = _Client()
     assert dynamodb_signing.supported()
@@ -201,3 +207,24 @@ def test_an_older_botocore_keeps_its_own_signer(
     assert not dynamodb_signing.supported()
     assert not dynamodb_signing.install(client)
     assert client.meta.events.registered == []
+
+
+def test_a_botocore_that_signs_differently_keeps_its_own_signer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Should a botocore release change how it canonicalises a header, the probe request
+    is signed differently by the two and the fast signer is not installed: a signature
+    AWS would refuse is never sent."""
+    monkeypatch.setattr(SigV4Auth, "_header_value", lambda self, value: value.lower())
+    client = _Client()
+    assert not dynamodb_signing.install(client)
+    assert client.meta.events.registered == []
+
+
+def test_the_probe_is_signed_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    probes: list[int] = []
+    real = dynamodb_signing._signs_alike
+    monkeypatch.setattr(dynamodb_signing, "_signs_alike", lambda: probes.append(1) or real())
+    for _ in range(3):
+        assert dynamodb_signing.install(_Client())
+    assert probes == [1]

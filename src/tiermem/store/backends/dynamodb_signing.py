@@ -28,7 +28,9 @@ from typing import Any
 
 import botocore.auth
 from botocore.auth import SIGNED_HEADERS_BLACKLIST, SIGV4_TIMESTAMP, SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.compat import urlsplit
+from botocore.credentials import ReadOnlyCredentials
 from botocore.exceptions import NoCredentialsError
 
 __all__ = ["SIGNATURE_VERSION", "FastSigV4Auth", "install", "supported"]
@@ -166,15 +168,54 @@ _HELPERS = (
 _MODULE_HELPERS = ("get_current_datetime", "_host_from_url")
 
 
+_agreed: list[bool] = []
+"""The outcome of :func:`_signs_alike`, once per process."""
+
+
 def supported() -> bool:
-    """Whether the installed botocore's signer has every helper :class:`FastSigV4Auth`
-    calls. The dynamodb extra allows botocore releases older than the one the tests run
+    """Whether :class:`FastSigV4Auth` may sign with the installed botocore: its signer has
+    every helper the fast one calls, and both sign a probe request alike.
+
+    The dynamodb extra allows botocore releases older than the one the tests run
     (``botocore.auth.get_current_datetime``, the signer's clock, came with 1.40.2; before,
-    its ``add_auth`` read ``utcnow`` itself): with one of those, requests keep botocore's
-    own signer."""
-    return all(hasattr(SigV4Auth, name) for name in _HELPERS) and all(
-        hasattr(_botocore_auth, name) for name in _MODULE_HELPERS
-    )
+    its ``add_auth`` read ``utcnow`` itself), and a later release could change how it
+    signs. With either, requests keep botocore's own signer rather than carry a signature
+    AWS would refuse."""
+    if not (
+        all(hasattr(SigV4Auth, name) for name in _HELPERS)
+        and all(hasattr(_botocore_auth, name) for name in _MODULE_HELPERS)
+    ):
+        return False
+    if not _agreed:
+        _agreed.append(_signs_alike())
+    return _agreed[0]
+
+
+def _signs_alike() -> bool:
+    """Whether botocore's signer and :class:`FastSigV4Auth` give a DynamoDB-shaped request
+    (session token, the headers botocore sends) the same headers; compared again if the
+    clock ticked to the next second between the two."""
+    credentials = ReadOnlyCredentials("AKIDPROBE", "probe/secret+key", "probe-token")
+    for _ in range(3):
+        signed = []
+        for signer in (SigV4Auth, FastSigV4Auth):
+            request = AWSRequest(
+                method="POST",
+                url="https://dynamodb.us-east-1.amazonaws.com/",
+                data=b'{"TableName": "probe"}',
+                headers={
+                    "X-Amz-Target": "DynamoDB_20120810.GetItem",
+                    "Content-Type": "application/x-amz-json-1.0",
+                    "User-Agent": "probe",
+                    "amz-sdk-request": "attempt=1; max=3",
+                },
+            )
+            signer(credentials, "dynamodb", "us-east-1").add_auth(request)
+            signed.append(request)
+        reference, ours = signed
+        if reference.context["timestamp"] == ours.context["timestamp"]:
+            return dict(reference.headers) == dict(ours.headers)
+    return False
 
 
 def install(client: Any) -> bool:
