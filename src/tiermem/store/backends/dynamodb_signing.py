@@ -17,7 +17,9 @@ It is installed through botocore's public extension points: the class is registe
 :data:`botocore.auth.AUTH_TYPE_MAPS` under :data:`SIGNATURE_VERSION`, and
 :func:`install` registers a ``choose-signer`` handler on one client's events that picks it
 wherever botocore would sign with plain ``v4``. Only clients the DynamoDB stores open
-themselves get it; a client passed in is left as its owner configured it.
+themselves get it; a client passed in is left as its owner configured it. And only with a
+botocore it agrees with (:func:`supported`): every helper it calls is there, and once per
+process both signers sign a probe request alike; otherwise botocore's signer stays.
 """
 
 from __future__ import annotations
