@@ -54,6 +54,23 @@ else
     die "no pyproject.toml in $ROOT"
 fi
 
+# A second venv with the oldest aioboto3 the dynamodb extra allows (.ci/oldest-dynamodb.txt):
+# the DynamoDB tests run on it too, after the suite.
+say "installing the oldest-aioboto3 venv (.venv-oldest)"
+if [ ! -x .venv-oldest/bin/python ]; then
+    python3 -m venv .venv-oldest || { apt_install python3-venv && python3 -m venv .venv-oldest; }
+fi
+if [ "${TIERMEM_TEST_SKIP_INSTALL:-0}" = 1 ]; then
+    echo "TIERMEM_TEST_SKIP_INSTALL=1: not running pip"
+elif [ -f pyproject.toml ]; then
+    .venv-oldest/bin/python -m pip install -q --upgrade pip
+    # Only what the DynamoDB tests import: the project, its redis and dynamodb extras, and
+    # the pytest plugins the suite's configuration names.
+    .venv-oldest/bin/python -m pip install -q -c .ci/oldest-dynamodb.txt \
+        -e '.[redis,dynamodb]' 'pytest>=8.2' 'pytest-asyncio>=0.24' 'hypothesis>=6.100' \
+        'pyyaml>=6.0'
+fi
+
 say "installing redis-server, java, npm (if missing)"
 command -v redis-server >/dev/null || apt_install redis-server
 command -v redis-cli >/dev/null || apt_install redis-tools
@@ -285,6 +302,23 @@ rc=0
 python -m pytest "${PYTEST_ARGS[@]}" "$@" || rc=$?
 # pytest's 5 means "no tests collected": that is a failure for us too.
 [ "$rc" -ne 5 ] || echo "test.sh: pytest collected no tests: failing" >&2
+
+# The DynamoDB store on the oldest aioboto3 the dynamodb extra allows (botocore 1.34): the
+# conformance suite's DynamoDB half and the DynamoDB integration tests, one process, against
+# the first DynamoDB Local (pytest's workers are done with it). Only for the whole suite (no
+# pytest arguments), as CI runs it.
+if [ $# -eq 0 ] && [ -x .venv-oldest/bin/python ]; then
+    say "pytest on the oldest aioboto3 ($(.venv-oldest/bin/python -c \
+        'import aioboto3, botocore; print("aioboto3", aioboto3.__version__, "botocore", botocore.__version__)'))"
+    oldest_rc=0
+    TIERMEM_TEST_OLDEST_BOTOCORE=1 .venv-oldest/bin/python -m pytest -q -p no:cacheprovider \
+        tests/conformance/test_conformance.py tests/integration/test_dynamodb_*.py \
+        -k dynamodb || oldest_rc=$?
+    if [ "$oldest_rc" -ne 0 ]; then
+        echo "test.sh: the DynamoDB tests failed on the oldest aioboto3 (exit $oldest_rc)" >&2
+        [ "$rc" -ne 0 ] || rc=$oldest_rc
+    fi
+fi
 
 say "mypy src (started before the services)"
 mypy_rc=0

@@ -9,6 +9,7 @@ that a stale memory (another store wrote) never loses a write or a version check
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -459,8 +460,15 @@ async def test_requests_are_signed_by_the_fast_signer_as_botocore_would_sign_the
     import botocore.auth
     from botocore.credentials import ReadOnlyCredentials
 
+    from tiermem.store.backends import dynamodb_signing
     from tiermem.store.backends.dynamodb_signing import SIGNATURE_VERSION
 
+    if os.environ.get("TIERMEM_TEST_OLDEST_BOTOCORE") == "1":
+        # scripts/test.sh's run on the oldest aioboto3 the extra allows (botocore 1.34):
+        # the fast signer is not installed there, and botocore's own signs.
+        assert not dynamodb_signing.supported()
+        await _signed_by_botocore(table)
+        return
     instant = dt.datetime(2026, 11, 24, 12, 0, 0)
     monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *a, **k: instant)
     session = fresh_dynamodb_session()
@@ -493,3 +501,26 @@ async def test_requests_are_signed_by_the_fast_signer_as_botocore_would_sign_the
     for (_, request), authorization in zip(unsigned, sent, strict=True):
         botocore.auth.SigV4Auth(keys, "dynamodb", "us-east-1").add_auth(request)
         assert request.headers["Authorization"] == authorization
+
+
+async def _signed_by_botocore(table: str) -> None:
+    """On a botocore the fast signer does not support, a store's requests are signed by
+    botocore's own SigV4 (``v4``) and succeed."""
+    session = fresh_dynamodb_session()
+    versions: list[str] = []
+
+    def before_sign(signature_version: str, **_: Any) -> None:
+        versions.append(signature_version)
+
+    session.events.register("before-sign.dynamodb", before_sign)
+    store = DynamoDBDurableStore(table, endpoint_url=server_url("dynamodb"), session=session)
+    try:
+        sid = fresh_id("s")
+        await store.put_record(sid, "summary", {"n": 1})
+        got = await store.get_record(sid, "summary")
+    finally:
+        await store.aclose()
+    assert got is not None
+    assert got.data == {"n": 1}
+    assert versions
+    assert set(versions) == {"v4"}
