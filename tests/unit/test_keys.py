@@ -7,7 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tiermem.errors import ValidationError
-from tiermem.store.keys import MAX_ID_LENGTH, escape_segment, unescape_segment, validate_id
+from tiermem.store.keys import (
+    _RESERVED,
+    MAX_ID_LENGTH,
+    escape_segment,
+    unescape_segment,
+    validate_id,
+)
 
 ids = st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=64)
 
@@ -42,3 +48,11 @@ def test_bad_ids_get_a_clear_error(value: object, message: str) -> None:
 
 def test_unicode_ids_are_allowed() -> None:
     assert validate_id("セッション-1", what="session_id") == "セッション-1"
+
+
+@given(st.text(alphabet=st.sampled_from(sorted(_RESERVED) + list("aZ09_-.é%~")), max_size=40))
+def test_escaping_is_the_per_character_rule(value: str) -> None:
+    """Every reserved character becomes %XX (two upper-case hex digits), every other
+    character stays: the rule stores and their keys have always used."""
+    expected = "".join(f"%{ord(ch):02X}" if ch in _RESERVED else ch for ch in value)
+    assert escape_segment(value) == expected
