@@ -484,15 +484,7 @@ async def test_requests_are_signed_by_the_fast_signer_as_botocore_would_sign_the
 
     session.events.register("before-sign.dynamodb", before_sign)
     session.events.register("before-send.dynamodb", before_send)
-    store = DynamoDBDurableStore(table, endpoint_url=server_url("dynamodb"), session=session)
-    try:
-        sid = fresh_id("s")
-        await store.put_record(sid, "summary", {"n": 1})
-        got = await store.get_record(sid, "summary")
-    finally:
-        await store.aclose()
-    assert got is not None
-    assert got.data == {"n": 1}
+    await _write_and_read(table, session)
     assert len(sent) >= 2
     assert len(unsigned) == len(sent)
     assert {version for version, _ in unsigned} == {SIGNATURE_VERSION}
@@ -513,6 +505,13 @@ async def _signed_by_botocore(table: str) -> None:
         versions.append(signature_version)
 
     session.events.register("before-sign.dynamodb", before_sign)
+    await _write_and_read(table, session)
+    assert versions
+    assert set(versions) == {"v4"}
+
+
+async def _write_and_read(table: str, session: Any) -> None:
+    """A record written and read back by a store whose client ``session`` opens."""
     store = DynamoDBDurableStore(table, endpoint_url=server_url("dynamodb"), session=session)
     try:
         sid = fresh_id("s")
@@ -522,5 +521,3 @@ async def _signed_by_botocore(table: str) -> None:
         await store.aclose()
     assert got is not None
     assert got.data == {"n": 1}
-    assert versions
-    assert set(versions) == {"v4"}
