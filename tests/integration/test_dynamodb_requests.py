@@ -491,7 +491,7 @@ async def test_requests_are_signed_by_the_fast_signer_as_botocore_would_sign_the
     frozen = await session.get_credentials()
     keys = ReadOnlyCredentials(frozen.access_key, frozen.secret_key, frozen.token)
     for (_, request), authorization in zip(unsigned, sent, strict=True):
-        botocore.auth.SigV4Auth(keys, "dynamodb", "us-east-1").add_auth(request)
+        botocore.auth.SigV4Auth(keys, "dynamodb", session.region_name).add_auth(request)
         assert request.headers["Authorization"] == authorization
 
 

@@ -42,6 +42,7 @@ def _request(
     context: dict[str, Any] | None = None,
     method: str = "POST",
     body: bytes | str = BODY,
+    twice: tuple[str, ...] = (),
 ) -> AWSRequest:
     request = AWSRequest(
         method=method, url=url, data=body, headers=HEADERS if headers is None else headers
@@ -49,6 +50,8 @@ def _request(
     if params:
         request.params = params
     request.context = dict(context or {})
+    for name, value in zip(twice[::2], twice[1::2], strict=True):
+        request.headers[name] = value  # botocore's HTTPHeaders keeps both of a repeated name
     return request
 
 
@@ -91,6 +94,10 @@ CASES: dict[str, dict[str, Any]] = {
         "headers": HEADERS | {"Date": "Mon, 01 Jan 2001 00:00:00 GMT"},
     },
     "a non-ASCII value": {"headers": HEADERS | {"X-Note": "café"}},
+    "a header botocore never signs (Lambda's trace id)": {
+        "headers": HEADERS | {"X-Amzn-Trace-Id": "Root=1-5759e988-bd862e3fe1be46a994272793"},
+    },
+    "a header set twice": {"twice": ("X-Dup", "a  b", "x-dup", "c")},
     # Not on the fast path: botocore's own code signs it.
     "a header name with spaces": {"headers": HEADERS | {" X-Spaced ": "v"}},
     "a stale Authorization header (a retry)": {
@@ -101,14 +108,25 @@ CASES: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_the_fast_signer_sets_the_headers_botocore_sets(
-    case: str, frozen: list[datetime.datetime]
+    case: str, frozen: list[datetime.datetime], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = dict(CASES[case])
     credentials = spec.pop("credentials", KEYS)
     region = spec.pop("region", "us-east-1")
     reference = _signed(SigV4Auth, _request(**spec), credentials, region)
+    # botocore's own add_auth, run for the fast signer: only the case it hands over.
+    handed_over: list[object] = []
+    stock = SigV4Auth.add_auth
+
+    def add_auth(self: SigV4Auth, request: Any) -> None:
+        if type(self) is FastSigV4Auth:
+            handed_over.append(request)
+        stock(self, request)
+
+    monkeypatch.setattr(SigV4Auth, "add_auth", add_auth)
     ours = _signed(FastSigV4Auth, _request(**spec), credentials, region)
-    assert dict(ours.headers) == dict(reference.headers)
+    assert len(handed_over) == (1 if case == "a header name with spaces" else 0)
+    assert list(ours.headers.items()) == list(reference.headers.items())
     assert ours.headers["Authorization"].startswith("AWS4-HMAC-SHA256 Credential=")
     assert ours.context["timestamp"] == reference.context["timestamp"]
 
@@ -190,12 +208,9 @@ def test_it_is_installed_on_the_botocore_it_was_tested_with() -> None:
 
 @pytest.mark.parametrize(
     ("owner", "helper"),
-    [
-        (SigV4Auth, "_is_streaming_checksum_payload"),
-        (SigV4Auth, "_modify_request_before_signing"),
-        (botocore.auth, "get_current_datetime"),  # botocore before 1.40.2
-        (botocore.auth, "_host_from_url"),
-    ],
+    [(SigV4Auth, name) for name in dynamodb_signing._HELPERS]
+    # get_current_datetime: botocore before 1.40.2 has none
+    + [(botocore.auth, name) for name in dynamodb_signing._MODULE_HELPERS],
 )
 def test_an_older_botocore_keeps_its_own_signer(
     owner: Any, helper: str, monkeypatch: pytest.MonkeyPatch
@@ -228,3 +243,22 @@ def test_the_probe_is_signed_once_per_process(monkeypatch: pytest.MonkeyPatch) -
     for _ in range(3):
         assert dynamodb_signing.install(_Client())
     assert probes == [1]
+
+
+def test_urls_that_differ_only_in_their_query_are_kept_apart(
+    frozen: list[datetime.datetime],
+) -> None:
+    for url in ("http://127.0.0.1:8000/?a=1", "http://127.0.0.1:8000/?a=2"):
+        reference = _signed(SigV4Auth, _request(url), KEYS, "us-east-1")
+        ours = _signed(FastSigV4Auth, _request(url), KEYS, "us-east-1")
+        assert ours.headers["Authorization"] == reference.headers["Authorization"]
+
+
+@pytest.mark.parametrize("context", [{"unsigned_payload": True}, {"auth_type": "v4a"}])
+def test_an_operation_with_its_own_auth_is_left_to_botocore(context: dict[str, Any]) -> None:
+    """botocore's own handler, which runs after this one, marks an unsigned payload in the
+    context or picks another signer; the fast signer does not take those requests."""
+    assert dynamodb_signing._choose(signature_version="v4", context=context) is None
+    assert dynamodb_signing._choose(signature_version="v4", context={"auth_type": "v4"}) == (
+        dynamodb_signing.SIGNATURE_VERSION
+    )

@@ -25,11 +25,12 @@ process both signers sign a probe request alike; otherwise botocore's signer sta
 from __future__ import annotations
 
 import hmac
+import logging
 from hashlib import sha256
 from typing import Any
 
 import botocore.auth
-from botocore.auth import SIGNED_HEADERS_BLACKLIST, SIGV4_TIMESTAMP, SigV4Auth
+from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.compat import urlsplit
 from botocore.credentials import ReadOnlyCredentials
@@ -43,12 +44,14 @@ SIGNATURE_VERSION = "v4-tiermem"
 CACHE_ENTRIES = 64
 """Most entries each of the two caches (signing keys, URL parts) keeps; a full cache is
 emptied and refilled. Keys change once a day per credential and region, URLs once per
-endpoint, so either fills only with that many credentials or endpoints in one process."""
+endpoint, so either fills only with that many credentials or endpoints in one process.
+The signing keys' cache is keyed by the secret itself, which botocore holds in memory
+anyway; a rotated secret's entries go when the cache next fills."""
 
 # botocore's stubs leave out the signer's private helpers, which this module reuses so that
 # every step it does not change stays botocore's own.
 _botocore_auth: Any = botocore.auth
-_UNSIGNED = frozenset(SIGNED_HEADERS_BLACKLIST)
+_log = logging.getLogger("botocore.auth")
 _keys: dict[tuple[str, str, str, str], bytes] = {}
 _urls: dict[str, tuple[str, str, str]] = {}
 
@@ -68,9 +71,10 @@ class FastSigV4Auth(SigV4Auth):
         request.context["timestamp"] = timestamp
         this._modify_request_before_signing(request)
         signed: dict[str, list[str]] = {}
+        unsigned = _botocore_auth.SIGNED_HEADERS_BLACKLIST  # read as botocore reads it
         for name, value in headers.items():
             lname = name.lower()
-            if lname not in _UNSIGNED:
+            if lname not in unsigned:
                 if lname != lname.strip():  # botocore strips such a name in one place only
                     super().add_auth(request)
                     return
@@ -112,6 +116,9 @@ class FastSigV4Auth(SigV4Auth):
             f"AWS4-HMAC-SHA256\n{timestamp}\n{scope}\n"
             f"{sha256(canonical_request.encode('utf-8')).hexdigest()}"
         )
+        if _log.isEnabledFor(logging.DEBUG):  # what botocore's signer logs, to the same logger
+            _log.debug("CanonicalRequest:\n%s", canonical_request)
+            _log.debug("StringToSign:\n%s", string_to_sign)
         signature = hmac.new(
             _signing_key(credentials.secret_key, day, this._region_name, this._service_name),
             string_to_sign.encode("utf-8"),
@@ -153,10 +160,20 @@ def _signing_key(secret: str, day: str, region: str, service: str) -> bytes:
     return key
 
 
-def _choose(signature_version: Any = None, **_: Any) -> str | None:
+def _choose(
+    signature_version: Any = None, context: dict[str, Any] | None = None, **_: Any
+) -> str | None:
     """``choose-signer`` handler: this signer wherever botocore would use plain ``v4``
-    (None leaves botocore's choice as it is)."""
-    return SIGNATURE_VERSION if signature_version == "v4" else None
+    (None leaves botocore's choice as it is). It runs before botocore's own handler
+    (``set_operation_specific_signer``), so an operation with an auth type of its own, or
+    an unsigned payload (which that handler marks in the context), is left to botocore."""
+    if signature_version != "v4":
+        return None
+    if context and (
+        context.get("unsigned_payload") or context.get("auth_type") not in (None, "v4")
+    ):
+        return None
+    return SIGNATURE_VERSION
 
 
 _HELPERS = (
