@@ -57,12 +57,12 @@ fi
 # A second venv with the oldest aioboto3 the dynamodb extra allows (.ci/oldest-dynamodb.txt):
 # the DynamoDB tests run on it too, after the suite.
 say "installing the oldest-aioboto3 venv (.venv-oldest)"
-if [ ! -x .venv-oldest/bin/python ]; then
-    python3 -m venv .venv-oldest || { apt_install python3-venv && python3 -m venv .venv-oldest; }
-fi
 if [ "${TIERMEM_TEST_SKIP_INSTALL:-0}" = 1 ]; then
-    echo "TIERMEM_TEST_SKIP_INSTALL=1: not running pip"
+    echo "TIERMEM_TEST_SKIP_INSTALL=1: not creating or installing .venv-oldest"
 elif [ -f pyproject.toml ]; then
+    if [ ! -x .venv-oldest/bin/python ]; then
+        python3 -m venv .venv-oldest || { apt_install python3-venv && python3 -m venv .venv-oldest; }
+    fi
     .venv-oldest/bin/python -m pip install -q --upgrade pip
     # Only what the DynamoDB tests import: the project, its redis and dynamodb extras, and
     # the pytest plugins the suite's configuration names.
@@ -307,9 +307,14 @@ python -m pytest "${PYTEST_ARGS[@]}" "$@" || rc=$?
 # conformance suite's DynamoDB half and the DynamoDB integration tests, one process, against
 # the first DynamoDB Local (pytest's workers are done with it). Only for the whole suite (no
 # pytest arguments), as CI runs it.
-if [ $# -eq 0 ] && [ -x .venv-oldest/bin/python ]; then
-    say "pytest on the oldest aioboto3 ($(.venv-oldest/bin/python -c \
-        'import aioboto3, botocore; print("aioboto3", aioboto3.__version__, "botocore", botocore.__version__)'))"
+if [ $# -eq 0 ] && [ ! -x .venv-oldest/bin/python ]; then
+    # Only reachable with TIERMEM_TEST_SKIP_INSTALL=1: a full install always builds the venv.
+    echo "test.sh: no .venv-oldest (TIERMEM_TEST_SKIP_INSTALL=1): the oldest-aioboto3 lane did not run" >&2
+elif [ $# -eq 0 ]; then
+    # Computed before say: set -e does not see a failure inside a command substitution argument.
+    oldest_versions="$(.venv-oldest/bin/python -c \
+        'import aioboto3, botocore; print("aioboto3", aioboto3.__version__, "botocore", botocore.__version__)')"
+    say "pytest on the oldest aioboto3 ($oldest_versions)"
     oldest_rc=0
     TIERMEM_TEST_OLDEST_BOTOCORE=1 .venv-oldest/bin/python -m pytest -q -p no:cacheprovider \
         tests/conformance/test_conformance.py tests/integration/test_dynamodb_*.py \

@@ -56,3 +56,21 @@ def test_escaping_is_the_per_character_rule(value: str) -> None:
     character stays: the rule stores and their keys have always used."""
     expected = "".join(f"%{ord(ch):02X}" if ch in _RESERVED else ch for ch in value)
     assert escape_segment(value) == expected
+
+
+class _LyingStr(str):
+    """A str subclass whose methods claim there is nothing to escape."""
+
+    def isalnum(self) -> bool:
+        return True
+
+    def translate(self, table: object) -> str:
+        return str.__str__(self)
+
+
+def test_a_str_subclass_is_escaped_by_the_plain_str_rule() -> None:
+    """The fast path trusts only an exact str: a subclass (an enum value, a tagged id) is
+    escaped by str's own translate, and the key segment comes back as a plain str."""
+    out = escape_segment(_LyingStr("a:b"))
+    assert out == "a%3Ab"
+    assert type(out) is str
