@@ -7,7 +7,9 @@
 #       ruff, mypy and pytest against them. pytest runs in TIERMEM_TEST_WORKERS processes
 #       (default 2, pytest-xdist; "-n 0" among the pytest args runs one process, against
 #       the first set). mypy runs in the background while the services start and pytest
-#       runs; its report follows pytest's, and either failing fails the run.
+#       runs; its report follows pytest's, and either failing fails the run. Without
+#       pytest args, two lanes follow on the same servers: the loop-sensitive tests on
+#       uvloop, and the DynamoDB tests on the oldest aioboto3 (.venv-oldest).
 #
 #   TIERMEM_TEST_SERVICES_ONLY=1 scripts/test.sh [command...]
 #       start the services, print the exported variables, run the command
@@ -302,6 +304,27 @@ rc=0
 python -m pytest "${PYTEST_ARGS[@]}" "$@" || rc=$?
 # pytest's 5 means "no tests collected": that is a failure for us too.
 [ "$rc" -ne 5 ] || echo "test.sh: pytest collected no tests: failing" >&2
+
+# The loop-sensitive tests again on uvloop, the loop tiermem serve, tiermem mcp, the CLI and
+# SyncMemory run on when it is installed (tiermem.runtime): the conformance suite on every
+# backend, the Redis lane (sockets, read deadlines, cancellation), round trips, integrity
+# under a hot-tier loss, the DynamoDB requests. The main run's async tests are on asyncio's
+# loop. Only for the whole suite (no pytest arguments), on the same servers.
+if [ $# -eq 0 ]; then
+    say "pytest ${PYTEST_ARGS[*]} on uvloop (TIERMEM_TEST_LOOP=uvloop)"
+    uvloop_rc=0
+    TIERMEM_TEST_LOOP=uvloop python -m pytest "${PYTEST_ARGS[@]}" -q -p no:cacheprovider \
+        tests/conformance tests/integration/test_round_trips.py \
+        tests/integration/test_redis_direct_lane.py tests/integration/test_redis_direct_lane_review.py \
+        tests/integration/test_redis_lane_*.py tests/integration/test_s12_redis_lane_swallowed_cancel.py \
+        tests/integration/test_s14_redis_swallowed_cancel_redis_py.py tests/integration/test_hot_failure.py \
+        tests/integration/test_session_integrity.py tests/integration/test_dynamodb_requests.py \
+        tests/unit/test_event_loop_choice.py || uvloop_rc=$?
+    if [ "$uvloop_rc" -ne 0 ]; then
+        echo "test.sh: the tests on uvloop failed (exit $uvloop_rc)" >&2
+        [ "$rc" -ne 0 ] || rc=$uvloop_rc
+    fi
+fi
 
 # The DynamoDB store on the oldest aioboto3 the dynamodb extra allows (botocore 1.34): the
 # conformance suite's DynamoDB half and the DynamoDB integration tests, one process, against

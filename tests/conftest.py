@@ -8,12 +8,14 @@ When ``TIERMEM_REQUIRE_BACKENDS=1`` (always in CI) a missing server is an error,
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,6 +97,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # The workers run as one process does: no size set.
     os.environ.pop("COLUMNS", None)
     os.environ.pop("LINES", None)
+
+
+_TEST_LOOP = os.environ.get("TIERMEM_TEST_LOOP", "asyncio")
+if _TEST_LOOP not in ("asyncio", "uvloop"):
+    raise pytest.UsageError(f"TIERMEM_TEST_LOOP must be asyncio or uvloop, got {_TEST_LOOP!r}")
+
+
+if _TEST_LOOP == "uvloop":
+    # scripts/test.sh's uvloop lane: the async tests run on uvloop's loop, as ``tiermem
+    # serve``, ``tiermem mcp``, the CLI and SyncMemory do wherever uvloop is installed
+    # (tiermem.runtime). The hook names one factory, so each test runs once, on it; a
+    # test marked ``asyncio_internals`` reads asyncio's private state and keeps its loop.
+    import uvloop
+
+    def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+        if item.get_closest_marker("asyncio_internals"):  # e.g. counts loop._scheduled
+            return {"asyncio": asyncio.new_event_loop}
+        return {"uvloop": uvloop.new_event_loop}
 
 
 def server_url(backend: str) -> str:

@@ -43,6 +43,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from tiermem.errors import TierMemError
+from tiermem.runtime import EventLoopChoice, loop_factory
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
 
@@ -54,8 +55,8 @@ T = TypeVar("T")
 class _Portal:
     """An event loop running forever in a daemon thread."""
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+    def __init__(self, new_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+        self.loop = new_loop()
         self._thread = threading.Thread(
             target=self.loop.run_forever, name="tiermem-sync", daemon=True
         )
@@ -213,8 +214,16 @@ class SyncMemory(_Blocking):
 
     __slots__ = ()
 
-    def __init__(self, factory: Callable[[], MemoryService]) -> None:
-        portal = _Portal()
+    def __init__(
+        self, factory: Callable[[], MemoryService], *, event_loop: EventLoopChoice = "auto"
+    ) -> None:
+        """Build the service with ``factory`` on the portal, a thread running a loop of the
+        kind ``event_loop`` picks (``auto``: uvloop when installed, :mod:`tiermem.runtime`).
+
+        Raises:
+            ValidationError: ``event_loop`` is ``uvloop`` and uvloop is not installed.
+        """
+        portal = _Portal(loop_factory(event_loop))
 
         async def build() -> MemoryService:
             # Built on the portal's loop, so its clients bind to that loop.
@@ -237,8 +246,13 @@ class SyncMemory(_Blocking):
 
     @classmethod
     def from_settings(cls, settings: TierMemSettings | None = None, **engines: Any) -> SyncMemory:
-        """A facade over :meth:`MemoryService.from_settings` (same arguments)."""
-        return cls(lambda: MemoryService.from_settings(settings, **engines))
+        """A facade over :meth:`MemoryService.from_settings` (same arguments), on the loop
+        ``settings.event_loop`` picks."""
+        settings = settings or TierMemSettings()
+        return cls(
+            lambda: MemoryService.from_settings(settings, **engines),
+            event_loop=settings.event_loop,
+        )
 
     def close(self) -> None:
         """Close the service (waiting for its background work), then stop the portal."""

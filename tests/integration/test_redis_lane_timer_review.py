@@ -180,6 +180,7 @@ async def test_a_timeout_in_a_task_already_cancelled_once_is_a_timeout() -> None
 
 
 @pytest.mark.redis
+@pytest.mark.asyncio_internals
 async def test_the_timer_is_one_handle_and_forgets_finished_reads() -> None:
     redis = client_from_url(server_url("redis"), socket_timeout=0.5)
     lane = lane_of(RedisIO(redis))

@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from tiermem.client._async import AsyncTierMemClient
+from tiermem.runtime import loop_factory
 from tiermem.sync import _Blocking, _Portal
 
 __all__ = ["TierMemClient"]
@@ -20,7 +21,7 @@ class TierMemClient(_Blocking):
     __slots__ = ()
 
     def __init__(self, base_url: str, api_key: str | None = None, **options: Any) -> None:
-        portal = _Portal()
+        portal = _Portal(loop_factory())  # uvloop when installed, as SyncMemory
 
         async def build() -> AsyncTierMemClient:
             # Built on the portal's loop: httpx's pool binds to the loop that uses it.

@@ -9,7 +9,6 @@ so what they show is what those interfaces wrote. ``--tenant NAME`` picks anothe
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from rich.markup import escape
 
 from tiermem.errors import TierMemError
 from tiermem.interfaces.tenancy import LOCAL_TENANT, TenantScope
+from tiermem.runtime import run as run_on_loop
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
 
@@ -56,9 +56,10 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; a :class:`TierMemError` becomes an error line and exit 1."""
+    """Run a command's coroutine on the loop the settings choose (``TIERMEM_EVENT_LOOP``,
+    :mod:`tiermem.runtime`); a :class:`TierMemError` becomes an error line and exit 1."""
     try:
-        return asyncio.run(coro)
+        return run_on_loop(coro, event_loop=TierMemSettings().event_loop)
     except TierMemError as exc:
         fail(f"{exc} ({type(exc).__name__})")
 

@@ -22,7 +22,6 @@ inspector running on loopback with the story loaded (it needs the ``api`` extra;
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from tiermem.interfaces.cli_common import console, fail
 from tiermem.interfaces.tenancy import LOCAL_TENANT, TenantScope
 from tiermem.models import JsonValue
 from tiermem.models.content import TextBlock, ToolResultBlock, ToolUseBlock
+from tiermem.runtime import run as run_on_loop
 from tiermem.session import Session, TurnInput
 from tiermem.settings import TierMemSettings
 from tiermem.testing.conversations import Conversation, generate_conversation
@@ -518,7 +518,7 @@ def demo(settings: TierMemSettings, *, serve: bool = False, port: int = 8080) ->
     """Run the story (see the module doc); with ``serve``, keep the API and the inspector
     running on 127.0.0.1:``port`` afterwards."""
     if not serve:
-        asyncio.run(_demo(settings))
+        run_on_loop(_demo(settings), event_loop=settings.event_loop)
         return
     try:
         import fastapi  # noqa: F401
@@ -530,4 +530,4 @@ def demo(settings: TierMemSettings, *, serve: bool = False, port: int = 8080) ->
     from tiermem.interfaces.tenancy import KeyStore, check_bind_allowed
 
     check_bind_allowed("127.0.0.1", KeyStore.from_settings(settings))
-    asyncio.run(_serve(settings, "127.0.0.1", port))
+    run_on_loop(_serve(settings, "127.0.0.1", port), event_loop=settings.event_loop)

@@ -3,7 +3,6 @@ each what it found and what to do if it failed) and ``tiermem create-table``."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -14,6 +13,7 @@ import typer
 from tiermem.clock import SystemClock, UlidFactory
 from tiermem.errors import TierMemError
 from tiermem.models import NewTurn, TextBlock
+from tiermem.runtime import run as run_on_loop
 from tiermem.settings import TierMemSettings
 
 __all__ = ["Check", "create_table", "doctor"]
@@ -144,7 +144,7 @@ def doctor(settings: TierMemSettings) -> None:
     """Check the configured backends and the tokenizer; exit 1 if any check fails."""
     typer.echo(f"tiermem {package_version('tiermem')}")
     typer.echo(f"hot backend: {settings.hot_backend}   durable backend: {settings.durable_backend}")
-    checks = asyncio.run(_doctor(settings))
+    checks = run_on_loop(_doctor(settings), event_loop=settings.event_loop)
     for check in checks:
         mark = "ok  " if check.ok else "FAIL"
         timing = f" ({check.elapsed_ms:.1f} ms)" if check.ok else ""
@@ -167,12 +167,13 @@ def create_table(settings: TierMemSettings) -> None:
         typer.echo("the dynamodb extra is not installed: pip install 'tiermem[dynamodb]'")
         raise typer.Exit(code=1) from None
     try:
-        created = asyncio.run(
+        created = run_on_loop(
             create(
                 settings.dynamodb_table,
                 endpoint_url=settings.dynamodb_endpoint_url,
                 region_name=settings.aws_region,
-            )
+            ),
+            event_loop=settings.event_loop,
         )
     except TierMemError as exc:
         typer.echo(f"could not create table {settings.dynamodb_table}: {exc}")

@@ -26,6 +26,7 @@ from tiermem.interfaces.tenancy import (
     check_bind_allowed,
     is_loopback_host,
 )
+from tiermem.runtime import loop_factory
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
 
@@ -233,6 +234,7 @@ def run_http(
     Raises:
         ValidationError: binding beyond loopback without keys.
     """
+    factory = loop_factory(settings.event_loop)
     keys = keystore or KeyStore.from_settings(settings)
     check_bind_allowed(host, keys)
 
@@ -243,4 +245,4 @@ def run_http(
         finally:
             await memory.aclose()
 
-    anyio.run(main)
+    anyio.run(main, backend_options={"loop_factory": factory})

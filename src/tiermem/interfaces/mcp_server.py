@@ -36,6 +36,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from tiermem.errors import NotFoundError, TierMemError, ValidationError
 from tiermem.interfaces.display import unscope_text
 from tiermem.interfaces.tenancy import LOCAL_TENANT, TenantScope
+from tiermem.runtime import loop_factory
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
 
@@ -379,6 +380,7 @@ async def serve_stdio(memory: MemoryService, tenant: str = LOCAL_TENANT.id) -> N
 def run_stdio(settings: TierMemSettings, tenant: str = LOCAL_TENANT.id) -> None:
     """Open the service the settings describe and serve it over stdio (blocks)."""
     TenantScope(tenant)  # validate before opening anything
+    factory = loop_factory(settings.event_loop)
 
     async def main() -> None:
         memory = MemoryService.from_settings(settings)
@@ -387,4 +389,4 @@ def run_stdio(settings: TierMemSettings, tenant: str = LOCAL_TENANT.id) -> None:
         finally:
             await memory.aclose()
 
-    anyio.run(main)
+    anyio.run(main, backend_options={"loop_factory": factory})

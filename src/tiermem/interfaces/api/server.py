@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tiermem.interfaces.tenancy import KeyStore, check_bind_allowed, is_loopback_host
-from tiermem.runtime import freeze_startup_heap
+from tiermem.runtime import EventLoopChoice, freeze_startup_heap, resolve_event_loop
 from tiermem.settings import TierMemSettings
 
 if TYPE_CHECKING:
@@ -16,9 +16,22 @@ if TYPE_CHECKING:
 __all__ = ["build_server", "run_server"]
 
 
-def build_server(app: FastAPI, host: str, port: int, *, log_level: str = "info") -> uvicorn.Server:
+def build_server(
+    app: FastAPI,
+    host: str,
+    port: int,
+    *,
+    log_level: str = "info",
+    event_loop: EventLoopChoice = "auto",
+) -> uvicorn.Server:
     """A uvicorn server for ``app`` (not started). Request bodies are capped by the app;
-    uvicorn's own limits keep slow or endless headers from holding a worker."""
+    uvicorn's own limits keep slow or endless headers from holding a worker. ``run()`` runs
+    it on the loop ``event_loop`` picks (:func:`~tiermem.runtime.resolve_event_loop`);
+    ``serve()`` runs on the caller's.
+
+    Raises:
+        ValidationError: ``event_loop`` is ``uvloop`` and uvloop is not installed.
+    """
     import uvicorn
 
     config = uvicorn.Config(
@@ -31,6 +44,7 @@ def build_server(app: FastAPI, host: str, port: int, *, log_level: str = "info")
         timeout_keep_alive=5,
         h11_max_incomplete_event_size=64 * 1024,
         lifespan="on",
+        loop=resolve_event_loop(event_loop),
     )
     return uvicorn.Server(config)
 
@@ -49,8 +63,9 @@ def run_server(
     """
     from tiermem.interfaces.api.app import create_app
 
+    resolve_event_loop(settings.event_loop)  # a missing uvloop fails before anything opens
     keystore = KeyStore.from_settings(settings)
     check_bind_allowed(host, keystore)
     app = create_app(settings, keystore=keystore, allow_anonymous=is_loopback_host(host))
     freeze_startup_heap()
-    build_server(app, host, port, log_level=log_level).run()
+    build_server(app, host, port, log_level=log_level, event_loop=settings.event_loop).run()
