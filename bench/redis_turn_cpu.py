@@ -18,15 +18,15 @@ turns (start-up and warm-up cancel out). Each run uses a fresh key prefix.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import uuid
 from pathlib import Path
 
 import turn_cpu
+from tiermem.runtime import run
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
-from workload import RESULTS, WORKLOADS, redis_dynamodb_settings, write_results
+from workload import RESULTS, WORKLOADS, add_loop_argument, redis_dynamodb_settings, write_results
 
 
 def main() -> None:
@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--summaries", action="store_true")
     parser.add_argument("--workload", choices=WORKLOADS, default="bench")
     parser.add_argument("--out", type=Path, default=RESULTS / "redis_turn_cpu.json")
+    add_loop_argument(parser)
     args = parser.parse_args()
     if not args.redis_url:
         raise SystemExit("--redis-url (or TIERMEM_TEST_REDIS_URL) is required")
@@ -44,7 +45,10 @@ def main() -> None:
 
     pairing = "redis+dynamodb" if args.dynamodb_url else "redis+redis"
     if args.dynamodb_url:
-        settings = asyncio.run(redis_dynamodb_settings(args.redis_url, args.dynamodb_url, prefix))
+        settings = run(
+            redis_dynamodb_settings(args.redis_url, args.dynamodb_url, prefix),
+            event_loop=args.loop,
+        )
     else:
         settings = TierMemSettings(
             hot_backend="redis",
@@ -57,11 +61,15 @@ def main() -> None:
         return MemoryService.from_settings(settings, auto_summarize=summaries)
 
     turn_cpu._service = service  # the loop of turn_cpu.measure, on a Redis service
-    result = asyncio.run(
-        turn_cpu.measure(pairing, args.turns, summaries=args.summaries, workload=args.workload)
+    result = run(
+        turn_cpu.measure(pairing, args.turns, summaries=args.summaries, workload=args.workload),
+        event_loop=args.loop,
     )
-    print(f"{pairing} summaries={args.summaries}: {result['cpu_us_per_turn']} µs CPU/turn")
-    write_results(args.out, [result])
+    print(
+        f"{pairing} summaries={args.summaries} loop={args.loop}: "
+        f"{result['cpu_us_per_turn']} µs CPU/turn"
+    )
+    write_results(args.out, [result], loop=args.loop)
 
 
 if __name__ == "__main__":

@@ -36,9 +36,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tiermem.runtime import run
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
-from workload import MESSAGES, RESULTS, WORKLOADS, workload_turns, write_results
+from workload import (
+    MESSAGES,
+    RESULTS,
+    WORKLOADS,
+    add_loop_argument,
+    loop_of_argv,
+    workload_turns,
+    write_results,
+)
 
 POOL = 3_000
 """Conversation turns generated whatever ``--turns`` is (see the module docstring)."""
@@ -199,6 +208,7 @@ async def main() -> None:
     )
     parser.add_argument("--workload", choices=WORKLOADS, default="bench")
     parser.add_argument("--out", type=Path, default=RESULTS / "turn_cpu.json")
+    add_loop_argument(parser)  # read by __main__ before the loop starts (loop_of_argv)
     args = parser.parse_args()
     pairings = args.pairing or ["memory+memory", "embedded"]
     if args.split:
@@ -207,7 +217,7 @@ async def main() -> None:
             "memory+memory CPU µs/turn by piece: "
             + ", ".join(f"{k} {v}" for k, v in split["split_cpu_us_per_turn"].items())
         )
-        await asyncio.to_thread(write_results, args.out, [split])
+        await asyncio.to_thread(write_results, args.out, [split], loop=args.loop)
         return
     if args.pass_every:
         results = [await measure_passes(p, args.turns, args.pass_every) for p in pairings]
@@ -228,7 +238,7 @@ async def main() -> None:
                 else ""
             )
         )
-    await asyncio.to_thread(write_results, args.out, results)
+    await asyncio.to_thread(write_results, args.out, results, loop=args.loop)
 
 
 def _label(summaries: bool | str) -> str:
@@ -238,4 +248,4 @@ def _label(summaries: bool | str) -> str:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run(main(), event_loop=loop_of_argv())  # type: ignore[arg-type]

@@ -57,11 +57,12 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.errors import TierMemError
+from tiermem.runtime import run
 from tiermem.service import MemoryService
 from tiermem.session import Session
 from tiermem.settings import TierMemSettings
 from tiermem.testing.round_trips import RoundTrips
-from workload import MESSAGES, RESULTS, redis_dynamodb_settings, write_results
+from workload import MESSAGES, RESULTS, add_loop_argument, redis_dynamodb_settings, write_results
 
 ALL_PAIRINGS = ("memory+memory", "embedded", "sqlite+sqlite", "redis+redis", "redis+dynamodb")
 WARM_TURNS = 50
@@ -465,16 +466,18 @@ def main() -> None:
     )
     parser.add_argument("--no-plot", dest="plot", action="store_false", help="JSON only")
     parser.add_argument("--out", type=Path, default=RESULTS / "turns.json")
+    add_loop_argument(parser)
     args = parser.parse_args()
     global GC_FREEZE
     GC_FREEZE = args.gc_freeze
-    runs = asyncio.run(collect(args))
+    runs = run(collect(args), event_loop=args.loop)
     load = os.getloadavg()
     write_results(
         args.out,
         runs,
         summaries=args.summaries,
         gc_freeze=args.gc_freeze,
+        loop=args.loop,
         cpus=os.cpu_count(),
         load_average_1_5_15=[round(v, 2) for v in load],
     )

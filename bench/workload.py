@@ -5,6 +5,7 @@ Imported by the scripts in this folder (``python bench/<name>.py`` puts it on th
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -102,6 +103,26 @@ def reference_loop_ms(rounds: int = 5) -> float | None:
         return float(done.stdout.strip())
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
+
+
+LOOPS = ("asyncio", "uvloop")
+
+
+def add_loop_argument(parser: argparse.ArgumentParser) -> None:
+    """``--loop asyncio|uvloop``: the event loop the bench runs on (asyncio's by default, as
+    every figure before session 22; ``tiermem serve`` and the other entry points take uvloop
+    when it is installed, ``tiermem.runtime``)."""
+    parser.add_argument(
+        "--loop", choices=LOOPS, default="asyncio", help="the event loop (default: asyncio)"
+    )
+
+
+def loop_of_argv(argv: list[str] | None = None) -> str:
+    """The ``--loop`` of the command line, read before a loop starts (the rest of the
+    arguments are the bench's own parser's)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_loop_argument(parser)
+    return str(parser.parse_known_args(argv)[0].loop)
 
 
 def write_results(path: Path, results: list[dict[str, Any]], **extra: Any) -> None:
