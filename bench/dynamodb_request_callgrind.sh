@@ -7,11 +7,12 @@
 # (compare two checkouts with one venv). Needs the servers: run it under scripts/test.sh
 # (TIERMEM_TEST_SERVICES_ONLY=1), or set TIERMEM_TEST_REDIS_URL and TIERMEM_TEST_DYNAMODB_URL.
 #
-# usage: bench/dynamodb_request_callgrind.sh <tree> [requests|turns] [label]
+# usage: bench/dynamodb_request_callgrind.sh <tree> [requests|turns] [label] [asyncio|uvloop]
 #   with a label, the result is also merged into bench/results/dynamodb_instructions.json
-#   under that label (e.g. "before" and "after" for two trees).
+#   under that label (e.g. "before" and "after" for two trees); the last argument is the
+#   turns' event loop (redis_turn_cpu.py --loop; asyncio by default).
 set -euo pipefail
-tree=$(cd "$1" && pwd); what=${2:-requests}; label=${3:-}
+tree=$(cd "$1" && pwd); what=${2:-requests}; label=${3:-}; loop=${4:-asyncio}
 bench=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
 : "${TIERMEM_TEST_DYNAMODB_URL:?set it (or run under scripts/test.sh)}"
@@ -23,7 +24,7 @@ total() {
   else
     : "${TIERMEM_TEST_REDIS_URL:?set it (or run under scripts/test.sh)}"
     args=("$bench/redis_turn_cpu.py" --redis-url "$TIERMEM_TEST_REDIS_URL"
-          --dynamodb-url "$TIERMEM_TEST_DYNAMODB_URL" --turns "$n" --out "$out/turns.$n.json")
+          --dynamodb-url "$TIERMEM_TEST_DYNAMODB_URL" --turns "$n" --out "$out/turns.$n.json" --loop "$loop")
   fi
   PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1 PYTHONPATH="$tree/src:$bench" \
     valgrind --tool=callgrind --callgrind-out-file="$out/cg.$n" \
