@@ -14,15 +14,25 @@
 # usage: bench/turn_callgrind.sh <tree> <pairing> [long turns=4500] [short turns=500] [turn_cpu.py args...]
 #   e.g. bench/turn_callgrind.sh . embedded
 #        bench/turn_callgrind.sh /tmp/old memory+memory 4500 500 --summaries
+#        bench/turn_callgrind.sh . embedded 4500 500 --loop uvloop
+#        bench/turn_callgrind.sh . redis+redis 2500 500   (needs TIERMEM_TEST_REDIS_URL;
+#            the client process only, through bench/redis_turn_cpu.py)
 set -euo pipefail
 tree=$(cd "$1" && pwd); pairing=$2; long=${3:-4500}; short=${4:-500}
 shift $(( $# < 4 ? $# : 4 ))
 bench=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
+if [ "$pairing" = redis+redis ]; then
+  # The client process only (redis-server runs natively): bench/redis_turn_cpu.py.
+  : "${TIERMEM_TEST_REDIS_URL:?set it (or run under TIERMEM_TEST_SERVICES_ONLY=1 scripts/test.sh)}"
+  probe=("$tree/bench/redis_turn_cpu.py" --redis-url "$TIERMEM_TEST_REDIS_URL")
+else
+  probe=("$tree/bench/turn_cpu.py" --pairing "$pairing")
+fi
 total() {
-  PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1 PYTHONPATH="$tree/src" \
+  PYTHONHASHSEED=0 OPENBLAS_NUM_THREADS=1 PYTHONPATH="$tree/src:$tree/bench" \
     valgrind --tool=callgrind --callgrind-out-file="$out/cg.$1" \
-    "$bench/../.venv/bin/python" "$tree/bench/turn_cpu.py" --turns "$1" --pairing "$pairing" \
+    "$bench/../.venv/bin/python" "${probe[@]}" --turns "$1" \
     --out "$out/turn_cpu.$1.json" "${@:2}" > "$out/log.$1" 2>&1 \
     || { echo "turn_cpu.py failed: $out/log.$1" >&2; tail -5 "$out/log.$1" >&2; exit 1; }
   grep -m1 '^summary:' "$out/cg.$1" | awk '{print $2}'
