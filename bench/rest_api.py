@@ -5,10 +5,13 @@ Measures, client side, add_turn latency (p50/p99) and requests/s with 1 session 
 sequentially and with 20 sessions written concurrently, and context() latency with and
 without a query on a session of 500 turns. Auth is on (one tenant key; verified keys are
 cached after the first scrypt). The server is a separate process, so client and server do
-not share a GIL; both share this machine's 2 cores. Results go to
-``bench/results/rest_api.json``::
+not share a GIL; both share this machine's 2 cores. Each scenario also reports the server
+process's CPU per request (``/proc/<pid>/stat``, 10 ms ticks). The server runs on the loop
+``run_server`` picks (``TIERMEM_EVENT_LOOP``; uvloop when installed), recorded as
+``server_event_loop``. Results go to ``bench/results/rest_api.json`` (``--out``)::
 
     .venv/bin/python bench/rest_api.py
+    TIERMEM_EVENT_LOOP=asyncio .venv/bin/python bench/rest_api.py --out /tmp/asyncio.json
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import httpx
 
 from tiermem.client import AsyncTierMemClient
 from tiermem.interfaces.tenancy import KeyStore
+from tiermem.runtime import resolve_event_loop
+from tiermem.settings import TierMemSettings
 from workload import MESSAGES, RESULTS, write_results
 
 SERVER = (
@@ -43,9 +48,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def summary(name: str, latencies: list[float], elapsed: float) -> dict[str, Any]:
+def server_cpu(pid: int) -> float:
+    """The server process's CPU seconds so far (user + system, every thread), from
+    ``/proc/<pid>/stat`` (Linux; clock ticks, 10 ms each)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def summary(
+    name: str, latencies: list[float], elapsed: float, cpu: float | None = None
+) -> dict[str, Any]:
     ms = [v * 1000 for v in latencies]
-    return {
+    row = {
         "scenario": name,
         "requests": len(ms),
         "p50_ms": round(percentile(ms, 0.50), 2),
@@ -53,6 +67,9 @@ def summary(name: str, latencies: list[float], elapsed: float) -> dict[str, Any]
         "mean_ms": round(statistics.fmean(ms), 2),
         "requests_per_s": round(len(ms) / elapsed, 1),
     }
+    if cpu is not None:
+        row["server_cpu_us_per_request"] = round(cpu / len(ms) * 1e6, 1)
+    return row
 
 
 def free_port() -> int:
@@ -79,22 +96,30 @@ async def timed(call: Any) -> float:
     return time.perf_counter() - start
 
 
-async def run(url: str, key: str, turns: int, sessions: int) -> list[dict[str, Any]]:
+async def run(url: str, key: str, turns: int, sessions: int, pid: int) -> list[dict[str, Any]]:
     results = []
     async with AsyncTierMemClient(url, api_key=key) as client:
         # The floor: a request that touches no backend (HTTP, routing, the client).
         http = client._http  # the SDK's own connection pool
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), server_cpu(pid)
         latencies = [await timed(http.get("/healthz")) for _ in range(turns // 2)]
-        results.append(summary("healthz (floor)", latencies, time.perf_counter() - start))
+        results.append(
+            summary(
+                "healthz (floor)", latencies, time.perf_counter() - start, server_cpu(pid) - cpu
+            )
+        )
 
         session = await client.open_session("bench-user", "single")
         await session.add_turn("user", "warm-up")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), server_cpu(pid)
         latencies = [
             await timed(session.add_turn("user", MESSAGES[n % len(MESSAGES)])) for n in range(turns)
         ]
-        results.append(summary("add_turn, 1 session", latencies, time.perf_counter() - start))
+        results.append(
+            summary(
+                "add_turn, 1 session", latencies, time.perf_counter() - start, server_cpu(pid) - cpu
+            )
+        )
 
         handles = [await client.open_session("bench-user", f"many-{n}") for n in range(sessions)]
         per_session = max(1, turns // sessions)
@@ -105,20 +130,30 @@ async def run(url: str, key: str, turns: int, sessions: int) -> list[dict[str, A
                 for n in range(per_session)
             ]
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), server_cpu(pid)
         groups = await asyncio.gather(*(writer(h) for h in handles))
         latencies = [v for group in groups for v in group]
         results.append(
-            summary(f"add_turn, {sessions} sessions", latencies, time.perf_counter() - start)
+            summary(
+                f"add_turn, {sessions} sessions",
+                latencies,
+                time.perf_counter() - start,
+                server_cpu(pid) - cpu,
+            )
         )
 
         for label, query in (("context, no query", None), ("context, query", "berserk stock")):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), server_cpu(pid)
             latencies = [
                 await timed(session.context(query, budget=8000)) for _ in range(turns // 2)
             ]
             results.append(
-                summary(f"{label} ({turns} turns)", latencies, time.perf_counter() - start)
+                summary(
+                    f"{label} ({turns} turns)",
+                    latencies,
+                    time.perf_counter() - start,
+                    server_cpu(pid) - cpu,
+                )
             )
     return results
 
@@ -127,7 +162,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=500)
     parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=RESULTS / "rest_api.json")
     args = parser.parse_args()
+    # The server's loop, as run_server picks it (TIERMEM_EVENT_LOOP, default: uvloop when
+    # installed): recorded with the results.
+    server_loop = resolve_event_loop(TierMemSettings().event_loop)
     with tempfile.TemporaryDirectory() as tmp:
         keys_file = Path(tmp) / "keys.json"
         _, key = KeyStore(keys_file).create("bench")
@@ -143,19 +182,21 @@ def main() -> None:
         try:
             url = f"http://127.0.0.1:{port}"
             asyncio.run(wait_ready(url))
-            results = asyncio.run(run(url, key, args.turns, args.sessions))
+            results = asyncio.run(run(url, key, args.turns, args.sessions, server.pid))
         finally:
             server.terminate()
             server.wait(timeout=30)
     for row in results:
         print(
             f"{row['scenario']:<32} p50 {row['p50_ms']:>7.2f} ms  p99 {row['p99_ms']:>7.2f} ms  "
-            f"{row['requests_per_s']:>7.1f} req/s"
+            f"{row['requests_per_s']:>7.1f} req/s  "
+            f"server {row['server_cpu_us_per_request']:>7.1f} µs CPU/request"
         )
     write_results(
-        RESULTS / "rest_api.json",
+        args.out,
         results,
         pairing="embedded (memory hot + SQLite), uvicorn 1 worker, loopback, auth on",
+        server_event_loop=server_loop,
     )
 
 

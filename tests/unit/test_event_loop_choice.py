@@ -120,6 +120,7 @@ def test_the_rest_server_runs_on_the_chosen_loop(
     settings = MEMORY.model_copy(update={"api_keys_file": tmp_path / "keys.json"})
     server = build_server(create_app(settings), "127.0.0.1", 0, event_loop=choice)  # type: ignore[arg-type]
     assert server.config.loop == expected
+    assert server.config.http == "h11"  # its incomplete-event limit applies
 
 
 async def test_the_lane_runs_on_the_loop_it_names() -> None:

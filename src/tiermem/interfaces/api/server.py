@@ -42,6 +42,9 @@ def build_server(
         proxy_headers=False,  # client addresses decide local mode: never trust a header
         server_header=False,
         timeout_keep_alive=5,
+        # h11 whatever else is installed: uvicorn's "auto" takes httptools when present,
+        # and the header limit below is h11's (httptools measured no faster here).
+        http="h11",
         h11_max_incomplete_event_size=64 * 1024,
         lifespan="on",
         loop=resolve_event_loop(event_loop),
