@@ -13,6 +13,8 @@
 #   turns' event loop (redis_turn_cpu.py --loop; asyncio by default).
 set -euo pipefail
 tree=$(cd "$1" && pwd); what=${2:-requests}; label=${3:-}; loop=${4:-asyncio}
+[ "$what" = turns ] || [ "$loop" = asyncio ] || { echo "the loop applies to turns only" >&2; exit 2; }
+[ -z "$label" ] || [ "$loop" = asyncio ] || label="$label ($loop)"  # kept apart in the JSON
 bench=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
 : "${TIERMEM_TEST_DYNAMODB_URL:?set it (or run under scripts/test.sh)}"

@@ -248,4 +248,4 @@ def _label(summaries: bool | str) -> str:
 
 
 if __name__ == "__main__":
-    run(main(), event_loop=loop_of_argv())  # type: ignore[arg-type]
+    run(main(), event_loop=loop_of_argv())

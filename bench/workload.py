@@ -13,7 +13,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tiermem.settings import TierMemSettings
 from tiermem.testing.conversations import generate_conversation
@@ -117,12 +117,13 @@ def add_loop_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def loop_of_argv(argv: list[str] | None = None) -> str:
+def loop_of_argv(argv: list[str] | None = None) -> Literal["asyncio", "uvloop"]:
     """The ``--loop`` of the command line, read before a loop starts (the rest of the
     arguments are the bench's own parser's)."""
     parser = argparse.ArgumentParser(add_help=False)
     add_loop_argument(parser)
-    return str(parser.parse_known_args(argv)[0].loop)
+    loop: Literal["asyncio", "uvloop"] = parser.parse_known_args(argv)[0].loop
+    return loop
 
 
 def write_results(path: Path, results: list[dict[str, Any]], **extra: Any) -> None:

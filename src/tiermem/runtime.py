@@ -13,7 +13,7 @@ default's p99 at 50 concurrent sessions (~100 ms with, ~20 ms without; ``bench/t
 tiermem starts itself (``tiermem serve``, ``tiermem mcp``, the CLI, :class:`~tiermem.SyncMemory`):
 uvloop's wherever it is installed (the ``api`` and ``mcp`` extras bring it), else asyncio's.
 A turn's round trips are mostly the loop's own work (a wake-up, a socket read, a future, a
-task step), and uvloop does it in C: a plain Redis + Redis turn costs ~20 % fewer client
+task step), and uvloop does it in C: a plain Redis + Redis turn costs ~17 % fewer client
 instructions on it (docs/performance.md, session 22). An application that runs the library
 in its own loop chooses that loop itself (uvicorn picks uvloop when it is installed).
 """
@@ -70,7 +70,13 @@ def loop_factory(choice: EventLoopChoice = "auto") -> Callable[[], asyncio.Abstr
         import uvloop
 
         return uvloop.new_event_loop
-    return asyncio.new_event_loop
+    return _standard_loop
+
+
+def _standard_loop() -> asyncio.AbstractEventLoop:
+    """The standard library's own loop, whatever global policy a process has set (after
+    ``uvloop.install()``, ``asyncio.new_event_loop`` would make a uvloop loop)."""
+    return asyncio.DefaultEventLoopPolicy().new_event_loop()
 
 
 def run(coro: Coroutine[Any, Any, T], *, event_loop: EventLoopChoice = "auto") -> T:

@@ -127,10 +127,10 @@ class TierMemSettings(BaseSettings):
 
     event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     """The event loop of what tiermem runs itself (``tiermem serve``, ``tiermem mcp``, the
-    CLI, :class:`~tiermem.SyncMemory`): ``auto`` (default) takes uvloop when it is installed
-    (the ``api`` and ``mcp`` extras bring it; ~20 % less client CPU a Redis turn), else
-    asyncio's; ``uvloop`` fails at start without it. A library caller's own loop is theirs
-    (:mod:`tiermem.runtime`)."""
+    CLI, ``SyncMemory.from_settings``): ``auto`` (default) takes uvloop when it is installed
+    (the ``api`` and ``mcp`` extras bring it; ~17 % fewer client instructions a Redis turn),
+    else asyncio's; ``uvloop`` fails at start without it. A library caller's own loop is
+    theirs (:mod:`tiermem.runtime`)."""
 
     @model_validator(mode="after")
     def _wait_needs_redis_durable(self) -> Self:

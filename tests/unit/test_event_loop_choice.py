@@ -9,7 +9,7 @@ import asyncio
 import inspect
 import os
 import sys
-import warnings
+import threading
 from pathlib import Path
 
 import pytest
@@ -62,10 +62,8 @@ def test_auto_falls_back_to_asyncio_without_uvloop(without_uvloop: None) -> None
 
 def test_uvloop_required_but_missing_is_a_clear_error(without_uvloop: None) -> None:
     coro = _running_kind()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # "coroutine was never awaited" would fail the test
-        with pytest.raises(ValidationError, match=r"uvloop cannot be imported.*EVENT_LOOP=asyncio"):
-            run(coro, event_loop="uvloop")
+    with pytest.raises(ValidationError, match=r"uvloop cannot be imported.*EVENT_LOOP=asyncio"):
+        run(coro, event_loop="uvloop")
     assert (
         inspect.getcoroutinestate(coro) == "CORO_CLOSED"
     )  # not left for the collector to warn about
@@ -105,9 +103,11 @@ def test_sync_memory_without_uvloop_when_required_fails_before_starting_a_thread
         built.append(1)
         raise AssertionError("not reached")
 
+    threads = threading.active_count()
     with pytest.raises(ValidationError, match="uvloop"):
         SyncMemory(factory, event_loop="uvloop")  # type: ignore[arg-type]
     assert built == []
+    assert threading.active_count() == threads  # no portal thread left behind
 
 
 @pytest.mark.parametrize(("choice", "expected"), [("auto", "uvloop"), ("asyncio", "asyncio")])
@@ -127,3 +127,74 @@ async def test_the_lane_runs_on_the_loop_it_names() -> None:
     """scripts/test.sh runs a lane with TIERMEM_TEST_LOOP=uvloop: its async tests must run on
     uvloop, or the lane tests nothing the main run does not."""
     assert await _running_kind() == os.environ.get("TIERMEM_TEST_LOOP", "asyncio")
+
+
+def test_the_asyncio_choice_ignores_a_global_uvloop_policy() -> None:
+    """After ``uvloop.install()`` (or an old uvicorn's ``loop="uvloop"``), the global policy
+    makes uvloop loops: ``asyncio`` still means the standard library's own loop."""
+    previous = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        assert run(_running_kind(), event_loop="asyncio") == "asyncio"
+    finally:
+        asyncio.set_event_loop_policy(previous)
+
+
+@pytest.mark.parametrize(("choice", "expected"), [("auto", "uvloop"), ("asyncio", "asyncio")])
+def test_the_rest_client_facade_runs_on_the_chosen_loop(choice: str, expected: str) -> None:
+    from tiermem.client import TierMemClient
+
+    with TierMemClient("http://127.0.0.1:9", event_loop=choice) as client:  # type: ignore[arg-type]
+        assert _kind(client._portal.loop) == expected
+
+
+@pytest.mark.parametrize(("choice", "expected"), [("auto", "uvloop"), ("asyncio", "asyncio")])
+def test_tiermem_serve_runs_uvicorn_on_the_settings_loop(
+    choice: str, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run_server`` (``tiermem serve``) hands the setting to uvicorn: the server's
+    ``run`` is replaced by a probe that records the loop uvicorn was configured with."""
+    import uvicorn
+
+    from tiermem.interfaces.api.server import run_server
+
+    seen: list[str] = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: seen.append(self.config.loop))
+    monkeypatch.setattr("tiermem.interfaces.api.server.freeze_startup_heap", lambda: 0)
+    settings = MEMORY.model_copy(
+        update={"event_loop": choice, "api_keys_file": tmp_path / "keys.json"}
+    )
+    run_server(settings, "127.0.0.1", 0)
+    assert seen == [expected]
+
+
+@pytest.mark.parametrize("http", [False, True])
+@pytest.mark.parametrize(("choice", "expected"), [("auto", "uvloop"), ("asyncio", "asyncio")])
+def test_tiermem_mcp_runs_on_the_settings_loop(
+    http: bool, choice: str, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run_stdio`` and ``run_http`` (``tiermem mcp [--http]``) start anyio on the loop the
+    setting picks: anyio's ``run`` is replaced by a probe that makes a loop with the
+    factory it was given (and runs nothing)."""
+    from tiermem.interfaces import mcp_http, mcp_server
+
+    seen: list[str] = []
+
+    def probe(main: object, *, backend_options: dict[str, object]) -> None:
+        factory = backend_options["loop_factory"]
+        loop = factory()  # type: ignore[operator]
+        try:
+            seen.append(_kind(loop))
+        finally:
+            loop.close()
+
+    module = mcp_http if http else mcp_server
+    monkeypatch.setattr(module.anyio, "run", probe)
+    settings = MEMORY.model_copy(
+        update={"event_loop": choice, "api_keys_file": tmp_path / "keys.json"}
+    )
+    if http:
+        mcp_http.run_http(settings)
+    else:
+        mcp_server.run_stdio(settings)
+    assert seen == [expected]

@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -580,6 +581,7 @@ def _live_timers(loop: asyncio.AbstractEventLoop) -> list[asyncio.TimerHandle]:
     return [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
 
 
+@pytest.mark.asyncio_internals  # reads loop._scheduled
 async def test_a_linger_cut_short_leaves_no_timer() -> None:
     work = BackgroundWork(workers=1, max_pending=4)
     ran: list[list[int]] = []
@@ -600,6 +602,7 @@ async def test_a_linger_cut_short_leaves_no_timer() -> None:
     await work.aclose()
 
 
+@pytest.mark.asyncio_internals  # reads loop._scheduled
 async def test_a_linger_that_runs_out_or_is_cancelled_leaves_nothing_behind() -> None:
     work = BackgroundWork(workers=1, max_pending=4)
     ran: list[list[int]] = []

@@ -9,19 +9,28 @@ from types import TracebackType
 from typing import Any, Self
 
 from tiermem.client._async import AsyncTierMemClient
-from tiermem.runtime import loop_factory
+from tiermem.runtime import EventLoopChoice, loop_factory
 from tiermem.sync import _Blocking, _Portal
 
 __all__ = ["TierMemClient"]
 
 
 class TierMemClient(_Blocking):
-    """Blocking :class:`AsyncTierMemClient` (same arguments). Close it, or use ``with``."""
+    """Blocking :class:`AsyncTierMemClient` (same arguments, plus ``event_loop``: the
+    portal thread's loop, ``auto`` taking uvloop when installed; :mod:`tiermem.runtime`).
+    Close it, or use ``with``."""
 
     __slots__ = ()
 
-    def __init__(self, base_url: str, api_key: str | None = None, **options: Any) -> None:
-        portal = _Portal(loop_factory())  # uvloop when installed, as SyncMemory
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        event_loop: EventLoopChoice = "auto",
+        **options: Any,
+    ) -> None:
+        portal = _Portal(loop_factory(event_loop))
 
         async def build() -> AsyncTierMemClient:
             # Built on the portal's loop: httpx's pool binds to the loop that uses it.

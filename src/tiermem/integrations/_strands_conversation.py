@@ -3,7 +3,6 @@ by :mod:`tiermem.integrations.strands`, which documents it)."""
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import logging
 import uuid
@@ -30,6 +29,7 @@ from tiermem.managers import (
     SummarizingManager,
 )
 from tiermem.models import Message
+from tiermem.runtime import run as run_on_loop
 
 if TYPE_CHECKING:
     from strands.agent.agent import Agent
@@ -45,7 +45,7 @@ def _run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on a fresh loop in a worker thread: Strands calls conversation managers
     synchronously from inside its own running loop, where a coroutine cannot be awaited."""
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tiermem-strands") as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(run_on_loop, coro).result()  # uvloop when installed
 
 
 # ---------------------------------------------------------------- conversation manager
