@@ -21,11 +21,12 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
 
 from tiermem.errors import NotFoundError, ValidationError
 from tiermem.interfaces.api.deps import Caller, answer, api_state, authenticate
+from tiermem.interfaces.api.route_table import RouteTable
 from tiermem.interfaces.api.routes_ops import public_tool_message
 from tiermem.interfaces.display import unscope_text
 from tiermem.models.content import text_of
@@ -43,7 +44,7 @@ _ASSETS = {
     "style.css": "text/css; charset=utf-8",
 }
 
-router = APIRouter(prefix="/inspector", tags=["inspector"])
+router = RouteTable(prefix="/inspector", tags=["inspector"])
 CallerDep = Annotated[Caller, Depends(authenticate)]
 
 

@@ -134,9 +134,9 @@ def create_app(
     )
     app.state.tiermem = state
     install_error_handlers(app)
-    app.include_router(routes_sessions.router)
-    app.include_router(routes_users.router)
-    app.include_router(routes_ops.router)
+    # On the app's own router, not include_router's nodes (route_table.py says why).
+    for table in (routes_sessions.router, routes_users.router, routes_ops.router):
+        table.register(app.router)
     _mount_inspector(app)
     # Outermost last: timing sees 413s too; the size cap runs before any parsing.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.api_max_body_bytes)
@@ -145,13 +145,13 @@ def create_app(
 
 
 def _mount_inspector(app: FastAPI) -> None:
-    """Include the web inspector's router when that module provides one."""
+    """Add the web inspector's routes when that module provides them."""
     try:
         inspector = importlib.import_module("tiermem.interfaces.inspector")
     except ModuleNotFoundError as exc:
         if exc.name != "tiermem.interfaces.inspector":
             raise  # the inspector exists but misses a dependency: say so
         return
-    router = getattr(inspector, "router", None)
-    if router is not None:
-        app.include_router(router)
+    table = getattr(inspector, "router", None)
+    if table is not None:
+        table.register(app.router)

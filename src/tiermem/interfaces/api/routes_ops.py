@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from tiermem.errors import TierMemError
 from tiermem.interfaces.api.deps import CallerDep, answer, api_state, authenticate
 from tiermem.interfaces.api.errors import ErrorBody
+from tiermem.interfaces.api.route_table import RouteTable
 from tiermem.interfaces.api.schemas import (
     HealthResponse,
     ReadyResponse,
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 READY_TIMEOUT_SECONDS = 2.0
 _PROBE_ID = "_readyz"  # '_' cannot start a tenant id, so no tenant's data is ever read
 
-router = APIRouter(
+router = RouteTable(
     responses={401: {"model": ErrorBody}, 429: {"model": ErrorBody}, 503: {"model": ErrorBody}}
 )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from tiermem.context import ContextWindow
@@ -16,6 +16,7 @@ from tiermem.interfaces.api.deps import (
     open_existing_session,
 )
 from tiermem.interfaces.api.errors import ApiError, ErrorBody
+from tiermem.interfaces.api.route_table import RouteTable
 from tiermem.interfaces.api.schemas import (
     ID_MAX,
     ID_PATTERN,
@@ -45,7 +46,7 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     503: {"model": ErrorBody},
 }
 
-router = APIRouter(prefix="/v1", tags=["sessions"], responses=_ERRORS)
+router = RouteTable(prefix="/v1", tags=["sessions"], responses=_ERRORS)
 
 SessionId = Annotated[
     str,

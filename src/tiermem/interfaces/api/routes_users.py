@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Path, Query, Request, UploadFile
+from fastapi import File, Form, Path, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
 
 from tiermem.errors import NotFoundError, ValidationError
 from tiermem.interfaces.api.deps import Caller, CallerDep, answer, api_state
 from tiermem.interfaces.api.errors import ApiError, ErrorBody
+from tiermem.interfaces.api.route_table import RouteTable
 from tiermem.interfaces.api.schemas import (
     ID_MAX,
     ID_PATTERN,
@@ -34,7 +35,7 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": ErrorBody} for code in (401, 404, 413, 422, 429, 503)
 }
 
-router = APIRouter(prefix="/v1/users/{user_id}", tags=["users"], responses=_ERRORS)
+router = RouteTable(prefix="/v1/users/{user_id}", tags=["users"], responses=_ERRORS)
 
 UserId = Annotated[
     str,
