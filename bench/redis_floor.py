@@ -40,6 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import hiredis
+
 from workload import RESULTS, write_results
 
 SCRIPT = "return 1"
@@ -55,9 +56,7 @@ def server_cpu_s(sock: socket.socket) -> float:
     reader = hiredis.Reader()
     while (reply := reader.gets()) is False:
         reader.feed(sock.recv(65536))
-    fields = dict(
-        line.split(":", 1) for line in reply.decode().splitlines() if ":" in line
-    )
+    fields = dict(line.split(":", 1) for line in reply.decode().splitlines() if ":" in line)
     return float(fields["used_cpu_sys"]) + float(fields["used_cpu_user"])
 
 
