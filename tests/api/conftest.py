@@ -4,7 +4,10 @@ tmp_path), a keys file with two tenants, and clients through the real ASGI app."
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator, Callable
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ import pytest
 from fastapi import FastAPI
 
 from tiermem.interfaces.api import create_app
+from tiermem.interfaces.api.server import build_server
 from tiermem.interfaces.tenancy import KeyStore
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
@@ -103,3 +107,27 @@ def client_a(client_for: ClientFactory, keys: Keys) -> httpx.AsyncClient:
 @pytest.fixture
 def client_b(client_for: ClientFactory, keys: Keys) -> httpx.AsyncClient:
     return client_for(keys.b)
+
+
+@contextmanager
+def serving(app: Any, *, log_level: str = "warning") -> Iterator[int]:
+    """``app`` served by ``build_server`` (uvicorn, as ``tiermem serve`` runs it) on a free
+    loopback port, in a thread; yields the port, and stops the server after."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    uvicorn_server = build_server(app, "127.0.0.1", port, log_level=log_level)
+    thread = threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    for _ in range(200):  # up to 10 s for the server to start
+        if uvicorn_server.started:
+            break
+        thread.join(0.05)
+    assert uvicorn_server.started, "uvicorn did not start"
+    try:
+        yield port
+    finally:
+        uvicorn_server.should_exit = True
+        thread.join(15)
+        sock.close()
+        assert not thread.is_alive()

@@ -4,8 +4,6 @@ loopback port for the retry path (a lost answer, 503s) and the sync facade."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +26,10 @@ from tiermem.errors import (
     NotFoundError,
 )
 from tiermem.interfaces.api import create_app
-from tiermem.interfaces.api.server import build_server
 from tiermem.interfaces.tenancy import KeyStore
 from tiermem.settings import TierMemSettings
 
-from .conftest import Keys
+from .conftest import Keys, serving
 
 
 @pytest.fixture
@@ -173,24 +170,8 @@ def server(tmp_path: Path) -> Iterator[RunningServer]:
     )
     _, key = KeyStore(tmp_path / "server-keys.json").create("acme")
     faults = Faults(create_app(settings))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    uvicorn_server = build_server(faults, "127.0.0.1", port, log_level="warning")  # type: ignore[arg-type]
-    thread = threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    for _ in range(200):  # up to 10 s for the server to start
-        if uvicorn_server.started:
-            break
-        thread.join(0.05)
-    assert uvicorn_server.started, "uvicorn did not start"
-    try:
+    with serving(faults) as port:
         yield RunningServer(f"http://127.0.0.1:{port}", faults, key)
-    finally:
-        uvicorn_server.should_exit = True
-        thread.join(15)
-        sock.close()
-        assert not thread.is_alive()
 
 
 async def test_a_retry_after_a_lost_answer_never_duplicates_the_turn(

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tiermem.interfaces.api import create_app, server
-from tiermem.interfaces.api.server import MAX_HEAD_BYTES, build_server, http_protocol
+from tiermem.interfaces.api.server import MAX_HEAD_BYTES, http_protocol
 from tiermem.settings import TierMemSettings
+
+from .conftest import serving
 
 PARSERS = ["httptools", "h11"]
 
@@ -44,25 +44,9 @@ def port(parser: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
         api_keys_file=tmp_path / "keys.json",
         api_max_body_bytes=1024 * 1024,
     )
-    app = create_app(settings, allow_anonymous=True)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    uvicorn_server = build_server(app, "127.0.0.1", sock.getsockname()[1], log_level="error")
-    assert (uvicorn_server.config.http == "h11") == (parser == "h11")
-    thread = threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    for _ in range(200):  # up to 10 s for the server to start
-        if uvicorn_server.started:
-            break
-        thread.join(0.05)
-    assert uvicorn_server.started, "uvicorn did not start"
-    try:
-        yield int(sock.getsockname()[1])
-    finally:
-        uvicorn_server.should_exit = True
-        thread.join(15)
-        sock.close()
-        assert not thread.is_alive()
+    assert (server.http_protocol() == "h11") == (parser == "h11")  # what build_server runs
+    with serving(create_app(settings, allow_anonymous=True), log_level="error") as port:
+        yield port
 
 
 async def _answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
