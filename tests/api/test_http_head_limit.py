@@ -226,3 +226,66 @@ async def test_a_head_read_with_a_large_body_ahead_of_it_is_not_charged_for_the_
     assert b"\r\n%d\r\n" % len(body) in transport.written
     assert bytes(transport.written).endswith(b"\r\n1\r\n0\r\n0\r\n\r\n")
     protocol.connection_lost(None)
+
+
+async def test_pipelined_requests_past_the_bound_in_one_write_are_all_answered(
+    port: int,
+) -> None:
+    """Many small requests sent at once: each head is small, so none is refused, though
+    a read holds far more than the bound of them."""
+    count = 2 * MAX_HEAD_BYTES // len(_get("/healthz")) + 10
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(_get("/healthz") * count)
+        statuses = [(await _answer(reader))[0] for _ in range(count)]
+        assert statuses == [200] * count
+    finally:
+        writer.close()
+
+
+def _chunked_post(path: str, body: bytes, trailers: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n".encode()
+        + b"%x\r\n%s\r\n0\r\n" % (len(body), body)
+        + trailers
+    )
+
+
+async def test_trailers_that_never_end_are_cut_off_near_the_bound(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    sent, chunk = 0, b"a" * 4096
+    try:
+        writer.write(_chunked_post("/v1/sessions", b'{"user_id": "u-1"}', b"X-Trailer: "))
+        while sent < 4 * MAX_HEAD_BYTES:
+            writer.write(chunk)
+            try:
+                await writer.drain()
+            except ConnectionError:
+                break  # the server closed it
+            sent += len(chunk)
+            await asyncio.sleep(0.002)
+            if reader.at_eof() or len(reader._buffer) > 0:  # type: ignore[attr-defined]
+                break
+        status, _ = await _answer(reader)
+        assert status == 400
+        assert await _closed(reader)
+        assert sent <= MAX_HEAD_BYTES + 16 * len(chunk), f"cut off only after {sent} bytes"
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("parser", ["httptools"], indirect=True)
+async def test_one_requests_trailers_do_not_count_against_the_next_head(port: int) -> None:
+    trailers = "".join(f"X-T{n}: {'t' * 1000}\r\n" for n in range(MAX_HEAD_BYTES // 1000 - 20))
+    head = "".join(f"X-H{n}: {'h' * 1000}\r\n" for n in range(20))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(
+            _chunked_post("/v1/sessions", b'{"user_id": "u-1"}', trailers.encode() + b"\r\n")
+        )
+        assert (await _answer(reader))[0] == 200
+        writer.write(_get("/healthz", head))
+        assert (await _answer(reader))[0] == 200
+    finally:
+        writer.close()

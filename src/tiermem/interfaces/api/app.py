@@ -21,6 +21,7 @@ from tiermem.interfaces.api.deps import ApiState
 from tiermem.interfaces.api.errors import install_error_handlers
 from tiermem.interfaces.api.limits import BodyLimitMiddleware, RateLimiter
 from tiermem.interfaces.api.metrics import ApiMetrics
+from tiermem.interfaces.api.route_table import RouteTable
 from tiermem.interfaces.tenancy import KeyStore
 from tiermem.service import MemoryService
 from tiermem.settings import TierMemSettings
@@ -153,5 +154,5 @@ def _mount_inspector(app: FastAPI) -> None:
             raise  # the inspector exists but misses a dependency: say so
         return
     table = getattr(inspector, "router", None)
-    if table is not None:
+    if isinstance(table, RouteTable):
         table.register(app.router)

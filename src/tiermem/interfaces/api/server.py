@@ -37,37 +37,50 @@ def http_protocol() -> type[asyncio.Protocol] | str:
         return "h11"
 
     class HeadBoundedHttpTools(HttpToolsProtocol):
-        """uvicorn's httptools protocol, refusing a request head over MAX_HEAD_BYTES.
+        """uvicorn's httptools protocol, refusing a request head (or a chunked body's
+        trailers) over MAX_HEAD_BYTES.
 
-        Two counts, each held to the bound: the URL and headers the parser has handed on
-        (exact), and, after each read, the bytes that went to a head still being parsed
-        (httptools keeps a header it has not finished in a buffer of its own, which the
-        first count cannot see; what the parser handed on as body is not charged). Both
-        end with the head. A read that finishes one request's head and starts the next
-        one's charges both heads' bytes to the new one: pipelined requests (rare) may meet
-        the bound up to one head early.
+        Two counts, each held to the bound. The URL and header lines the parser has handed
+        on since the message began (exact). And the reads that go wholly into one head or
+        trailer section: httptools keeps a line it has not finished in a buffer of its own,
+        which the first count cannot see, so a read that starts and ends inside the same
+        open section is charged to it whole. A read in which a section opens or closes is
+        not charged (its finished lines are in the first count), so what the buffer can
+        hold is the bound plus one read, and pipelined requests, bodies and chunk framing
+        are never charged.
         """
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self._head_open = False
-            self._head_bytes = 0  # bytes read into the open head
-            self._parsed_bytes = 0  # its URL and headers, as handed on
-            self._body_fed = 0
+            self._section_open = False  # reading a head, or a chunked body's trailers
+            self._section_moved = False  # a section opened or closed during this read
+            self._unfinished = 0  # reads charged to the open section
+            self._parsed_bytes = 0  # its URL and header lines, as handed on
 
         def data_received(self, data: bytes) -> None:
-            self._body_fed = 0
+            spans = self._section_open
+            self._section_moved = False
             super().data_received(data)
-            if not self._head_open or self.transport.is_closing():
+            if not (spans and self._section_open and not self._section_moved):
                 return
-            self._head_bytes += len(data) - self._body_fed
-            if self._head_bytes > MAX_HEAD_BYTES:
+            if self.transport.is_closing():
+                return
+            self._unfinished += len(data)
+            if self._unfinished > MAX_HEAD_BYTES:
                 message = "Request line and headers too large."
-                self.logger.warning(message)
+                self.logger.warning("%s (%d bytes unfinished)", message, self._unfinished)
                 self.send_400_response(message)
 
+        def _open(self) -> None:
+            self._section_open, self._section_moved, self._unfinished = True, True, 0
+
+        def _close(self) -> None:
+            if self._section_open:
+                self._section_open, self._section_moved, self._unfinished = False, True, 0
+
         def on_message_begin(self) -> None:
-            self._head_open = True
+            self._parsed_bytes = 0
+            self._open()
             super().on_message_begin()
 
         def on_url(self, url: bytes) -> None:
@@ -81,18 +94,29 @@ def http_protocol() -> type[asyncio.Protocol] | str:
         def _parsed(self, size: int) -> None:
             self._parsed_bytes += size
             if self._parsed_bytes > MAX_HEAD_BYTES:
+                self.logger.warning("Request line and headers too large (%d bytes).", size)
                 # Raised inside the parser's callback, it reaches data_received as an
                 # httptools.HttpParserError: uvicorn answers 400 and closes.
                 raise ValueError("request line and headers too large")
 
         def on_headers_complete(self) -> None:
-            self._head_open = False
-            self._head_bytes = self._parsed_bytes = 0
+            self._close()
             super().on_headers_complete()
 
+        def on_chunk_header(self) -> None:
+            # A chunk's data, or after the last chunk the trailers, follow.
+            self._open()
+
+        def on_chunk_complete(self) -> None:
+            self._close()
+
         def on_body(self, body: bytes) -> None:
-            self._body_fed += len(body)
+            self._close()
             super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            self._close()
+            super().on_message_complete()
 
     return HeadBoundedHttpTools
 
@@ -105,8 +129,8 @@ def build_server(
     log_level: str = "info",
     event_loop: EventLoopChoice = "auto",
 ) -> uvicorn.Server:
-    """A uvicorn server for ``app`` (not started). Request bodies are capped by the app;
-    uvicorn's own limits keep slow or endless headers from holding a worker. ``run()`` runs
+    """A uvicorn server for ``app`` (not started). Request bodies are capped by the app, a
+    request's head by :data:`MAX_HEAD_BYTES` (:func:`http_protocol`). ``run()`` runs
     it on the loop ``event_loop`` picks (:func:`~tiermem.runtime.resolve_event_loop`);
     ``serve()`` runs on the caller's.
 
