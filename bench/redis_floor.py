@@ -50,12 +50,18 @@ def pack(*args: str) -> bytes:
     return hiredis.pack_command(args)
 
 
-def server_cpu_s(sock: socket.socket) -> float:
-    """redis-server's process CPU seconds (user + sys), from INFO cpu."""
-    sock.sendall(pack("INFO", "cpu"))
+def ask(sock: socket.socket, *args: str) -> Any:
+    """One command on a blocking socket, and its reply."""
+    sock.sendall(pack(*args))
     reader = hiredis.Reader()
     while (reply := reader.gets()) is False:
         reader.feed(sock.recv(65536))
+    return reply
+
+
+def server_cpu_s(sock: socket.socket) -> float:
+    """redis-server's process CPU seconds (user + sys), from INFO cpu."""
+    reply = ask(sock, "INFO", "cpu")
     fields = dict(line.split(":", 1) for line in reply.decode().splitlines() if ":" in line)
     return float(fields["used_cpu_sys"]) + float(fields["used_cpu_user"])
 
@@ -123,11 +129,7 @@ def measure(
 
 
 def sha(probe: socket.socket) -> str:
-    probe.sendall(pack("SCRIPT", "LOAD", SCRIPT))
-    reader = hiredis.Reader()
-    while (reply := reader.gets()) is False:
-        reader.feed(probe.recv(65536))
-    return reply.decode()
+    return str(ask(probe, "SCRIPT", "LOAD", SCRIPT).decode())
 
 
 def main() -> None:
