@@ -5,12 +5,14 @@
 # usage: bench/redis_script_replay.sh <tree> <capture> <out dir> [replay options...]
 #   e.g. bench/redis_script_replay.sh "$PWD" /tmp/c2500.pkl /tmp/rp-2500
 #   per turn = (net at 2500 turns - net at 500) / 2000, same tree and options.
+# REDIS_SERVER: the server binary (default: redis-server on PATH; a build with symbols,
+# bench/redis_server_symbols.sh, gives a named profile, bench/redis_server_profile.py).
 set -euo pipefail
 tree=$1; capture=$2; out=$3; shift 3
 bench=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$out"; mkdir -p "$out"
 sock=$out/redis.sock
-valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" redis-server --port 0 \
+valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "${REDIS_SERVER:-redis-server}" --port 0 \
   --unixsocket "$sock" --save '' --appendonly no --dir "$out" > "$out/server.log" 2>&1 &
 server=$!
 for _ in $(seq 1 300); do [ -S "$sock" ] && break; sleep 0.2; done
