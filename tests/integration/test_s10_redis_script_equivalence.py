@@ -377,7 +377,29 @@ _OLD_SHAS = {
 }
 """The scripts' SHA1 at 1a87939 (what redis-server ran before this change)."""
 
-_UNCHANGED = redis_append._NATIVE_TTL_LUA
+# The native-TTL helpers as they were then (since changed only in how they read a number:
+# ``deadline + 0`` for ``tonumber(deadline)``, the same value).
+_UNCHANGED = """
+local function native_ttl(deadline, now, ttl)
+  -- Keys whose native deadline is `deadline` (us by the store's clock, false if unknown)
+  -- must outlive `ttl` ms from `now`. Answers nil when they already do and not by more
+  -- than the slack (1/8 of ttl), else the TTL (ms) to set and the new deadline (us).
+  local need = now + ttl * 1000
+  if deadline then
+    local d = tonumber(deadline)
+    if d >= need and d <= need + ttl * 1000 / 8 then return nil end
+  end
+  local set = ttl + math.floor(ttl / 8)
+  return set, now + set * 1000
+end
+local function ms_left(deadline, now)
+  -- What is left of a deadline (us) in whole ms, at least 1: the TTL that gives a key
+  -- created now the deadline its group already has.
+  local left = math.ceil((tonumber(deadline) - now) / 1000)
+  if left < 1 then left = 1 end
+  return string.format('%d', left)
+end
+"""
 _OLD_HOT_PRELUDE = _OLD_RECENT_WRITES + _UNCHANGED + _OLD_HOT_FUNCTIONS
 _OLD_DURABLE_PRELUDE = (
     redis_append.HORIZON_PRELUDE + _OLD_RECENT_WRITES + _UNCHANGED + _OLD_DURABLE_FUNCTIONS

@@ -366,13 +366,13 @@ INDEX_UPSERT = LuaScript(
 -- number of terms n, the terms space-separated, their values packed (n u64 little-endian,
 -- `length * 2^20 + tf`), then the n terms. A document whose expiry has passed only drops
 -- its old version.
-local now = tonumber(ARGV[1])
+local now = ARGV[1] + 0
 local ids, docs, i, last = {}, {}, 4, #ARGV
 while i <= last do
-  local n, exp = tonumber(ARGV[i + 4]), ARGV[i + 3]
+  local n, exp = ARGV[i + 4] + 0, ARGV[i + 3]
   ids[#ids + 1] = ARGV[i]
-  if exp == '' or tonumber(exp) > now then
-    docs[#docs + 1] = {ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), exp ~= '' and exp, i + 7, n,
+  if exp == '' or exp + 0 > now then
+    docs[#docs + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2] + 0, exp ~= '' and exp, i + 7, n,
                        ARGV[i + 5], ARGV[i + 6]}
   end
   i = i + 7 + n
@@ -381,12 +381,12 @@ end
 -- a user given documents here keeps them through the collection (they have not expired),
 -- so it is not tidied: each command a script runs costs Redis ~5-10k instructions.
 local stats = redis.call('HMGET', KEYS[3], 'next', 'n', 'len', 'epoch')
-local top = tonumber(stats[1] or '0')
+local top = (stats[1] or '0') + 0
 check_numbers(#docs, top)
 if not stats[4] then redis.call('HSET', KEYS[3], 'epoch', ARGV[3]) end
 local removed, total = unindex(ids)
-add_many(docs, top, tonumber(stats[2] or '0') - removed, tonumber(stats[3] or '0') - total)
-collect(ARGV[1], tonumber(ARGV[2]))
+add_many(docs, top, (stats[2] or '0') - removed, (stats[3] or '0') - total)
+collect(ARGV[1], ARGV[2] + 0)
 if #docs == 0 then tidy() end
 return 'ok'
 """,

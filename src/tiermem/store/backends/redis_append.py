@@ -103,7 +103,7 @@ local function native_ttl(deadline, now, ttl)
   -- than the slack (1/@SLACK@ of ttl), else the TTL (ms) to set and the new deadline (us).
   local need = now + ttl * 1000
   if deadline then
-    local d = tonumber(deadline)
+    local d = deadline + 0
     if d >= need and d <= need + ttl * 1000 / @SLACK@ then return nil end
   end
   local set = ttl + math.floor(ttl / @SLACK@)
@@ -163,10 +163,10 @@ local function hot_read(now)
   -- One read for an append: live?, version, next index, epoch, recent write ids, native
   -- deadline of the session's keys, whether the part markers are current.
   local m = redis.call('HMGET', HK[1], 'x', 'v', 'n', 'e', 'w', 'd', 'c')
-  if m[1] == false or tonumber(m[1]) <= now then
+  if m[1] == false or m[1] + 0 <= now then
     return false, 0, 0, '', false, false, false
   end
-  return true, tonumber(m[2] or '0'), tonumber(m[3] or '0'), m[4] or '', m[5], m[6],
+  return true, (m[2] or '0') + 0, (m[3] or '0') + 0, m[4] or '', m[5], m[6],
          m[7] ~= false and m[7] == m[2]
 end
 local function hot_commit(version, entities, state, expires, ttl, next_index, now, deadline,
@@ -181,7 +181,7 @@ local function hot_commit(version, entities, state, expires, ttl, next_index, no
   -- changed them, or the markers were not current), 'c' the version of the last write
   -- that kept them. A write by a script that predates them moves 'v' alone, so while
   -- 'c' differs from 'v' the markers say nothing, and the next write sets both afresh.
-  local set, until_us = native_ttl(deadline, now, tonumber(ttl))
+  local set, until_us = native_ttl(deadline, now, ttl + 0)
   local v = string.format('%d', version)
   local f = extra or {}
   f[#f + 1] = 'v'
@@ -348,7 +348,7 @@ local function archive_append(now_arg, now, grace, expires, first, key, wid, ent
   -- timestamp costs redis-server ~2k instructions.
   local header = redis.call('HMGET', DK[3], 'h', 'w', 't')
   local h, recent, deadline = header[1], header[2], header[3]
-  local h_us = h and h ~= 'inf' and tonumber(h)
+  local h_us = h and h ~= 'inf' and h + 0
   local live = h == 'inf' or (h_us and h_us > now)
   if live then
     local seen_first, seen_count = seen_append(key, wid, recent)
@@ -362,7 +362,7 @@ local function archive_append(now_arg, now, grace, expires, first, key, wid, ent
   end
   local start = 0
   if live then start = redis.call('LLEN', DK[1]) end
-  if first ~= '' and tonumber(first) ~= start then return 'index', start end
+  if first ~= '' and first + 0 ~= start then return 'index', start end
   if not live then
     session_begin(false)
     h, recent, deadline = false, false, false
@@ -381,7 +381,7 @@ local function archive_append(now_arg, now, grace, expires, first, key, wid, ent
   local horizon = h
   if h ~= 'inf' then
     if expires == '' then horizon = 'inf'
-    elseif not h or tonumber(expires) > h_us then horizon = expires end
+    elseif not h or expires + 0 > h_us then horizon = expires end
   end
   local records_new = false
   if removed + upserts > 0 then
@@ -389,7 +389,7 @@ local function archive_append(now_arg, now, grace, expires, first, key, wid, ent
   end
   local set, until_us
   if horizon ~= 'inf' then
-    local ttl = math.ceil((tonumber(horizon) - now) / 1000) + grace
+    local ttl = math.ceil((horizon - now) / 1000) + grace
     if ttl < 1 then ttl = 1 end
     set, until_us = native_ttl(deadline, now, ttl)
   end
@@ -446,7 +446,7 @@ _HOT_APPEND_BODY = """
 -- Answers 'ok', version, start, 1 if it started the session afresh else 0, epoch. The
 -- last few write ids are kept in meta 'w' (' id:version:start ...'), so a resend of a
 -- call that was applied is answered as the first time and appends nothing.
-local now = tonumber(ARGV[1])
+local now = ARGV[1] + 0
 local live, version, start, epoch, recent, deadline, marked = hot_read(now)
 if recent and string.find(recent, ' ' .. ARGV[8] .. ':', 1, true) then
   -- A resend of this very call (its write id is ARGV[8], hex): answer as the first time.
@@ -454,9 +454,9 @@ if recent and string.find(recent, ' ' .. ARGV[8] .. ':', 1, true) then
   local v, s = string.match(recent, ' ' .. ARGV[8] .. ':(%d+):(%d+)')
   if v then return {'ok', tonumber(v), tonumber(s), v == '1' and 1 or 0, epoch} end
 end
-if ARGV[5] ~= '' and tonumber(ARGV[5]) ~= version then return {'conflict', version} end
+if ARGV[5] ~= '' and ARGV[5] + 0 ~= version then return {'conflict', version} end
 if ARGV[6] ~= '' then
-  local first = tonumber(ARGV[6])
+  local first = ARGV[6] + 0
   if live and first ~= start then return {'index', start} end
   start = first
 end
@@ -464,13 +464,13 @@ if not live then
   hot_begin(false, ARGV[8])
   epoch = ARGV[8]
 end
-local removed, upserts = tonumber(ARGV[9]), tonumber(ARGV[10])
+local removed, upserts = ARGV[9] + 0, ARGV[10] + 0
 local tpl_at = 11 + removed + 2 * upserts
 local turns = {}
 for i = tpl_at, #ARGV do
   turns[#turns + 1] = ARGV[i] .. ',"index":' .. string.format('%d', start + i - tpl_at) .. '}'
 end
-local created = hot_push(turns, tonumber(ARGV[4]))
+local created = hot_push(turns, ARGV[4] + 0)
 -- The recent write ids and the metadata go in hot_commit's HSET.
 local meta = {'w', with_write(live and recent, ARGV[8], version + 1, start)}
 if ARGV[7] ~= '' then
@@ -519,8 +519,8 @@ ARCHIVE_APPEND = LuaScript(
 --       kind/json pairs, then turn templates.
 -- Answers 'ok', start | 'index', next index | 'repeat', then the frames the first
 -- append stored, as they are now.
-local removed, upserts = tonumber(ARGV[7]), tonumber(ARGV[8])
-local tag, start, count = archive_append(ARGV[1], tonumber(ARGV[1]), tonumber(ARGV[2]),
+local removed, upserts = ARGV[7] + 0, ARGV[8] + 0
+local tag, start, count = archive_append(ARGV[1], ARGV[1] + 0, ARGV[2] + 0,
                                          ARGV[3], ARGV[4], ARGV[5], ARGV[6], 9, removed,
                                          upserts, 9 + removed + 2 * upserts)
 if tag == 'repeat' then
@@ -556,8 +556,8 @@ APPEND_THROUGH = LuaScript(
 -- Answers 'index', next index (nothing written), or: durable tag ('ok' | 'repeat'),
 -- start, count, hot tag ('ok' | 'skip'), hot version, 1 if the hot session started
 -- afresh, epoch, then (a repeat only) the archive frames the first append stored.
-local removed, upserts, now = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[1])
-local tag, start, turns = archive_append(ARGV[1], now, tonumber(ARGV[2]), ARGV[3], ARGV[4],
+local removed, upserts, now = ARGV[11] + 0, ARGV[12] + 0, ARGV[1] + 0
+local tag, start, turns = archive_append(ARGV[1], now, ARGV[2] + 0, ARGV[3], ARGV[4],
                                          ARGV[5], ARGV[6], 13, removed, upserts,
                                          13 + removed + 2 * upserts)
 if tag == 'index' then return {'index', start} end
@@ -574,7 +574,7 @@ if not live then
   hot_begin(false, ARGV[10])
   epoch = ARGV[10]
 end
-local created = hot_push(turns, tonumber(ARGV[9]))
+local created = hot_push(turns, ARGV[9] + 0)
 local ent_created = hot_entities(13, removed, upserts)
 hot_commit(version + 1, not marked or removed + upserts > 0, not marked, ARGV[7], ARGV[8],
            start + #turns, now, live and deadline, fresh_keys(created, ent_created))

@@ -128,13 +128,13 @@ HOT_LOAD = LuaScript(
 -- session's), the turns from there, entities and state (flat field/value lists; false
 -- when the caller's marker for the part is the session's: it holds them), and the
 -- entities and state markers ('' when the session's say nothing: see hot_commit).
-local visible_after = tonumber(ARGV[1])
+local visible_after = ARGV[1] + 0
 if ARGV[2] ~= '' then visible_after = visible_after - tonumber(ARGV[2]) end
 -- The usual answer (the caller's copy is current) needs four fields: the metadata (often
 -- the largest field: a string read into Lua costs redis-server by its size) and the part
 -- markers are read only for the answer that sends them, ~9k instructions a load less.
 local m = redis.call('HMGET', KEYS[1], 'v', 'n', 'x', 'e')
-if not m[3] or tonumber(m[3]) <= visible_after then return false end
+if not m[3] or m[3] + 0 <= visible_after then return false end
 local version, next_index, epoch = m[1] or '0', m[2] or '0', m[4] or ''
 local same_epoch = ARGV[3] ~= '' and ARGV[3] == epoch
 if same_epoch and ARGV[4] == version then return {version, next_index, m[3], epoch} end

@@ -371,6 +371,11 @@ def new_write_id() -> str:
 # digits. Framed values start with decimal header fields separated by '|'. Write scripts
 # answer a table whose first element is 'ok' when they wrote, or else a reason
 # ('conflict', 'index', 'absent', 'retype', 'retry'), and then they changed nothing.
+# On the turn path a number is read from a string the scripts know to be a decimal
+# (an argument, a field they wrote) as ``s + 0``, not ``tonumber(s)``: Lua 5.1's tonumber
+# parses the string twice (lua_isnumber, then lua_tonumber), each a strtod of ~600
+# instructions for a microsecond timestamp, and a turn ran ~21 of them
+# (bench/redis_server_profile.py). ``tonumber`` stays where a value may be false or nil.
 
 
 class LuaScript:
