@@ -372,7 +372,12 @@ async def test_an_append_to_a_live_session_updates_its_header_first(tmp_path: Pa
             moved,
             "INSERT INTO turns (session_id,",
             "COMMIT",
-        ] * 2 + [
+            # Told the first index (OPTIMISTIC_APPEND), a plain append reads nothing: the
+            # update matched, so the turns start there.
+            "BEGIN IMMEDIATE",
+            "UPDATE sessions SET next_index",
+            "INSERT INTO turns (session_id,",
+            "COMMIT",
             "BEGIN IMMEDIATE",
             "UPDATE sessions SET next_index",
             "SELECT s.next_index, s.expires_at_us, r.version,",  # with the entities record

@@ -145,7 +145,8 @@ class Capability(StrEnum):
     afresh (its turns not flushed yet are lost), as before the flag existed."""
     OPTIMISTIC_APPEND = "optimistic_append"
     """``DurableStore.append_turns`` with ``first_index`` saves the store a read of the
-    session's counter (DynamoDB): callers that know the next index (a session handle's
+    session's counter (DynamoDB: a GetItem before the transaction; SQLite: a statement
+    of the append's transaction): callers that know the next index (a session handle's
     counter) pass it and re-read only on ConflictError."""
 
 

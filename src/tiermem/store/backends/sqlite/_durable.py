@@ -27,7 +27,10 @@ group commit may share the transaction with other calls: see
   1 update of the header (next index and lifetime), 1 read of it (joined, when the
   append changes entities, with the ``entities`` record), 1 insert of the turns
   (executemany), plus 1 insert of the key when one is given and 1 upsert of the
-  ``entities`` record when entities change. Any other append (a new or dead session, an
+  ``entities`` record when entities change. Told the first index
+  (:attr:`~tiermem.store.contract.Capability.OPTIMISTIC_APPEND`: a session handle passes
+  its counter) and changing no entity, it skips the read: the update matched only if the
+  header was at that index, so the turns start there. Any other append (a new or dead session, an
   unexpected index, a repeated key): that update changes nothing, then 1 read of the
   header joined with the idempotency key (and the ``entities`` record), and the writes
   above with an upsert of the header after the turns. A repeated key: the update, the
@@ -571,7 +574,9 @@ class SQLiteDurableStore:
     """
 
     name = "sqlite"
-    capabilities = frozenset({Capability.PERSISTENT, Capability.ENTITIES_IN_APPEND})
+    capabilities = frozenset(
+        {Capability.PERSISTENT, Capability.ENTITIES_IN_APPEND, Capability.OPTIMISTIC_APPEND}
+    )
 
     def __init__(
         self,
@@ -681,8 +686,10 @@ class SQLiteDurableStore:
             # and takes the read-first path below.
             if conn.execute(update, (*update_args, now_us, *conditions)).rowcount:
                 if change is None:
-                    moved = conn.execute(_APPEND_MOVED, (session_id,)).fetchone()
                     held: Sequence[object] = (None, None)
+                    if first_index is not None:  # it moved from there: nothing to read
+                        return write(conn, first_index, None, True, held, now, now_us, moved=True)
+                    moved = conn.execute(_APPEND_MOVED, (session_id,)).fetchone()
                 else:
                     moved = conn.execute(
                         _APPEND_MOVED_ENTITIES, (ENTITIES_RECORD, session_id)
