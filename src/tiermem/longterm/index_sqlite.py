@@ -64,6 +64,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
+from itertools import chain, repeat, starmap
 from typing import cast
 
 from tiermem.clock import Clock, SystemClock
@@ -338,12 +339,19 @@ class SQLiteIndex:
         rows: list[_Row] = []
         for doc in docs:
             counts = terms_of(doc)
+            length = sum(counts.values())
+            # Each term as many times as it occurs, in order (iterated in C); most texts
+            # name each term once: then the terms as they are.
+            if length == len(counts):
+                tokens = " ".join(counts)
+            else:
+                tokens = " ".join(chain.from_iterable(starmap(repeat, counts.items())))
             vector = unit_vector(doc.embedding) if doc.embedding else None
             rows.append(
                 (
                     doc,
-                    " ".join([term for term, tf in counts.items() for _ in range(tf)]),
-                    sum(counts.values()),
+                    tokens,
+                    length,
                     None if vector is None else pack_vector(vector),
                     0 if vector is None else len(vector),
                     to_epoch_us(doc.created_at, what="created_at"),
