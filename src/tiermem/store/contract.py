@@ -81,6 +81,7 @@ __all__ = [
     "EntityChange",
     "HotAppendResult",
     "HotStore",
+    "InProcessAppend",
     "InProcessRead",
     "check_size",
 ]
@@ -714,6 +715,36 @@ class InProcessRead(Protocol):
 
         Raises:
             ValidationError: a bad session id.
+        """
+        ...
+
+
+@runtime_checkable
+class InProcessAppend(Protocol):
+    """A hot store living in this process (the memory store) that takes turns a durable
+    store has just numbered and stored without checking them again: the hot half of
+    every write-through turn of the embedded default (issue #8). The tiered layer takes it
+    only where the class that defines it also defines ``append_turns`` (a subclass
+    overriding ``append_turns``, a test's fault injection, is not gone around)."""
+
+    def append_archived(
+        self,
+        session_id: str,
+        turns: list[Turn],
+        *,
+        window: int,
+        expires_at: datetime,
+        entities: EntityChange | None = None,
+    ) -> int:
+        """:meth:`HotStore.append_turns` of ``turns`` as a durable store returned them
+        (numbered, consecutive, each checked against :data:`MAX_TURN_BYTES`), pinned to
+        the first one's index (``first_index``); returns the session's new version. The
+        session id, the turns and ``entities`` are not checked again: the durable store
+        checked them, and frozen models cannot have changed since.
+
+        Raises:
+            ConflictError: the hot session's next index is not the first turn's; nothing
+                was written.
         """
         ...
 

@@ -71,8 +71,8 @@ from tiermem.store.contract import (
     CombinedRead,
     DurableStore,
     EntityChange,
-    HotAppendResult,
     HotStore,
+    InProcessAppend,
     InProcessRead,
 )
 from tiermem.tiers.config import HotFailurePolicy, SessionTierConfig, WritePolicy
@@ -313,6 +313,15 @@ class TieredSessionStore:
                 "turns not flushed yet; run the sweeper, or declare Capability.KEEP_EXPIRED",
                 getattr(hot, "name", type(hot).__name__),
             )
+        # The hot half of a write-through append without checking the archived turns
+        # again, where the class defining it also defines append_turns (a subclass's own
+        # append_turns is not gone around): every turn of the embedded default.
+        self._append_archived: InProcessAppend | None = (
+            hot
+            if isinstance(hot, InProcessAppend)
+            and _defined_by(type(hot), "append_archived") is _defined_by(type(hot), "append_turns")
+            else None
+        )
         # A hot read without a snapshot object, where the class defining it also defines
         # load (a subclass's own load is not gone around): every history() of memory+memory.
         self._read_now: InProcessRead | None = (
@@ -861,28 +870,43 @@ class TieredSessionStore:
         turn_count = stored[-1].index + 1
         expires_at = self._write_expiry(metadata, turn_count)
         with_change = change is not None and self._hot_takes_entities
+        archived = self._append_archived
         for attempt in range(self.config.hot_conflict_retries + 1):
-            result: HotAppendResult | _Bypassed
+            version: int
             try:  # what _hot does, inline: this write is on every turn
-                if with_change:
-                    result = await self.hot.append_turns(
+                if archived is not None:
+                    # An in-process store: the version alone, the turns not checked again.
+                    version = archived.append_archived(
                         sid,
                         stored,
                         window=self.config.window,
                         expires_at=expires_at,
-                        first_index=stored[0].index,
-                        entities=change,
+                        entities=change if with_change else None,
                     )
+                elif with_change:
+                    version = (
+                        await self.hot.append_turns(
+                            sid,
+                            stored,
+                            window=self.config.window,
+                            expires_at=expires_at,
+                            first_index=stored[0].index,
+                            entities=change,
+                        )
+                    ).version
                 else:
-                    result = await self.hot.append_turns(
-                        sid,
-                        stored,
-                        window=self.config.window,
-                        expires_at=expires_at,
-                        first_index=stored[0].index,
-                    )
+                    version = (
+                        await self.hot.append_turns(
+                            sid,
+                            stored,
+                            window=self.config.window,
+                            expires_at=expires_at,
+                            first_index=stored[0].index,
+                        )
+                    ).version
             except (BackendUnavailableError, BackendTimeoutError) as exc:
-                result = self._bypass(exc, "append")
+                self._bypass(exc, "append")  # raises unless the policy is to bypass
+                return
             except ConflictError as exc:
                 if keyed_behind and isinstance(exc.actual, int) and exc.actual > stored[0].index:
                     # The hot tier holds a turn at our first index: ours (a retry), or a
@@ -894,9 +918,7 @@ class TieredSessionStore:
                 # Another writer's earlier index has not reached the hot tier yet.
                 await pause(attempt)
                 continue
-            if isinstance(result, _Bypassed):
-                return
-            if result.version == 1:
+            if version == 1:
                 # The hot tier had lost the session (this write created it): rebuild it.
                 if keyed_behind:
                     await self._rejoin_behind(sid, stored)

@@ -302,6 +302,37 @@ class MemoryHotStore:
             )
         return _hot_result(indexed, version)
 
+    def append_archived(
+        self,
+        session_id: str,
+        turns: list[Turn],
+        *,
+        window: int,
+        expires_at: datetime,
+        entities: EntityChange | None = None,
+    ) -> int:
+        """:meth:`append_turns` of turns a durable store has just numbered and stored,
+        pinned to the first one's index, without checking them again
+        (:class:`~tiermem.store.contract.InProcessAppend`): the hot half of every
+        write-through turn of the embedded default. Returns the session's new version.
+
+        Raises:
+            ConflictError: as :meth:`append_turns` with ``first_index``; nothing written.
+        """
+        first = turns[0].index
+        with self._lock:
+            now = self._clock.now()
+            current = self._live(session_id, now)
+            if current is not None and current.next_index != first:
+                raise ConflictError(
+                    f"session {session_id!r}: next turn index is {current.next_index}, not {first}",
+                    expected=first,
+                    actual=current.next_index,
+                )
+            return self._append_checked(
+                session_id, current, turns, window, expires_at, now, entities=entities
+            )
+
     def _append_checked(
         self,
         session_id: str,
